@@ -1,0 +1,98 @@
+//! The environment trait that every native game and every adapter implements.
+
+use crate::{ActionSpace, EnvError, ObservationSpace};
+
+/// The outcome of one step. Time-limit truncation is kept apart from termination:
+/// a learner bootstraps from the next observation after truncation, not after
+/// termination.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Step {
+    pub reward: f32,
+    /// The episode ended inside the environment (ball lost, pole fell).
+    pub terminated: bool,
+    /// The episode was cut from outside (a time limit); the state is not terminal.
+    pub truncated: bool,
+}
+
+impl Step {
+    /// True when the episode is over for either reason: the caller must reset.
+    pub fn done(&self) -> bool {
+        self.terminated || self.truncated
+    }
+}
+
+/// Running statistics of the episodes an environment has played, kept by the
+/// [`Monitor`](crate::wrappers::Monitor) wrapper that the registry puts outermost.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EpisodeStats {
+    /// Episodes finished (terminated or truncated).
+    pub episodes: u64,
+    /// Steps taken over all episodes.
+    pub total_steps: u64,
+    /// Return and length of the episode in progress.
+    pub current_return: f64,
+    pub current_length: u64,
+    /// Return and length of the last finished episode, if any.
+    pub last_return: Option<f64>,
+    pub last_length: Option<u64>,
+}
+
+/// A Gymnasium-shaped environment with a discrete action space.
+///
+/// Observations are written into a caller-provided buffer of
+/// `observation_space().len()` elements, so stepping allocates nothing. The trait is
+/// object-safe: the registry hands out `Box<dyn Env>`.
+pub trait Env: Send {
+    /// The id this environment was built from (e.g. `minatar/breakout`).
+    fn id(&self) -> &str;
+
+    fn observation_space(&self) -> ObservationSpace;
+
+    fn action_space(&self) -> ActionSpace;
+
+    /// Starts a new episode and writes its first observation into `obs`. With a seed,
+    /// the environment's random stream is replaced by a freshly seeded one first; the
+    /// same seed then gives the same episode.
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError>;
+
+    /// Takes one action and writes the next observation into `obs`.
+    fn step(&mut self, action: usize, obs: &mut [f32]) -> Result<Step, EnvError>;
+
+    /// Episode statistics, where a wrapper keeps them.
+    fn episode_stats(&self) -> Option<EpisodeStats> {
+        None
+    }
+}
+
+impl<E: Env + ?Sized> Env for Box<E> {
+    fn id(&self) -> &str {
+        (**self).id()
+    }
+    fn observation_space(&self) -> ObservationSpace {
+        (**self).observation_space()
+    }
+    fn action_space(&self) -> ActionSpace {
+        (**self).action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        (**self).reset(seed, obs)
+    }
+    fn step(&mut self, action: usize, obs: &mut [f32]) -> Result<Step, EnvError> {
+        (**self).step(action, obs)
+    }
+    fn episode_stats(&self) -> Option<EpisodeStats> {
+        (**self).episode_stats()
+    }
+}
+
+/// Checks the observation buffer's length, with an error that says what was expected.
+pub(crate) fn check_obs_len(expected: usize, obs: &[f32]) -> Result<(), EnvError> {
+    if obs.len() == expected {
+        Ok(())
+    } else {
+        Err(EnvError::ObservationBuffer {
+            expected,
+            got: obs.len(),
+        })
+    }
+}

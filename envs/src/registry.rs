@@ -1,0 +1,247 @@
+//! Builds an environment from a string id with options, e.g. `classic/cartpole`,
+//! `minatar/breakout`, `minatar/breakout?sticky=0&ramping=false&minimal_actions=true`.
+//!
+//! Every environment comes wrapped in [`TimeLimit`] and, outermost, [`Monitor`].
+//!
+//! ```
+//! let env = normrl_envs::make("minatar/seaquest?minimal_actions=true").unwrap();
+//! assert_eq!(env.action_space().n, 6);
+//! let err = normrl_envs::make("minatar/pong").err().unwrap().to_string();
+//! assert!(err.contains("minatar/breakout"));
+//! ```
+
+use crate::cartpole::CartPole;
+use crate::minatar::{
+    Asterix, Breakout, Freeway, Game, MinAtar, MinAtarConfig, Seaquest, SpaceInvaders,
+};
+use crate::wrappers::{Monitor, TimeLimit};
+use crate::{Env, EnvError};
+
+/// Gymnasium's CartPole-v1 limit.
+const CARTPOLE_MAX_STEPS: u64 = 500;
+/// MinAtar games have no time limit of their own (only Freeway ends by time); this cap
+/// keeps an agent that never dives in Seaquest from running for ever. `max_steps=0`
+/// removes it.
+const MINATAR_MAX_STEPS: u64 = 10_000;
+
+/// Every id [`make`] accepts (without options).
+pub fn known_ids() -> Vec<String> {
+    let mut ids = vec!["classic/cartpole".to_string()];
+    ids.extend(MINATAR_GAMES.iter().map(|g| format!("minatar/{g}")));
+    ids
+}
+
+const MINATAR_GAMES: [&str; 5] = [
+    Breakout::NAME,
+    Asterix::NAME,
+    Freeway::NAME,
+    Seaquest::NAME,
+    SpaceInvaders::NAME,
+];
+
+/// Builds the environment named by `spec` (`id` or `id?key=value&...`).
+pub fn make(spec: &str) -> Result<Box<dyn Env>, EnvError> {
+    let (id, query) = spec.split_once('?').unwrap_or((spec, ""));
+    let mut options = Options::parse(id, query)?;
+    let env: Box<dyn Env> = match id {
+        "classic/cartpole" => {
+            let max_steps = options.u64("max_steps", CARTPOLE_MAX_STEPS)?;
+            options.finish()?;
+            limit(CartPole::new(), max_steps)
+        }
+        _ => match id.strip_prefix("minatar/") {
+            Some(game) if MINATAR_GAMES.contains(&game) => {
+                let config = MinAtarConfig {
+                    sticky: options.probability("sticky", 0.1)?,
+                    ramping: options.bool("ramping", true)?,
+                    minimal_actions: options.bool("minimal_actions", false)?,
+                };
+                let max_steps = options.u64("max_steps", MINATAR_MAX_STEPS)?;
+                options.finish()?;
+                match game {
+                    Breakout::NAME => minatar::<Breakout>(config, max_steps),
+                    Asterix::NAME => minatar::<Asterix>(config, max_steps),
+                    Freeway::NAME => minatar::<Freeway>(config, max_steps),
+                    Seaquest::NAME => minatar::<Seaquest>(config, max_steps),
+                    _ => minatar::<SpaceInvaders>(config, max_steps),
+                }
+            }
+            _ => {
+                return Err(EnvError::UnknownId {
+                    id: id.to_string(),
+                    known: known_ids(),
+                })
+            }
+        },
+    };
+    Ok(env)
+}
+
+fn minatar<G: Game>(config: MinAtarConfig, max_steps: u64) -> Box<dyn Env> {
+    limit(MinAtar::<G>::new(config), max_steps)
+}
+
+/// Wraps in a time limit (none when `max_steps` is 0) and the episode monitor.
+fn limit<E: Env + 'static>(env: E, max_steps: u64) -> Box<dyn Env> {
+    if max_steps == 0 {
+        Box::new(Monitor::new(env))
+    } else {
+        Box::new(Monitor::new(TimeLimit::new(env, max_steps)))
+    }
+}
+
+/// The `key=value` pairs of an id, consumed one by one so that leftovers are reported.
+struct Options {
+    id: String,
+    pairs: Vec<(String, String)>,
+    allowed: Vec<String>,
+}
+
+impl Options {
+    fn parse(id: &str, query: &str) -> Result<Self, EnvError> {
+        let mut pairs = vec![];
+        for part in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| EnvError::BadOptionValue {
+                    id: id.to_string(),
+                    option: part.to_string(),
+                    value: String::new(),
+                    expected: "key=value".into(),
+                })?;
+            pairs.push((k.to_string(), v.to_string()));
+        }
+        Ok(Self {
+            id: id.to_string(),
+            pairs,
+            allowed: vec![],
+        })
+    }
+
+    fn take(&mut self, key: &str) -> Option<String> {
+        self.allowed.push(key.to_string());
+        let i = self.pairs.iter().position(|(k, _)| k == key)?;
+        Some(self.pairs.remove(i).1)
+    }
+
+    fn bad(&self, option: &str, value: &str, expected: &str) -> EnvError {
+        EnvError::BadOptionValue {
+            id: self.id.clone(),
+            option: option.into(),
+            value: value.into(),
+            expected: expected.into(),
+        }
+    }
+
+    fn bool(&mut self, key: &str, default: bool) -> Result<bool, EnvError> {
+        match self.take(key).as_deref() {
+            None => Ok(default),
+            Some("true" | "1") => Ok(true),
+            Some("false" | "0") => Ok(false),
+            Some(v) => Err(self.bad(key, v, "true, false, 1 or 0")),
+        }
+    }
+
+    fn u64(&mut self, key: &str, default: u64) -> Result<u64, EnvError> {
+        match self.take(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| self.bad(key, &v, "a non-negative integer (0 = no limit)")),
+        }
+    }
+
+    fn probability(&mut self, key: &str, default: f64) -> Result<f64, EnvError> {
+        match self.take(key) {
+            None => Ok(default),
+            Some(v) => match v.parse::<f64>() {
+                Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+                _ => Err(self.bad(key, &v, "a probability in [0, 1]")),
+            },
+        }
+    }
+
+    /// Fails on the first option no one asked for.
+    fn finish(self) -> Result<(), EnvError> {
+        match self.pairs.into_iter().next() {
+            None => Ok(()),
+            Some((option, _)) => Err(EnvError::UnknownOption {
+                id: self.id,
+                option,
+                allowed: self.allowed,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_every_known_id_with_right_spaces() {
+        for id in known_ids() {
+            let mut env = make(&id).unwrap();
+            assert_eq!(env.id(), id);
+            let mut obs = vec![0.0; env.observation_space().len()];
+            env.reset(Some(0), &mut obs).unwrap();
+            env.step(0, &mut obs).unwrap();
+        }
+        let shape = |id: &str| make(id).unwrap().observation_space().shape;
+        assert_eq!(shape("classic/cartpole"), [4]);
+        assert_eq!(shape("minatar/breakout"), [4, 10, 10]);
+        assert_eq!(shape("minatar/freeway"), [7, 10, 10]);
+        assert_eq!(shape("minatar/seaquest"), [10, 10, 10]);
+        assert_eq!(shape("minatar/space_invaders"), [6, 10, 10]);
+    }
+
+    #[test]
+    fn options_are_applied() {
+        let n = |id: &str| make(id).unwrap().action_space().n;
+        assert_eq!(n("minatar/breakout"), 6);
+        assert_eq!(n("minatar/breakout?minimal_actions=true"), 3);
+        assert_eq!(n("minatar/freeway?minimal_actions=1"), 3);
+        assert_eq!(n("minatar/asterix?minimal_actions=true"), 5);
+        assert_eq!(n("minatar/space_invaders?minimal_actions=true&sticky=0"), 4);
+        let mut env = make("classic/cartpole?max_steps=5").unwrap();
+        let mut obs = [0.0; 4];
+        env.reset(Some(0), &mut obs).unwrap();
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            let s = env.step(steps % 2, &mut obs).unwrap();
+            if s.done() {
+                assert!(s.truncated && !s.terminated);
+                break;
+            }
+        }
+        assert_eq!(steps, 5);
+        assert_eq!(env.episode_stats().unwrap().last_return, Some(5.0));
+    }
+
+    #[test]
+    fn bad_ids_and_options_say_what_is_allowed() {
+        let err = |id: &str| make(id).err().unwrap();
+        match err("atari/pong") {
+            EnvError::UnknownId { known, .. } => assert_eq!(known, known_ids()),
+            e => panic!("{e}"),
+        }
+        let e = err("minatar/breakout?stiky=0").to_string();
+        assert!(
+            e.contains("'stiky'") && e.contains("sticky") && e.contains("ramping"),
+            "{e}"
+        );
+        let e = err("minatar/breakout?sticky=1.5").to_string();
+        assert!(e.contains("[0, 1]"), "{e}");
+        let e = err("minatar/breakout?ramping=maybe").to_string();
+        assert!(e.contains("true, false"), "{e}");
+        let e = err("classic/cartpole?max_steps=-3").to_string();
+        assert!(e.contains("non-negative integer"), "{e}");
+        let e = err("classic/cartpole?sticky=0").to_string();
+        assert!(e.contains("max_steps"), "{e}");
+        assert!(matches!(
+            err("minatar/breakout?oops"),
+            EnvError::BadOptionValue { .. }
+        ));
+    }
+}

@@ -1,0 +1,96 @@
+//! The `normrl env` commands as a user runs them.
+
+use std::process::Command;
+
+fn normrl(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args(args)
+        .output()
+        .expect("run normrl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn rollout_prints_episodes_and_is_deterministic() {
+    let args = [
+        "env", "rollout", "--env", "minatar/breakout", "--episodes", "3", "--seed", "4",
+        "--json",
+    ];
+    let (code, out, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    let episodes: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(episodes.len(), 3);
+    assert!(episodes.iter().all(|e| e["length"].as_u64().unwrap() > 0));
+    assert_eq!(normrl(&args).1, out, "same seed, same output");
+}
+
+#[test]
+fn noop_space_invaders_episode_lasts_17_steps() {
+    let (code, out, _) = normrl(&[
+        "env", "rollout", "--env", "minatar/space_invaders?sticky=0", "--policy", "noop",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let e: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(e["length"], 17);
+    assert_eq!(e["terminated"], true);
+}
+
+#[test]
+fn trace_and_action_file() {
+    let dir = std::env::temp_dir().join(format!("normrl-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("actions.txt");
+    std::fs::write(&file, "1, 1 0\n1").unwrap();
+    let policy = format!("actions:{}", file.display());
+    let (code, out, err) = normrl(&[
+        "env", "rollout", "--env", "classic/cartpole", "--policy", &policy, "--trace",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let steps: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v.get("action").is_some())
+        .collect();
+    let actions: Vec<u64> = steps.iter().map(|s| s["action"].as_u64().unwrap()).collect();
+    assert_eq!(actions, [1, 1, 0, 1]);
+    assert!(err.contains("ran out"), "{err}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_with_exit_code_2() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["env", "rollout", "--env", "minatar/pong"], "known environments"),
+        (&["env", "rollout", "--env", "minatar/breakout?sticky=2"], "[0, 1]"),
+        (&["env", "rollout", "--env", "minatar/breakout", "--policy", "fixed:9"], "0..6"),
+        (&["env", "rollout", "--env", "classic/cartpole", "--policy", "greedy"], "random, noop"),
+        (
+            &["env", "rollout", "--env", "classic/cartpole", "--policy", "actions:/no/such/file"],
+            "cannot read",
+        ),
+        (&["env", "bench", "--env", "gym:Pong", "--steps", "10"], "unknown environment"),
+    ];
+    for (args, needle) in cases {
+        let (code, _, err) = normrl(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn bench_prints_a_row_per_environment() {
+    let (code, out, err) = normrl(&["env", "bench", "--steps", "1000"]);
+    assert_eq!(code, 0, "{err}");
+    for id in normrl_envs::known_ids() {
+        assert!(out.contains(&id), "{out}");
+    }
+}
