@@ -17,7 +17,14 @@ fn normrl(args: &[&str]) -> (i32, String, String) {
 #[test]
 fn rollout_prints_episodes_and_is_deterministic() {
     let args = [
-        "env", "rollout", "--env", "minatar/breakout", "--episodes", "3", "--seed", "4",
+        "env",
+        "rollout",
+        "--env",
+        "minatar/breakout",
+        "--episodes",
+        "3",
+        "--seed",
+        "4",
         "--json",
     ];
     let (code, out, err) = normrl(&args);
@@ -34,7 +41,12 @@ fn rollout_prints_episodes_and_is_deterministic() {
 #[test]
 fn noop_space_invaders_episode_lasts_17_steps() {
     let (code, out, _) = normrl(&[
-        "env", "rollout", "--env", "minatar/space_invaders?sticky=0", "--policy", "noop",
+        "env",
+        "rollout",
+        "--env",
+        "minatar/space_invaders?sticky=0",
+        "--policy",
+        "noop",
         "--json",
     ]);
     assert_eq!(code, 0);
@@ -51,7 +63,13 @@ fn trace_and_action_file() {
     std::fs::write(&file, "1, 1 0\n1").unwrap();
     let policy = format!("actions:{}", file.display());
     let (code, out, err) = normrl(&[
-        "env", "rollout", "--env", "classic/cartpole", "--policy", &policy, "--trace",
+        "env",
+        "rollout",
+        "--env",
+        "classic/cartpole",
+        "--policy",
+        &policy,
+        "--trace",
         "--json",
     ]);
     assert_eq!(code, 0, "{err}");
@@ -60,7 +78,10 @@ fn trace_and_action_file() {
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|v: &serde_json::Value| v.get("action").is_some())
         .collect();
-    let actions: Vec<u64> = steps.iter().map(|s| s["action"].as_u64().unwrap()).collect();
+    let actions: Vec<u64> = steps
+        .iter()
+        .map(|s| s["action"].as_u64().unwrap())
+        .collect();
     assert_eq!(actions, [1, 1, 0, 1]);
     assert!(err.contains("ran out"), "{err}");
 }
@@ -68,15 +89,51 @@ fn trace_and_action_file() {
 #[test]
 fn bad_input_is_a_clear_error_with_exit_code_2() {
     let cases: [(&[&str], &str); 6] = [
-        (&["env", "rollout", "--env", "minatar/pong"], "known environments"),
-        (&["env", "rollout", "--env", "minatar/breakout?sticky=2"], "[0, 1]"),
-        (&["env", "rollout", "--env", "minatar/breakout", "--policy", "fixed:9"], "0..6"),
-        (&["env", "rollout", "--env", "classic/cartpole", "--policy", "greedy"], "random, noop"),
         (
-            &["env", "rollout", "--env", "classic/cartpole", "--policy", "actions:/no/such/file"],
+            &["env", "rollout", "--env", "minatar/pong"],
+            "known environments",
+        ),
+        (
+            &["env", "rollout", "--env", "minatar/breakout?sticky=2"],
+            "[0, 1]",
+        ),
+        (
+            &[
+                "env",
+                "rollout",
+                "--env",
+                "minatar/breakout",
+                "--policy",
+                "fixed:9",
+            ],
+            "0..6",
+        ),
+        (
+            &[
+                "env",
+                "rollout",
+                "--env",
+                "classic/cartpole",
+                "--policy",
+                "greedy",
+            ],
+            "random, noop",
+        ),
+        (
+            &[
+                "env",
+                "rollout",
+                "--env",
+                "classic/cartpole",
+                "--policy",
+                "actions:/no/such/file",
+            ],
             "cannot read",
         ),
-        (&["env", "bench", "--env", "gym:Pong", "--steps", "10"], "unknown environment"),
+        (
+            &["env", "bench", "--env", "gym:Pong", "--steps", "10"],
+            "unknown environment",
+        ),
     ];
     for (args, needle) in cases {
         let (code, _, err) = normrl(args);

@@ -1,1 +1,19 @@
+//! Learning for normrl: Q-networks with pluggable normalization layers on candle,
+//! optimizers, replay and DQN.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use normrl_agents::nn::{Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
+//!
+//! let norm = NormConfig { kind: NormKind::WeightNorm, ..Default::default() };
+//! let config = QNetworkConfig::mlp(vec![64, 64]);
+//! let net = QNetwork::new(&config, &norm, &[4], 2, 0, &Device::Cpu).unwrap();
+//! let x = Tensor::zeros((3, 4), candle_core::DType::F32, &Device::Cpu).unwrap();
+//! assert_eq!(net.forward(&x, Mode::Eval).unwrap().dims(), &[3, 2]);
+//! ```
 
+mod check;
+pub mod nn;
+pub mod optim;
+
+pub use candle_core;

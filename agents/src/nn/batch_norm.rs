@@ -1,0 +1,109 @@
+//! Batch normalization (Ioffe & Szegedy, 2015) after a layer's linear part:
+//! `y = gamma * (t - mean) / sqrt(var + eps) + beta`, per unit (per channel for conv),
+//! with running mean and variance for evaluation mode.
+//!
+//! With a single value per unit in training mode (batch size 1 on a Linear layer) the
+//! batch variance is 0: the layer outputs `beta` and passes no gradient below, which
+//! is what batch norm does with one sample. The running variance is then left as it
+//! is (its unbiased update is undefined); the running mean is updated. No NaN arises.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use normrl_agents::nn::{BatchNorm, Mode, ParamStore};
+//!
+//! let mut store = ParamStore::new(Device::Cpu);
+//! let bn = BatchNorm::new(&mut store, "fc", 1, 0.1, 0.0).unwrap();
+//! let t = Tensor::new(&[[1.0f32], [3.0]], &Device::Cpu).unwrap();
+//! let y = bn.forward(&t, Mode::Train).unwrap().to_vec2::<f32>().unwrap();
+//! assert_eq!(y, vec![vec![-1.0], vec![1.0]]);
+//! ```
+
+use candle_core::{Result, Tensor, Var};
+
+use super::kernel::{unit_moments, values_per_unit};
+use super::{Group, Mode, ParamStore};
+
+pub struct BatchNorm {
+    pub(crate) gamma: Var,
+    pub(crate) beta: Var,
+    pub(crate) running_mean: Var,
+    pub(crate) running_var: Var,
+    momentum: f64,
+    eps: f64,
+}
+
+impl BatchNorm {
+    pub fn new(
+        store: &mut ParamStore,
+        prefix: &str,
+        units: usize,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<Self> {
+        Ok(Self {
+            gamma: store.ones(&format!("{prefix}.bn.gamma"), units, Group::Weight)?,
+            beta: store.zeros(&format!("{prefix}.bn.beta"), units, Group::Weight)?,
+            running_mean: store.zeros(
+                &format!("{prefix}.bn.running_mean"),
+                units,
+                Group::Buffer,
+            )?,
+            running_var: store.ones(&format!("{prefix}.bn.running_var"), units, Group::Buffer)?,
+            momentum,
+            eps,
+        })
+    }
+
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
+    pub fn gamma_values(&self) -> Result<Vec<f32>> {
+        self.gamma.as_tensor().to_vec1()
+    }
+
+    pub fn running_mean(&self) -> &Tensor {
+        self.running_mean.as_tensor()
+    }
+
+    pub fn running_var(&self) -> &Tensor {
+        self.running_var.as_tensor()
+    }
+
+    fn unit_view(&self, t: &Tensor, x: &Tensor) -> Result<Tensor> {
+        let mut shape = vec![1; x.rank()];
+        shape[1] = x.dim(1)?;
+        t.reshape(shape)
+    }
+
+    pub fn forward(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
+        let (mean, var) = match mode {
+            Mode::Train => {
+                let (mean, var) = unit_moments(t)?;
+                let n = values_per_unit(t);
+                let m = self.momentum;
+                let batch_mean = mean.detach().flatten_all()?;
+                let running_mean =
+                    ((self.running_mean.as_tensor() * (1.0 - m))? + (batch_mean * m)?)?;
+                self.running_mean.set(&running_mean)?;
+                if n > 1 {
+                    let unbiased = (var.detach().flatten_all()? * (n as f64 / (n as f64 - 1.0)))?;
+                    let running_var =
+                        ((self.running_var.as_tensor() * (1.0 - m))? + (unbiased * m)?)?;
+                    self.running_var.set(&running_var)?;
+                }
+                (mean, var)
+            }
+            Mode::Eval => (
+                self.unit_view(self.running_mean.as_tensor(), t)?,
+                self.unit_view(self.running_var.as_tensor(), t)?,
+            ),
+        };
+        let normalized = t
+            .broadcast_sub(&mean)?
+            .broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        normalized
+            .broadcast_mul(&self.unit_view(self.gamma.as_tensor(), t)?)?
+            .broadcast_add(&self.unit_view(self.beta.as_tensor(), t)?)
+    }
+}

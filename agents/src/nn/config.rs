@@ -1,0 +1,172 @@
+//! The choices a user makes about a Q-network: its architecture and its normalization.
+
+use serde::{Deserialize, Serialize};
+
+use crate::check::{non_negative, positive};
+
+/// The seven normalization methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    None,
+    WeightNorm,
+    WnMeanOnlyBn,
+    BatchNorm,
+    LayerNorm,
+    Svb,
+    Bbn,
+}
+
+impl NormKind {
+    pub const ALL: [NormKind; 7] = [
+        NormKind::None,
+        NormKind::WeightNorm,
+        NormKind::WnMeanOnlyBn,
+        NormKind::BatchNorm,
+        NormKind::LayerNorm,
+        NormKind::Svb,
+        NormKind::Bbn,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NormKind::None => "none",
+            NormKind::WeightNorm => "weight_norm",
+            NormKind::WnMeanOnlyBn => "wn_mean_only_bn",
+            NormKind::BatchNorm => "batch_norm",
+            NormKind::LayerNorm => "layer_norm",
+            NormKind::Svb => "svb",
+            NormKind::Bbn => "bbn",
+        }
+    }
+
+    /// Hidden layers are weight-normalized.
+    pub fn uses_weight_norm(self) -> bool {
+        matches!(self, NormKind::WeightNorm | NormKind::WnMeanOnlyBn)
+    }
+
+    /// Hidden layers have batch statistics (and so a train/eval difference).
+    pub fn uses_batch_stats(self) -> bool {
+        matches!(
+            self,
+            NormKind::WnMeanOnlyBn | NormKind::BatchNorm | NormKind::Bbn
+        )
+    }
+
+    /// Hidden weights are projected by SVB.
+    pub fn uses_svb(self) -> bool {
+        matches!(self, NormKind::Svb | NormKind::Bbn)
+    }
+}
+
+impl std::fmt::Display for NormKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Normalization settings; every field has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NormConfig {
+    /// Which method normalizes the hidden layers.
+    pub kind: NormKind,
+    /// Learning-rate multiplier of the weight-norm gains `g` (the paper's ablation
+    /// favours 10).
+    pub g_lr_scale: f64,
+    /// Weight-normalize the output layer too (weight-norm methods only).
+    pub wn_output_layer: bool,
+    /// Weight norm's data-dependent init on the first batch.
+    pub data_dependent_init: bool,
+    /// Weight of the new batch in BN running statistics.
+    pub bn_momentum: f64,
+    /// BN's variance epsilon (> 0).
+    pub bn_eps: f64,
+    /// LN's variance epsilon (> 0).
+    pub ln_eps: f64,
+    /// SVB bound: singular values are kept in `[1/(1+eps), 1+eps]`.
+    pub svb_eps: f64,
+    /// Optimizer steps between SVB projections.
+    pub svb_interval: u64,
+    /// BBN bound on the relative per-channel gains.
+    pub bbn_eps: f64,
+}
+
+impl Default for NormConfig {
+    fn default() -> Self {
+        Self {
+            kind: NormKind::None,
+            g_lr_scale: 1.0,
+            wn_output_layer: true,
+            data_dependent_init: true,
+            bn_momentum: 0.1,
+            bn_eps: 1e-5,
+            ln_eps: 1e-5,
+            svb_eps: 0.05,
+            svb_interval: 200,
+            bbn_eps: 0.2,
+        }
+    }
+}
+
+impl NormConfig {
+    /// Range problems, each as `(field, what is allowed)`.
+    pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
+        let mut p = vec![];
+        if !positive(self.g_lr_scale) {
+            p.push(("g_lr_scale", "a positive number"));
+        }
+        if !(self.bn_momentum > 0.0 && self.bn_momentum <= 1.0) {
+            p.push(("bn_momentum", "a number in (0, 1]"));
+        }
+        if !positive(self.bn_eps) {
+            p.push(("bn_eps", "a positive number"));
+        }
+        if !positive(self.ln_eps) {
+            p.push(("ln_eps", "a positive number"));
+        }
+        if !non_negative(self.svb_eps) {
+            p.push(("svb_eps", "a non-negative number"));
+        }
+        if self.svb_interval == 0 {
+            p.push(("svb_interval", "a positive integer"));
+        }
+        if !non_negative(self.bbn_eps) {
+            p.push(("bbn_eps", "a non-negative number"));
+        }
+        p
+    }
+}
+
+/// The Q-network's layers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type", deny_unknown_fields)]
+pub enum Architecture {
+    /// Fully connected layers of the given widths.
+    Mlp { hidden: Vec<usize> },
+    /// MinAtar's network: conv 16 filters 3x3 stride 1, FC 128.
+    MinatarCnn,
+    /// The Nature DQN network for 4x84x84 frames: conv 32 8x8/4, 64 4x4/2, 64 3x3/1,
+    /// FC 512.
+    NatureCnn,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QNetworkConfig {
+    pub architecture: Architecture,
+}
+
+impl QNetworkConfig {
+    pub fn mlp(hidden: Vec<usize>) -> Self {
+        Self {
+            architecture: Architecture::Mlp { hidden },
+        }
+    }
+
+    pub fn minatar_cnn() -> Self {
+        Self {
+            architecture: Architecture::MinatarCnn,
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The linear part of a layer, Linear or Conv2d, without bias: `t = W x`.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use normrl_agents::nn::Kernel;
+//!
+//! let conv = Kernel::Conv2d { c_in: 4, c_out: 16, k: 3, stride: 1, padding: 0 };
+//! assert_eq!(conv.weight_shape(), vec![16, 4, 3, 3]);
+//! assert_eq!(conv.output_shape(&[4, 10, 10]), vec![16, 8, 8]);
+//! ```
+
+use candle_core::{Result, Tensor, D};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// `x: [B, n_in] -> [B, n_out]`.
+    Linear { n_in: usize, n_out: usize },
+    /// `x: [B, c_in, H, W] -> [B, c_out, H', W']`, square kernel.
+    Conv2d {
+        c_in: usize,
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        padding: usize,
+    },
+}
+
+impl Kernel {
+    pub fn weight_shape(&self) -> Vec<usize> {
+        match *self {
+            Kernel::Linear { n_in, n_out } => vec![n_out, n_in],
+            Kernel::Conv2d { c_in, c_out, k, .. } => vec![c_out, c_in, k, k],
+        }
+    }
+
+    /// Output units (features or channels).
+    pub fn units(&self) -> usize {
+        match *self {
+            Kernel::Linear { n_out, .. } => n_out,
+            Kernel::Conv2d { c_out, .. } => c_out,
+        }
+    }
+
+    pub fn fan_in(&self) -> usize {
+        match *self {
+            Kernel::Linear { n_in, .. } => n_in,
+            Kernel::Conv2d { c_in, k, .. } => c_in * k * k,
+        }
+    }
+
+    /// Shape of one sample's output given one sample's input shape.
+    pub fn output_shape(&self, input: &[usize]) -> Vec<usize> {
+        match *self {
+            Kernel::Linear { n_out, .. } => vec![n_out],
+            Kernel::Conv2d {
+                c_out,
+                k,
+                stride,
+                padding,
+                ..
+            } => {
+                let side = |n: usize| (n + 2 * padding - k) / stride + 1;
+                vec![c_out, side(input[1]), side(input[2])]
+            }
+        }
+    }
+
+    /// `W x` for a weight of [`Self::weight_shape`].
+    pub fn apply(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        match *self {
+            Kernel::Linear { .. } => x.matmul(&w.t()?),
+            Kernel::Conv2d {
+                stride, padding, ..
+            } => x.conv2d(w, padding, stride, 1, 1),
+        }
+    }
+
+    /// Shape that broadcasts a per-unit vector against this kernel's output.
+    pub fn unit_shape(&self) -> Vec<usize> {
+        match *self {
+            Kernel::Linear { n_out, .. } => vec![1, n_out],
+            Kernel::Conv2d { c_out, .. } => vec![1, c_out, 1, 1],
+        }
+    }
+}
+
+/// Per-unit mean and population variance of `t` over the batch (and, for conv
+/// outputs, over all spatial positions), each shaped to broadcast against `t`.
+pub fn unit_moments(t: &Tensor) -> Result<(Tensor, Tensor)> {
+    let mean = unit_mean(t)?;
+    let var = unit_mean(&t.broadcast_sub(&mean)?.sqr()?)?;
+    Ok((mean, var))
+}
+
+/// Per-unit mean over the batch and spatial positions, broadcastable against `t`.
+pub fn unit_mean(t: &Tensor) -> Result<Tensor> {
+    match t.rank() {
+        2 => t.mean_keepdim(0),
+        4 => t.mean_keepdim(0)?.mean_keepdim(2)?.mean_keepdim(3),
+        r => candle_core::bail!("per-unit statistics need a rank 2 or 4 tensor, got rank {r}"),
+    }
+}
+
+/// Values averaged per unit: `B` for Linear, `B * H * W` for Conv2d.
+pub fn values_per_unit(t: &Tensor) -> usize {
+    t.elem_count() / t.dim(1).unwrap_or(1).max(1)
+}
+
+/// Per-sample mean and population variance over all features (dims 1..), shaped
+/// `[B, 1, ...]`.
+pub fn sample_moments(t: &Tensor) -> Result<(Tensor, Tensor)> {
+    let b = t.dim(0)?;
+    let flat = t.reshape((b, ()))?;
+    let mean = flat.mean_keepdim(D::Minus1)?;
+    let var = flat.broadcast_sub(&mean)?.sqr()?.mean_keepdim(D::Minus1)?;
+    let mut shape = vec![b];
+    shape.resize(t.rank(), 1);
+    Ok((mean.reshape(shape.clone())?, var.reshape(shape)?))
+}

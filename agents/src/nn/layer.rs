@@ -1,0 +1,352 @@
+//! One layer of a Q-network: a Linear or Conv2d kernel, optionally weight-normalized,
+//! followed by the configured normalization and ReLU (hidden layers), or a bare linear
+//! head (the output layer).
+
+use candle_core::{Result, Tensor, Var};
+
+use super::init::InitRng;
+use super::kernel::unit_moments;
+use super::{
+    svb, BatchNorm, Group, Kernel, LayerNorm, MeanOnlyBn, Mode, NormConfig, NormKind, ParamStore,
+    WeightNorm,
+};
+
+/// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
+const DDI_EPS: f64 = 1e-6;
+
+enum WeightParam {
+    Plain(Var),
+    Normed(WeightNorm),
+}
+
+enum Norm {
+    None,
+    MeanOnly(MeanOnlyBn),
+    Batch(BatchNorm),
+    Layer(LayerNorm),
+}
+
+pub struct NormLayer {
+    name: String,
+    kernel: Kernel,
+    weight: WeightParam,
+    bias: Option<Var>,
+    norm: Norm,
+    relu: bool,
+    svb: bool,
+}
+
+/// Scalars describing a layer's state, for logging.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerStats {
+    pub layer: String,
+    pub values: Vec<(&'static str, f64)>,
+}
+
+fn stats_of(v: &[f32]) -> (f64, f64, f64) {
+    let n = v.len().max(1) as f64;
+    let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+    let min = v.iter().fold(f64::INFINITY, |m, &x| m.min(f64::from(x)));
+    let max = v
+        .iter()
+        .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+    (mean, min, max)
+}
+
+impl NormLayer {
+    /// A hidden layer normalized as `config` says. `out_shape` is one sample's output
+    /// shape (for layer norm's per-feature affine).
+    pub fn hidden(
+        store: &mut ParamStore,
+        name: &str,
+        kernel: Kernel,
+        out_shape: &[usize],
+        config: &NormConfig,
+        rng: &mut InitRng,
+    ) -> Result<Self> {
+        let kind = config.kind;
+        let units = kernel.units();
+        let dev = store.device().clone();
+        let weight = if kind.uses_weight_norm() {
+            Self::normed_weight(store, name, kernel, config, rng)?
+        } else if kind.uses_svb() {
+            let w = rng.orthogonal(kernel.weight_shape(), &dev)?;
+            WeightParam::Plain(store.add(&format!("{name}.weight"), w, Group::Weight)?)
+        } else {
+            Self::plain_weight(store, name, kernel, rng)?
+        };
+        let norm = match kind {
+            NormKind::WnMeanOnlyBn => {
+                Norm::MeanOnly(MeanOnlyBn::new(store, name, units, config.bn_momentum)?)
+            }
+            NormKind::BatchNorm | NormKind::Bbn => Norm::Batch(BatchNorm::new(
+                store,
+                name,
+                units,
+                config.bn_momentum,
+                config.bn_eps,
+            )?),
+            NormKind::LayerNorm => {
+                Norm::Layer(LayerNorm::new(store, name, out_shape, config.ln_eps)?)
+            }
+            NormKind::None | NormKind::WeightNorm | NormKind::Svb => Norm::None,
+        };
+        // BN and LN carry their own shift (beta); mean-only BN keeps the layer's bias.
+        let bias = match (&norm, &weight) {
+            (Norm::Batch(_) | Norm::Layer(_), _) => None,
+            (_, WeightParam::Normed(_)) if config.data_dependent_init => {
+                Some(store.zeros(&format!("{name}.bias"), units, Group::Weight)?)
+            }
+            _ if kind == NormKind::Svb => {
+                Some(store.zeros(&format!("{name}.bias"), units, Group::Weight)?)
+            }
+            _ => Some(Self::plain_bias(store, name, kernel, rng)?),
+        };
+        Ok(Self {
+            name: name.to_string(),
+            kernel,
+            weight,
+            bias,
+            norm,
+            relu: true,
+            svb: kind.uses_svb(),
+        })
+    }
+
+    /// The output layer: plain, or weight-normalized when the method uses weight norm
+    /// and `wn_output_layer` is on. No activation, no activation normalization.
+    pub fn output(
+        store: &mut ParamStore,
+        name: &str,
+        kernel: Kernel,
+        config: &NormConfig,
+        rng: &mut InitRng,
+    ) -> Result<Self> {
+        let normed = config.kind.uses_weight_norm() && config.wn_output_layer;
+        let weight = if normed {
+            Self::normed_weight(store, name, kernel, config, rng)?
+        } else {
+            Self::plain_weight(store, name, kernel, rng)?
+        };
+        let bias = if normed && config.data_dependent_init {
+            store.zeros(&format!("{name}.bias"), kernel.units(), Group::Weight)?
+        } else {
+            Self::plain_bias(store, name, kernel, rng)?
+        };
+        Ok(Self {
+            name: name.to_string(),
+            kernel,
+            weight,
+            bias: Some(bias),
+            norm: Norm::None,
+            relu: false,
+            svb: false,
+        })
+    }
+
+    fn plain_weight(
+        store: &mut ParamStore,
+        name: &str,
+        kernel: Kernel,
+        rng: &mut InitRng,
+    ) -> Result<WeightParam> {
+        let bound = 1.0 / (kernel.fan_in() as f64).sqrt();
+        let w = rng.uniform(kernel.weight_shape(), bound, &store.device().clone())?;
+        Ok(WeightParam::Plain(store.add(
+            &format!("{name}.weight"),
+            w,
+            Group::Weight,
+        )?))
+    }
+
+    fn plain_bias(
+        store: &mut ParamStore,
+        name: &str,
+        kernel: Kernel,
+        rng: &mut InitRng,
+    ) -> Result<Var> {
+        let bound = 1.0 / (kernel.fan_in() as f64).sqrt();
+        let b = rng.uniform(kernel.units(), bound, &store.device().clone())?;
+        store.add(&format!("{name}.bias"), b, Group::Weight)
+    }
+
+    fn normed_weight(
+        store: &mut ParamStore,
+        name: &str,
+        kernel: Kernel,
+        config: &NormConfig,
+        rng: &mut InitRng,
+    ) -> Result<WeightParam> {
+        let dev = store.device().clone();
+        let wn = if config.data_dependent_init {
+            let v = rng.normal(kernel.weight_shape(), 0.05, &dev)?;
+            let g = Tensor::ones(kernel.units(), candle_core::DType::F32, &dev)?;
+            WeightNorm::from_values(store, name, kernel, v, g)?
+        } else {
+            let bound = 1.0 / (kernel.fan_in() as f64).sqrt();
+            let v = rng.uniform(kernel.weight_shape(), bound, &dev)?;
+            WeightNorm::norm_preserving(store, name, kernel, v)?
+        };
+        Ok(WeightParam::Normed(wn))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    pub fn weight_norm(&self) -> Option<&WeightNorm> {
+        match &self.weight {
+            WeightParam::Normed(wn) => Some(wn),
+            WeightParam::Plain(_) => None,
+        }
+    }
+
+    pub fn batch_norm(&self) -> Option<&BatchNorm> {
+        match &self.norm {
+            Norm::Batch(bn) => Some(bn),
+            _ => None,
+        }
+    }
+
+    pub fn mean_only_bn(&self) -> Option<&MeanOnlyBn> {
+        match &self.norm {
+            Norm::MeanOnly(bn) => Some(bn),
+            _ => None,
+        }
+    }
+
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref().map(|b| b.as_tensor())
+    }
+
+    /// The effective weight `w`: differentiable in `Train`, cached in `Eval`.
+    pub fn weight(&self, mode: Mode) -> Result<Tensor> {
+        match (&self.weight, mode) {
+            (WeightParam::Plain(w), _) => Ok(w.as_tensor().clone()),
+            (WeightParam::Normed(wn), Mode::Train) => wn.weight(),
+            (WeightParam::Normed(wn), Mode::Eval) => wn.cached_weight(),
+        }
+    }
+
+    fn add_bias(&self, t: Tensor) -> Result<Tensor> {
+        match &self.bias {
+            Some(b) => t.broadcast_add(&b.as_tensor().reshape(self.kernel.unit_shape())?),
+            None => Ok(t),
+        }
+    }
+
+    /// The pre-activation: kernel, normalization, bias.
+    pub fn pre_activation(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        let t = self.kernel.apply(x, &self.weight(mode)?)?;
+        match &self.norm {
+            Norm::None => self.add_bias(t),
+            Norm::MeanOnly(bn) => self.add_bias(bn.forward(&t, mode)?),
+            Norm::Batch(bn) => bn.forward(&t, mode),
+            Norm::Layer(ln) => ln.forward(&t),
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        let y = self.pre_activation(x, mode)?;
+        if self.relu {
+            y.relu()
+        } else {
+            Ok(y)
+        }
+    }
+
+    /// Weight norm's data-dependent init on batch `x`: per unit, with
+    /// `t = (v/||v||) . x`, sets `g = 1/(std(t)+eps)` and `b = -mean(t)/(std(t)+eps)`
+    /// (with mean-only BN the batch mean is subtracted anyway: `b = 0` and the running
+    /// mean starts at this batch's mean). Returns this layer's output on `x`, the next
+    /// layer's input. Layers without weight norm just pass `x` on.
+    pub fn data_dependent_init(&self, x: &Tensor) -> Result<Tensor> {
+        if let WeightParam::Normed(wn) = &self.weight {
+            let t = self.kernel.apply(x, &wn.direction()?.detach())?;
+            let (mean, var) = unit_moments(&t)?;
+            let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
+            wn.set_gain(&scale.flatten_all()?)?;
+            let bias = match &self.norm {
+                Norm::MeanOnly(bn) => {
+                    bn.set_running_mean(&(mean * &scale)?)?;
+                    scale.zeros_like()?
+                }
+                _ => (mean * &scale)?.neg()?,
+            };
+            if let Some(b) = &self.bias {
+                b.set(&bias.flatten_all()?)?;
+            }
+            wn.mark_changed();
+        }
+        self.forward(x, Mode::Eval)
+    }
+
+    /// SVB projection of the weight (SVB, BBN) and BBN's bound on BN gains.
+    pub fn project(&self, config: &NormConfig) -> Result<()> {
+        if !self.svb {
+            return Ok(());
+        }
+        if let WeightParam::Plain(w) = &self.weight {
+            w.set(&svb::project(w.as_tensor(), config.svb_eps)?)?;
+        }
+        if let (Norm::Batch(bn), NormKind::Bbn) = (&self.norm, config.kind) {
+            let gamma: Vec<f32> = bn.gamma.as_tensor().to_vec1()?;
+            let sigma: Vec<f32> = (bn.running_var() + bn.eps())?.sqrt()?.to_vec1()?;
+            let bounded = svb::bound_bn_gains(&gamma, &sigma, config.bbn_eps);
+            bn.gamma
+                .set(&Tensor::from_vec(bounded, gamma.len(), bn.gamma.device())?)?;
+        }
+        Ok(())
+    }
+
+    /// Weight norms, gains, singular-value extremes and BN statistics.
+    pub fn stats(&self, singular_values: bool) -> Result<LayerStats> {
+        let mut values = vec![];
+        let w = self.weight(Mode::Eval)?;
+        let units = self.kernel.units();
+        let norms: Vec<f32> = w.reshape((units, ()))?.sqr()?.sum(1)?.sqrt()?.to_vec1()?;
+        let (mean, min, max) = stats_of(&norms);
+        values.extend([
+            ("weight_norm_mean", mean),
+            ("weight_norm_min", min),
+            ("weight_norm_max", max),
+        ]);
+        if let WeightParam::Normed(wn) = &self.weight {
+            let (mean, min, max) = stats_of(&wn.g.as_tensor().to_vec1()?);
+            values.extend([("g_mean", mean), ("g_min", min), ("g_max", max)]);
+        }
+        if singular_values {
+            let s = svb::singular_values(&w)?;
+            values.push(("sv_max", s.first().copied().unwrap_or(0.0)));
+            values.push(("sv_min", s.last().copied().unwrap_or(0.0)));
+        }
+        match &self.norm {
+            Norm::Batch(bn) => {
+                values.push((
+                    "bn_running_mean_avg",
+                    stats_of(&bn.running_mean().to_vec1()?).0,
+                ));
+                values.push((
+                    "bn_running_var_avg",
+                    stats_of(&bn.running_var().to_vec1()?).0,
+                ));
+                values.push(("bn_gamma_avg", stats_of(&bn.gamma.as_tensor().to_vec1()?).0));
+            }
+            Norm::MeanOnly(bn) => {
+                values.push((
+                    "bn_running_mean_avg",
+                    stats_of(&bn.running_mean().to_vec1()?).0,
+                ));
+            }
+            _ => {}
+        }
+        Ok(LayerStats {
+            layer: self.name.clone(),
+            values,
+        })
+    }
+}

@@ -1,0 +1,34 @@
+//! Q-networks and the seven normalization methods of `shared/spec/normalization.md`,
+//! on candle, for Linear and Conv2d layers alike.
+
+mod batch_norm;
+mod config;
+pub mod init;
+mod kernel;
+mod layer;
+mod layer_norm;
+mod mean_only_bn;
+mod params;
+mod qnet;
+pub mod svb;
+mod weight_norm;
+
+pub use batch_norm::BatchNorm;
+pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};
+pub use kernel::{unit_moments, Kernel};
+pub use layer::{LayerStats, NormLayer};
+pub use layer_norm::LayerNorm;
+pub use mean_only_bn::MeanOnlyBn;
+pub use params::{Group, Param, ParamStore};
+pub use qnet::QNetwork;
+pub use weight_norm::WeightNorm;
+
+/// Whether a forward pass trains or evaluates. Batch-norm layers use batch statistics
+/// (and update their running statistics) in `Train`, running statistics in `Eval`.
+/// `Eval` forwards are gradient-free: weight-normalized layers use their cached `w`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Train,
+    Eval,
+}

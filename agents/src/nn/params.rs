@@ -1,0 +1,183 @@
+//! A named store of a network's variables, with the groups the optimizer and the
+//! checkpoints need.
+//!
+//! ```
+//! use candle_core::{DType, Device};
+//! use normrl_agents::nn::{Group, ParamStore};
+//!
+//! let mut store = ParamStore::new(Device::Cpu);
+//! let w = store.zeros("fc0.weight", (2, 3), Group::Weight).unwrap();
+//! assert_eq!(store.trainable().count(), 1);
+//! assert_eq!(w.dims(), &[2, 3]);
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Result, Shape, Tensor, Var};
+
+/// What a variable is, which decides how it is trained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// Weights, biases, BN/LN affine parameters: the base learning rate.
+    Weight,
+    /// Weight-norm gains `g`: the base learning rate times `g_lr_scale`.
+    Gain,
+    /// Running statistics: saved and synced, never given gradients.
+    Buffer,
+}
+
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub name: String,
+    pub var: Var,
+    pub group: Group,
+}
+
+/// Every variable of one network, in creation order.
+#[derive(Debug, Clone)]
+pub struct ParamStore {
+    params: Vec<Param>,
+    device: Device,
+    /// Bumped by every change of the trainable values (optimizer steps, loads,
+    /// projections) so that layers can cache derived weights.
+    version: Arc<AtomicU64>,
+}
+
+impl ParamStore {
+    pub fn new(device: Device) -> Self {
+        Self {
+            params: vec![],
+            device,
+            version: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Registers `value` as a new variable.
+    pub fn add(&mut self, name: &str, value: Tensor, group: Group) -> Result<Var> {
+        let value = value.to_device(&self.device)?.to_dtype(DType::F32)?;
+        let var = Var::from_tensor(&value)?;
+        self.params.push(Param {
+            name: name.to_string(),
+            var: var.clone(),
+            group,
+        });
+        Ok(var)
+    }
+
+    pub fn zeros<S: Into<Shape>>(&mut self, name: &str, shape: S, group: Group) -> Result<Var> {
+        let t = Tensor::zeros(shape, DType::F32, &self.device)?;
+        self.add(name, t, group)
+    }
+
+    pub fn ones<S: Into<Shape>>(&mut self, name: &str, shape: S, group: Group) -> Result<Var> {
+        let t = Tensor::ones(shape, DType::F32, &self.device)?;
+        self.add(name, t, group)
+    }
+
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// The variables that receive gradients.
+    pub fn trainable(&self) -> impl Iterator<Item = &Param> {
+        self.params.iter().filter(|p| p.group != Group::Buffer)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// Total number of scalar values in trainable variables.
+    pub fn trainable_len(&self) -> usize {
+        self.trainable().map(|p| p.var.elem_count()).sum()
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// A handle that layers keep to read the version.
+    pub fn version_handle(&self) -> Arc<AtomicU64> {
+        self.version.clone()
+    }
+
+    /// Marks every derived cache stale. Call after changing variables in place.
+    pub fn bump_version(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Copies every variable (buffers included) from a store of the same network.
+    pub fn copy_from(&self, other: &ParamStore) -> Result<()> {
+        self.check_same_layout(other)?;
+        for (dst, src) in self.params.iter().zip(&other.params) {
+            dst.var.set(&src.var.as_tensor().to_device(&self.device)?)?;
+        }
+        self.bump_version();
+        Ok(())
+    }
+
+    /// Polyak averaging: `self = (1 - tau) * self + tau * other`, for trainable
+    /// variables; buffers are copied.
+    pub fn soft_update_from(&self, other: &ParamStore, tau: f64) -> Result<()> {
+        self.check_same_layout(other)?;
+        for (dst, src) in self.params.iter().zip(&other.params) {
+            let new = match dst.group {
+                Group::Buffer => src.var.as_tensor().clone(),
+                _ => ((dst.var.as_tensor() * (1.0 - tau))? + (src.var.as_tensor() * tau)?)?,
+            };
+            dst.var.set(&new)?;
+        }
+        self.bump_version();
+        Ok(())
+    }
+
+    fn check_same_layout(&self, other: &ParamStore) -> Result<()> {
+        let same = self.params.len() == other.params.len()
+            && self
+                .params
+                .iter()
+                .zip(&other.params)
+                .all(|(a, b)| a.name == b.name && a.var.dims() == b.var.dims());
+        if same {
+            Ok(())
+        } else {
+            candle_core::bail!("the two networks have different variables")
+        }
+    }
+
+    /// A copy of every variable by name, for checkpoints (later updates, which happen
+    /// in place, do not show in it).
+    pub fn to_map(&self) -> Result<HashMap<String, Tensor>> {
+        self.params
+            .iter()
+            .map(|p| Ok((p.name.clone(), p.var.as_tensor().copy()?)))
+            .collect()
+    }
+
+    /// Loads every variable from `map`; a missing name or a shape mismatch is an error.
+    pub fn load_map(&self, map: &HashMap<String, Tensor>) -> Result<()> {
+        for p in &self.params {
+            let t = map
+                .get(&p.name)
+                .ok_or_else(|| candle_core::Error::Msg(format!("checkpoint lacks '{}'", p.name)))?;
+            if t.dims() != p.var.dims() {
+                candle_core::bail!(
+                    "checkpoint '{}' has shape {:?}, the network expects {:?}",
+                    p.name,
+                    t.dims(),
+                    p.var.dims()
+                );
+            }
+            p.var
+                .set(&t.to_device(&self.device)?.to_dtype(DType::F32)?)?;
+        }
+        self.bump_version();
+        Ok(())
+    }
+}

@@ -1,0 +1,190 @@
+//! A Q-network built from config: an MLP, the MinAtar CNN or the Nature DQN CNN, each
+//! hidden layer normalized by the chosen method, ReLU, and a linear head.
+//!
+//! ```
+//! use candle_core::{Device, Tensor, DType};
+//! use normrl_agents::nn::{Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
+//!
+//! let norm = NormConfig { kind: NormKind::BatchNorm, ..Default::default() };
+//! let net = QNetwork::new(&QNetworkConfig::minatar_cnn(), &norm, &[4, 10, 10], 6, 1, &Device::Cpu).unwrap();
+//! let x = Tensor::zeros((32, 4, 10, 10), DType::F32, &Device::Cpu).unwrap();
+//! assert_eq!(net.forward(&x, Mode::Train).unwrap().dims(), &[32, 6]);
+//! ```
+
+use candle_core::{Device, Result, Tensor};
+
+use super::init::InitRng;
+use super::{
+    Architecture, Kernel, LayerStats, Mode, NormConfig, NormLayer, ParamStore, QNetworkConfig,
+};
+
+pub struct QNetwork {
+    store: ParamStore,
+    /// Convolutional layers, then (after flattening) fully connected ones; the last
+    /// layer is the head.
+    convs: Vec<NormLayer>,
+    dense: Vec<NormLayer>,
+    norm: NormConfig,
+    obs_shape: Vec<usize>,
+    n_actions: usize,
+}
+
+impl QNetwork {
+    /// Builds and initializes a network for observations of `obs_shape` and
+    /// `n_actions` actions; `seed` fixes the initial weights.
+    pub fn new(
+        config: &QNetworkConfig,
+        norm: &NormConfig,
+        obs_shape: &[usize],
+        n_actions: usize,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        let mut store = ParamStore::new(device.clone());
+        let mut rng = InitRng::new(seed);
+        let mut convs = vec![];
+        let mut dense = vec![];
+        let mut shape = obs_shape.to_vec();
+        let conv_specs: Vec<(usize, usize, usize)> = match &config.architecture {
+            Architecture::Mlp { .. } => vec![],
+            Architecture::MinatarCnn => vec![(16, 3, 1)],
+            Architecture::NatureCnn => vec![(32, 8, 4), (64, 4, 2), (64, 3, 1)],
+        };
+        let hidden: Vec<usize> = match &config.architecture {
+            Architecture::Mlp { hidden } => hidden.clone(),
+            Architecture::MinatarCnn => vec![128],
+            Architecture::NatureCnn => vec![512],
+        };
+        if !conv_specs.is_empty() && shape.len() != 3 {
+            candle_core::bail!(
+                "a convolutional network needs [channels, height, width] observations, got {shape:?}"
+            );
+        }
+        for (i, &(c_out, k, stride)) in conv_specs.iter().enumerate() {
+            if shape[1] < k || shape[2] < k {
+                candle_core::bail!(
+                    "observation {obs_shape:?} is too small for a {k}x{k} convolution"
+                );
+            }
+            let kernel = Kernel::Conv2d {
+                c_in: shape[0],
+                c_out,
+                k,
+                stride,
+                padding: 0,
+            };
+            let out = kernel.output_shape(&shape);
+            convs.push(NormLayer::hidden(
+                &mut store,
+                &format!("conv{i}"),
+                kernel,
+                &out,
+                norm,
+                &mut rng,
+            )?);
+            shape = out;
+        }
+        let mut width: usize = shape.iter().product();
+        for (i, &n_out) in hidden.iter().enumerate() {
+            let kernel = Kernel::Linear { n_in: width, n_out };
+            dense.push(NormLayer::hidden(
+                &mut store,
+                &format!("fc{i}"),
+                kernel,
+                &[n_out],
+                norm,
+                &mut rng,
+            )?);
+            width = n_out;
+        }
+        let head = Kernel::Linear {
+            n_in: width,
+            n_out: n_actions,
+        };
+        dense.push(NormLayer::output(&mut store, "head", head, norm, &mut rng)?);
+        Ok(Self {
+            store,
+            convs,
+            dense,
+            norm: norm.clone(),
+            obs_shape: obs_shape.to_vec(),
+            n_actions,
+        })
+    }
+
+    pub fn store(&self) -> &ParamStore {
+        &self.store
+    }
+
+    pub fn norm(&self) -> &NormConfig {
+        &self.norm
+    }
+
+    pub fn n_actions(&self) -> usize {
+        self.n_actions
+    }
+
+    pub fn obs_shape(&self) -> &[usize] {
+        &self.obs_shape
+    }
+
+    /// Every layer from input to output.
+    pub fn layers(&self) -> impl Iterator<Item = &NormLayer> {
+        self.convs.iter().chain(&self.dense)
+    }
+
+    /// Q-values `[B, n_actions]` for observations `[B, obs_shape...]`.
+    pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        let mut h = x.clone();
+        for layer in &self.convs {
+            h = layer.forward(&h, mode)?;
+        }
+        h = h.flatten_from(1)?;
+        for layer in &self.dense {
+            h = layer.forward(&h, mode)?;
+        }
+        Ok(h)
+    }
+
+    /// True when weight norm's data-dependent init is due (before the first update).
+    pub fn wants_data_dependent_init(&self) -> bool {
+        self.norm.kind.uses_weight_norm() && self.norm.data_dependent_init
+    }
+
+    /// Data-dependent init, layer by layer from input to output, on batch `x`.
+    pub fn data_dependent_init(&self, x: &Tensor) -> Result<()> {
+        let mut h = x.clone();
+        for layer in &self.convs {
+            h = layer.data_dependent_init(&h)?;
+        }
+        h = h.flatten_from(1)?;
+        for layer in &self.dense {
+            h = layer.data_dependent_init(&h)?;
+        }
+        self.store.bump_version();
+        Ok(())
+    }
+
+    /// The trainer calls this after optimizer step number `step` (counting from 1):
+    /// SVB/BBN project every `svb_interval` steps.
+    pub fn after_optimizer_step(&self, step: u64) -> Result<bool> {
+        if self.norm.kind.uses_svb() && step.is_multiple_of(self.norm.svb_interval) {
+            for layer in self.layers() {
+                layer.project(&self.norm)?;
+            }
+            self.store.bump_version();
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Copies all variables, running statistics included, from `other`.
+    pub fn copy_from(&self, other: &QNetwork) -> Result<()> {
+        self.store.copy_from(&other.store)
+    }
+
+    /// Per-layer statistics for logging (singular values only when asked: an SVD each).
+    pub fn stats(&self, singular_values: bool) -> Result<Vec<LayerStats>> {
+        self.layers().map(|l| l.stats(singular_values)).collect()
+    }
+}

@@ -1,0 +1,89 @@
+//! Singular Value Bounding (Jia et al., CVPR 2017): every `svb_interval` optimizer steps
+//! each hidden weight matrix `W = U S V^T` (conv weights as `(c_out, c_in*kh*kw)`) is
+//! rewritten as `U S' V^T` with every singular value clamped into `[1/(1+eps), 1+eps]`.
+//! Bounded Batch Normalization bounds BN's per-channel gains the same way.
+//!
+//! The SVD runs on the host with faer (candle has none).
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use normrl_agents::nn::svb;
+//!
+//! let w = Tensor::new(&[[3.0f32, 0.0], [0.0, 0.1]], &Device::Cpu).unwrap();
+//! let bounded = svb::clamp_singular_values(&w, 1.0 / 1.5, 1.5).unwrap();
+//! let s = svb::singular_values(&bounded).unwrap();
+//! assert!((s[0] - 1.5).abs() < 1e-5 && (s[1] - 1.0 / 1.5).abs() < 1e-5);
+//! ```
+
+use candle_core::{Result, Tensor};
+use faer::Mat;
+
+/// `(rows, cols)` of the matrix view of a weight: `(c_out, everything else)`.
+fn matrix_dims(w: &Tensor) -> (usize, usize) {
+    let rows = w.dims()[0];
+    (rows, w.elem_count() / rows.max(1))
+}
+
+fn to_mat(w: &Tensor) -> Result<Mat<f64>> {
+    let (rows, cols) = matrix_dims(w);
+    let data: Vec<f32> = w.flatten_all()?.to_vec1()?;
+    Ok(Mat::from_fn(rows, cols, |i, j| {
+        f64::from(data[i * cols + j])
+    }))
+}
+
+fn svd_error(e: impl std::fmt::Debug) -> candle_core::Error {
+    candle_core::Error::Msg(format!("SVD did not converge: {e:?}"))
+}
+
+/// Singular values of the matrix view of `w`, largest first.
+pub fn singular_values(w: &Tensor) -> Result<Vec<f64>> {
+    to_mat(w)?.singular_values().map_err(svd_error)
+}
+
+/// `U clamp(S, low, high) V^T` in `w`'s shape, on `w`'s device.
+pub fn clamp_singular_values(w: &Tensor, low: f64, high: f64) -> Result<Tensor> {
+    let (rows, cols) = matrix_dims(w);
+    let svd = to_mat(w)?.thin_svd().map_err(svd_error)?;
+    let s = svd.S().column_vector();
+    let mut us = svd.U().to_owned();
+    for r in 0..us.ncols() {
+        let clamped = s[r].clamp(low, high);
+        for i in 0..rows {
+            us[(i, r)] *= clamped;
+        }
+    }
+    let product = &us * svd.V().transpose();
+    let out: Vec<f32> = (0..rows * cols)
+        .map(|idx| product[(idx / cols, idx % cols)] as f32)
+        .collect();
+    Tensor::from_vec(out, w.shape(), w.device())
+}
+
+/// SVB's projection with bound `eps`.
+pub fn project(w: &Tensor, eps: f64) -> Result<Tensor> {
+    clamp_singular_values(w, 1.0 / (1.0 + eps), 1.0 + eps)
+}
+
+/// Bounded BN: with per-channel gains `gamma_i / sigma_i` and `alpha` their mean,
+/// rewrites each `gamma_i` so that `gamma_i / (sigma_i * alpha)` lies in
+/// `[1/(1+eps), 1+eps]`. Returns the new `gamma`.
+pub fn bound_bn_gains(gamma: &[f32], sigma: &[f32], eps: f64) -> Vec<f32> {
+    let ratios: Vec<f64> = gamma
+        .iter()
+        .zip(sigma)
+        .map(|(&g, &s)| f64::from(g) / f64::from(s))
+        .collect();
+    let alpha = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;
+    if alpha.abs() < f64::MIN_POSITIVE {
+        return gamma.to_vec();
+    }
+    ratios
+        .iter()
+        .zip(sigma)
+        .map(|(&r, &s)| {
+            let bounded = (r / alpha).clamp(1.0 / (1.0 + eps), 1.0 + eps);
+            (bounded * f64::from(s) * alpha) as f32
+        })
+        .collect()
+}

@@ -1,0 +1,76 @@
+//! Optimizer settings.
+
+use serde::{Deserialize, Serialize};
+
+use crate::check::{non_negative, positive};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    /// Adam (AdamW with weight decay 0), PyTorch's formulation.
+    Adam,
+    /// RMSprop, PyTorch's formulation (centered as in the MinAtar baselines by default).
+    Rmsprop,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OptimizerConfig {
+    pub kind: OptimizerKind,
+    /// Base learning rate.
+    pub lr: f64,
+    /// Adam's beta1 and beta2.
+    pub betas: (f64, f64),
+    /// Adam's epsilon.
+    pub adam_eps: f64,
+    /// RMSprop's smoothing constant (PyTorch's `alpha`).
+    pub rms_alpha: f64,
+    /// RMSprop's epsilon.
+    pub rms_eps: f64,
+    /// RMSprop subtracts the squared mean gradient (centered).
+    pub centered: bool,
+    /// Clip the global gradient norm to this value; 0 disables clipping.
+    pub max_grad_norm: f64,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        Self {
+            kind: OptimizerKind::Adam,
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            adam_eps: 1e-8,
+            rms_alpha: 0.95,
+            rms_eps: 0.01,
+            centered: true,
+            max_grad_norm: 10.0,
+        }
+    }
+}
+
+impl OptimizerConfig {
+    /// Range problems, each as `(field, what is allowed)`.
+    pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
+        let mut p = vec![];
+        if !positive(self.lr) {
+            p.push(("lr", "a positive number"));
+        }
+        let (b1, b2) = self.betas;
+        if !((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2)) {
+            p.push(("betas", "two numbers in [0, 1)"));
+        }
+        if !positive(self.adam_eps) {
+            p.push(("adam_eps", "a positive number"));
+        }
+        if !(0.0..1.0).contains(&self.rms_alpha) {
+            p.push(("rms_alpha", "a number in [0, 1)"));
+        }
+        if !positive(self.rms_eps) {
+            p.push(("rms_eps", "a positive number"));
+        }
+        if !non_negative(self.max_grad_norm) {
+            p.push(("max_grad_norm", "a non-negative number (0 = no clipping)"));
+        }
+        p
+    }
+}

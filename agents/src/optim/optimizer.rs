@@ -1,0 +1,346 @@
+//! The optimizer over one network's trainable variables.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use normrl_agents::nn::{Group, ParamStore};
+//! use normrl_agents::optim::{Optimizer, OptimizerConfig};
+//!
+//! let mut store = ParamStore::new(Device::Cpu);
+//! let x = store.add("x", Tensor::new(&[3.0f32], &Device::Cpu).unwrap(), Group::Weight).unwrap();
+//! let config = OptimizerConfig { lr: 0.1, max_grad_norm: 0.0, ..Default::default() };
+//! let mut opt = Optimizer::new(&store, &config, 1.0);
+//! for _ in 0..100 {
+//!     let loss = x.as_tensor().sqr().unwrap().sum_all().unwrap();
+//!     opt.step(&loss.backward().unwrap()).unwrap();
+//! }
+//! assert!(x.as_tensor().to_vec1::<f32>().unwrap()[0].abs() < 0.5);
+//! ```
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use candle_core::backprop::GradStore;
+use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
+
+use super::{OptimizerConfig, OptimizerKind};
+use crate::nn::{Group, ParamStore};
+
+/// Per-variable state: Adam's `(m, v)` or RMSprop's `(square_avg, grad_avg)`.
+enum State {
+    Host([Vec<f32>; 2]),
+    Device([Tensor; 2]),
+}
+
+struct Slot {
+    name: String,
+    var: Var,
+    lr_scale: f64,
+    state: State,
+}
+
+pub struct Optimizer {
+    config: OptimizerConfig,
+    slots: Vec<Slot>,
+    steps: u64,
+    store: ParamStore,
+}
+
+/// The hyperparameters of one update, for the fused loop.
+#[derive(Clone, Copy)]
+struct Coefficients {
+    kind: OptimizerKind,
+    lr: f32,
+    grad_scale: f32,
+    b1: f32,
+    b2: f32,
+    bias1: f32,
+    bias2_sqrt: f32,
+    eps: f32,
+    alpha: f32,
+    centered: bool,
+}
+
+impl Coefficients {
+    #[inline]
+    fn update(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
+        match self.kind {
+            OptimizerKind::Adam => {
+                let step = self.lr / self.bias1;
+                for i in 0..p.len() {
+                    let g = g[i] * self.grad_scale;
+                    let m = self.b1 * s0[i] + (1.0 - self.b1) * g;
+                    let v = self.b2 * s1[i] + (1.0 - self.b2) * g * g;
+                    s0[i] = m;
+                    s1[i] = v;
+                    p[i] -= step * m / (v.sqrt() / self.bias2_sqrt + self.eps);
+                }
+            }
+            OptimizerKind::Rmsprop => {
+                for i in 0..p.len() {
+                    let g = g[i] * self.grad_scale;
+                    let sq = self.alpha * s0[i] + (1.0 - self.alpha) * g * g;
+                    s0[i] = sq;
+                    let var = if self.centered {
+                        let ga = self.alpha * s1[i] + (1.0 - self.alpha) * g;
+                        s1[i] = ga;
+                        sq - ga * ga
+                    } else {
+                        sq
+                    };
+                    p[i] -= self.lr * g / (var.max(0.0).sqrt() + self.eps);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `f` on a CPU tensor's `f32` values.
+fn with_cpu_slice<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R>> {
+    let (storage, layout) = t.storage_and_layout();
+    match (&*storage, layout.contiguous_offsets()) {
+        (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => Ok(Some(f(&v[a..b]))),
+        _ => Ok(None),
+    }
+}
+
+/// The in-place update of one variable from its gradient and host state.
+struct FusedUpdate<'a> {
+    grad: &'a [f32],
+    state: RefCell<&'a mut [Vec<f32>; 2]>,
+    coefficients: Coefficients,
+}
+
+impl candle_core::InplaceOp1 for FusedUpdate<'_> {
+    fn name(&self) -> &'static str {
+        "fused-optimizer-update"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
+        let (CpuStorage::F32(p), Some((a, b))) = (storage, layout.contiguous_offsets()) else {
+            candle_core::bail!("the fused optimizer needs contiguous f32 variables");
+        };
+        let mut state = self.state.borrow_mut();
+        let [s0, s1] = &mut **state;
+        self.coefficients.update(&mut p[a..b], self.grad, s0, s1);
+        Ok(())
+    }
+}
+
+impl Optimizer {
+    /// An optimizer over `store`'s trainable variables; weight-norm gains get
+    /// `lr * g_lr_scale`. Uses the fused loop when the variables live on the CPU.
+    pub fn new(store: &ParamStore, config: &OptimizerConfig, g_lr_scale: f64) -> Self {
+        Self::build(store, config, g_lr_scale, store.device().is_cpu())
+    }
+
+    /// The tensor-op implementation, whatever the device (the fused loop's reference).
+    pub fn reference(
+        store: &ParamStore,
+        config: &OptimizerConfig,
+        g_lr_scale: f64,
+    ) -> Result<Self> {
+        Ok(Self::build(store, config, g_lr_scale, false))
+    }
+
+    fn build(store: &ParamStore, config: &OptimizerConfig, g_lr_scale: f64, fused: bool) -> Self {
+        let slots = store
+            .trainable()
+            .map(|p| {
+                let n = p.var.elem_count();
+                let state = if fused {
+                    State::Host([vec![0.0; n], vec![0.0; n]])
+                } else {
+                    let z = p
+                        .var
+                        .as_tensor()
+                        .zeros_like()
+                        .expect("zeros on the variable's device");
+                    State::Device([z.clone(), z])
+                };
+                Slot {
+                    name: p.name.clone(),
+                    var: p.var.clone(),
+                    lr_scale: if p.group == Group::Gain {
+                        g_lr_scale
+                    } else {
+                        1.0
+                    },
+                    state,
+                }
+            })
+            .collect();
+        Self {
+            config: config.clone(),
+            slots,
+            steps: 0,
+            store: store.clone(),
+        }
+    }
+
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    pub fn config(&self) -> &OptimizerConfig {
+        &self.config
+    }
+
+    /// The global L2 norm of the gradients of this optimizer's variables.
+    pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
+        let mut sum = 0.0f64;
+        for slot in &self.slots {
+            if let Some(g) = grads.get(slot.var.as_tensor()) {
+                let host = with_cpu_slice(g, |s| {
+                    s.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>()
+                })?;
+                sum += match host {
+                    Some(s) => s,
+                    None => f64::from(g.sqr()?.sum_all()?.to_scalar::<f32>()?),
+                };
+            }
+        }
+        Ok(sum.sqrt())
+    }
+
+    /// One update from `grads`. Returns the gradient norm before clipping.
+    pub fn step(&mut self, grads: &GradStore) -> Result<f64> {
+        let norm = self.grad_norm(grads)?;
+        let max = self.config.max_grad_norm;
+        let grad_scale = if max > 0.0 && norm > max {
+            max / (norm + 1e-6)
+        } else {
+            1.0
+        };
+        self.steps += 1;
+        let c = &self.config;
+        let t = self.steps as i32;
+        let base = Coefficients {
+            kind: c.kind,
+            lr: c.lr as f32,
+            grad_scale: grad_scale as f32,
+            b1: c.betas.0 as f32,
+            b2: c.betas.1 as f32,
+            bias1: (1.0 - c.betas.0.powi(t)) as f32,
+            bias2_sqrt: (1.0 - c.betas.1.powi(t)).sqrt() as f32,
+            eps: match c.kind {
+                OptimizerKind::Adam => c.adam_eps as f32,
+                OptimizerKind::Rmsprop => c.rms_eps as f32,
+            },
+            alpha: c.rms_alpha as f32,
+            centered: c.centered,
+        };
+        for slot in &mut self.slots {
+            let Some(grad) = grads.get(slot.var.as_tensor()) else {
+                continue;
+            };
+            let coefficients = Coefficients {
+                lr: (c.lr * slot.lr_scale) as f32,
+                ..base
+            };
+            match &mut slot.state {
+                State::Host(state) => {
+                    let grad = grad.contiguous()?;
+                    let var = slot.var.as_tensor();
+                    let done = with_cpu_slice(&grad, |g| {
+                        var.inplace_op1(&FusedUpdate {
+                            grad: g,
+                            state: RefCell::new(state),
+                            coefficients,
+                        })
+                    })?;
+                    match done {
+                        Some(r) => r?,
+                        None => candle_core::bail!("fused optimizer: gradient is not on the CPU"),
+                    }
+                }
+                State::Device(state) => {
+                    tensor_update(&slot.var, grad, state, &coefficients)?;
+                }
+            }
+        }
+        self.store.bump_version();
+        Ok(norm)
+    }
+
+    /// The optimizer's state as named tensors, for checkpoints.
+    pub fn state_tensors(&self) -> Result<HashMap<String, Tensor>> {
+        let mut map = HashMap::new();
+        for slot in &self.slots {
+            let [a, b] = match &slot.state {
+                State::Host([a, b]) => [
+                    Tensor::from_slice(a, slot.var.shape(), &candle_core::Device::Cpu)?,
+                    Tensor::from_slice(b, slot.var.shape(), &candle_core::Device::Cpu)?,
+                ],
+                State::Device([a, b]) => [a.clone(), b.clone()],
+            };
+            map.insert(format!("{}.state0", slot.name), a);
+            map.insert(format!("{}.state1", slot.name), b);
+        }
+        map.insert(
+            "steps".to_string(),
+            Tensor::new(&[self.steps as f64], &candle_core::Device::Cpu)?,
+        );
+        Ok(map)
+    }
+
+    /// Restores what [`Self::state_tensors`] saved.
+    pub fn load_state_tensors(&mut self, map: &HashMap<String, Tensor>) -> Result<()> {
+        let get = |k: &str| {
+            map.get(k)
+                .ok_or_else(|| candle_core::Error::Msg(format!("optimizer checkpoint lacks '{k}'")))
+        };
+        for slot in &mut self.slots {
+            let a = get(&format!("{}.state0", slot.name))?;
+            let b = get(&format!("{}.state1", slot.name))?;
+            slot.state = match &slot.state {
+                State::Host(_) => {
+                    State::Host([a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?])
+                }
+                State::Device(_) => {
+                    let dev = slot.var.device();
+                    State::Device([a.to_device(dev)?, b.to_device(dev)?])
+                }
+            };
+        }
+        self.steps = get("steps")?.to_vec1::<f64>()?[0] as u64;
+        Ok(())
+    }
+}
+
+/// The same update as [`Coefficients::update`], in tensor ops.
+fn tensor_update(
+    var: &Var,
+    grad: &Tensor,
+    state: &mut [Tensor; 2],
+    c: &Coefficients,
+) -> Result<()> {
+    let g = (grad * f64::from(c.grad_scale))?;
+    let p = var.as_tensor();
+    let new_p = match c.kind {
+        OptimizerKind::Adam => {
+            let (b1, b2) = (f64::from(c.b1), f64::from(c.b2));
+            let m = ((&state[0] * b1)? + (&g * (1.0 - b1))?)?;
+            let v = ((&state[1] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+            let denom = ((v.sqrt()? / f64::from(c.bias2_sqrt))? + f64::from(c.eps))?;
+            let new_p = (p - ((&m / &denom)? * f64::from(c.lr / c.bias1))?)?;
+            *state = [m, v];
+            new_p
+        }
+        OptimizerKind::Rmsprop => {
+            let a = f64::from(c.alpha);
+            let sq = ((&state[0] * a)? + (g.sqr()? * (1.0 - a))?)?;
+            let var_est = if c.centered {
+                let ga = ((&state[1] * a)? + (&g * (1.0 - a))?)?;
+                let v = (&sq - ga.sqr()?)?;
+                state[1] = ga;
+                v
+            } else {
+                sq.clone()
+            };
+            state[0] = sq;
+            let denom = (var_est.relu()?.sqrt()? + f64::from(c.eps))?;
+            (p - ((&g / &denom)? * f64::from(c.lr))?)?
+        }
+    };
+    var.set(&new_p)
+}
