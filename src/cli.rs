@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::env_cmd;
+use crate::{bench_cmd, env_cmd, train_cmd};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -17,6 +17,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Train a DQN agent from a config file (or resume an interrupted run).
+    Train(train_cmd::TrainArgs),
+    /// Evaluate a saved agent.
+    Eval(train_cmd::EvalArgs),
+    /// Benchmark updates, acting, replay sampling and end-to-end training.
+    Bench(bench_cmd::BenchArgs),
     /// Work with environments directly: roll out a policy, benchmark stepping.
     Env {
         #[command(subcommand)]
@@ -36,6 +42,9 @@ pub enum EnvCommand {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Train(args) => train_cmd::train(&args),
+        Command::Eval(args) => train_cmd::eval(&args),
+        Command::Bench(args) => bench_cmd::bench(&args),
         Command::Env { command } => match command {
             EnvCommand::Rollout(args) => env_cmd::rollout(&args),
             EnvCommand::Bench(args) => env_cmd::bench(&args),

@@ -1,8 +1,16 @@
 //! normrl: which normalization makes deep Q-learning train best when the data is
 //! non-i.i.d. and the batches are small?
 //!
-//! The root crate holds the command-line program; the environments live in
-//! [`normrl_envs`] and the learning in [`normrl_agents`].
+//! The root crate holds the configuration, the training loop, logging, checkpoints and
+//! the command-line program; the environments live in [`normrl_envs`] and the learning
+//! in [`normrl_agents`].
 
+mod bench_cmd;
+pub mod checkpoint;
 pub mod cli;
+pub mod config;
 mod env_cmd;
+mod progress;
+pub mod tensorboard;
+pub mod train;
+mod train_cmd;

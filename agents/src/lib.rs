@@ -13,6 +13,7 @@
 //! ```
 
 mod check;
+pub mod dqn;
 pub mod nn;
 pub mod optim;
 

@@ -15,7 +15,8 @@
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::{env::check_obs_len, ActionSpace, Env, EnvError, ObservationSpace, Step};
+use crate::env::{check_obs_len, from_state, to_state};
+use crate::{ActionSpace, Env, EnvError, ObservationSpace, Step};
 
 const GRAVITY: f64 = 9.8;
 const MASS_CART: f64 = 1.0;
@@ -148,6 +149,15 @@ impl Env for CartPole {
             terminated,
             truncated: false,
         })
+    }
+
+    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
+        to_state(self)
+    }
+
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
+        *self = from_state(state)?;
+        Ok(())
     }
 }
 

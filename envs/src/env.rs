@@ -23,7 +23,7 @@ impl Step {
 
 /// Running statistics of the episodes an environment has played, kept by the
 /// [`Monitor`](crate::wrappers::Monitor) wrapper that the registry puts outermost.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct EpisodeStats {
     /// Episodes finished (terminated or truncated).
     pub episodes: u64,
@@ -62,6 +62,35 @@ pub trait Env: Send {
     fn episode_stats(&self) -> Option<EpisodeStats> {
         None
     }
+
+    /// The full state (random stream included), so that a run can stop and resume
+    /// exactly. Environments that cannot say so return an error.
+    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
+        Err(EnvError::External(format!(
+            "{} cannot save its state",
+            self.id()
+        )))
+    }
+
+    /// Restores what [`Env::save_state`] returned.
+    fn load_state(&mut self, _state: &serde_json::Value) -> Result<(), EnvError> {
+        Err(EnvError::External(format!(
+            "{} cannot restore a saved state",
+            self.id()
+        )))
+    }
+}
+
+/// `save_state` for environments whose whole state is one serde value.
+pub(crate) fn to_state<T: serde::Serialize>(value: &T) -> Result<serde_json::Value, EnvError> {
+    serde_json::to_value(value).map_err(|e| EnvError::External(format!("saving state: {e}")))
+}
+
+/// `load_state` counterpart of [`to_state`].
+pub(crate) fn from_state<T: serde::de::DeserializeOwned>(
+    state: &serde_json::Value,
+) -> Result<T, EnvError> {
+    T::deserialize(state).map_err(|e| EnvError::External(format!("restoring state: {e}")))
 }
 
 impl<E: Env + ?Sized> Env for Box<E> {
@@ -82,6 +111,12 @@ impl<E: Env + ?Sized> Env for Box<E> {
     }
     fn episode_stats(&self) -> Option<EpisodeStats> {
         (**self).episode_stats()
+    }
+    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
+        (**self).save_state()
+    }
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
+        (**self).load_state(state)
     }
 }
 

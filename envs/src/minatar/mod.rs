@@ -30,7 +30,8 @@ pub use space_invaders::SpaceInvaders;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::{env::check_obs_len, ActionSpace, Env, EnvError, ObservationSpace, Step};
+use crate::env::{check_obs_len, from_state, to_state};
+use crate::{ActionSpace, Env, EnvError, ObservationSpace, Step};
 
 /// The random stream shared by the wrapper's sticky draws and the game's draws.
 pub type GameRng = Xoshiro256PlusPlus;
@@ -66,7 +67,7 @@ impl Action {
 }
 
 /// One game's rules. The wrapper [`MinAtar`] drives it.
-pub trait Game: Clone + Send + 'static {
+pub trait Game: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static {
     const NAME: &'static str;
     const CHANNELS: usize;
     /// The action indices that can matter in this game.
@@ -240,6 +241,15 @@ impl<G: Game> Env for MinAtar<G> {
             truncated: false,
         })
     }
+
+    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
+        to_state(self)
+    }
+
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
+        *self = from_state(state)?;
+        Ok(())
+    }
 }
 
 /// Uniform draw in [0, 1), the form of every "uniform" in the spec.
@@ -325,6 +335,25 @@ mod tests {
                 got: 10
             })
         ));
+    }
+
+    #[test]
+    fn saved_state_resumes_the_same_episode() {
+        let mut env = MinAtar::<Seaquest>::new(MinAtarConfig::default());
+        let mut obs = vec![0.0; 1000];
+        env.reset(Some(2), &mut obs).unwrap();
+        for i in 0..100 {
+            env.step(i % 6, &mut obs).unwrap();
+        }
+        let saved = env.save_state().unwrap();
+        let mut copy = MinAtar::<Seaquest>::new(MinAtarConfig::default());
+        copy.load_state(&saved).unwrap();
+        let mut obs2 = obs.clone();
+        for i in 0..300 {
+            let a = env.step(i % 5, &mut obs).unwrap();
+            let b = copy.step(i % 5, &mut obs2).unwrap();
+            assert_eq!((a, &obs), (b, &obs2));
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! assert_eq!(stats.last_return, Some(stats.last_length.unwrap() as f64));
 //! ```
 
+use crate::env::from_state;
 use crate::{ActionSpace, Env, EnvError, EpisodeStats, ObservationSpace, Step};
 
 pub struct Monitor<E> {
@@ -59,5 +60,12 @@ impl<E: Env> Env for Monitor<E> {
     }
     fn episode_stats(&self) -> Option<EpisodeStats> {
         Some(self.stats)
+    }
+    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
+        Ok(serde_json::json!({ "inner": self.inner.save_state()?, "stats": self.stats }))
+    }
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
+        self.stats = from_state(&state["stats"])?;
+        self.inner.load_state(&state["inner"])
     }
 }

@@ -12,6 +12,7 @@
 //! assert!(last.truncated && !last.terminated);
 //! ```
 
+use crate::env::from_state;
 use crate::{ActionSpace, Env, EnvError, EpisodeStats, ObservationSpace, Step};
 
 /// Sets `truncated` on the step that reaches `max_steps` (unless the episode terminated
@@ -66,5 +67,12 @@ impl<E: Env> Env for TimeLimit<E> {
     }
     fn episode_stats(&self) -> Option<EpisodeStats> {
         self.inner.episode_stats()
+    }
+    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
+        Ok(serde_json::json!({ "inner": self.inner.save_state()?, "elapsed": self.elapsed }))
+    }
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
+        self.elapsed = from_state(&state["elapsed"])?;
+        self.inner.load_state(&state["inner"])
     }
 }

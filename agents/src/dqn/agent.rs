@@ -1,0 +1,225 @@
+//! The DQN learner: online and target Q-networks, the TD update and epsilon-greedy
+//! acting.
+//!
+//! ```
+//! use candle_core::Device;
+//! use normrl_agents::dqn::{Batch, Dqn, DqnConfig};
+//! use normrl_agents::nn::{NormConfig, QNetworkConfig};
+//! use normrl_agents::optim::OptimizerConfig;
+//!
+//! let mut dqn = Dqn::new(
+//!     &QNetworkConfig::mlp(vec![16]), &NormConfig::default(), &OptimizerConfig::default(),
+//!     &DqnConfig::default(), &[4], 2, 0, &Device::Cpu,
+//! ).unwrap();
+//! let mut batch = Batch::new(8, 4);
+//! batch.actions.fill(1);
+//! let info = dqn.update(&batch).unwrap();
+//! assert!(info.td_loss.is_finite());
+//! assert!(dqn.greedy_action(&[0.0; 4]).unwrap() < 2);
+//! ```
+
+use candle_core::{Device, Result, Tensor};
+use rand::Rng;
+
+use super::{Batch, DqnConfig, Loss, TargetUpdate};
+use crate::nn::{Mode, NormConfig, QNetwork, QNetworkConfig};
+use crate::optim::{Optimizer, OptimizerConfig};
+
+/// What one update measured.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct UpdateInfo {
+    pub td_loss: f64,
+    /// Mean Q-value of the taken actions.
+    pub q_mean: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// SVB/BBN projected the weights after this update.
+    pub projected: bool,
+    /// The target network was synced after this update.
+    pub synced: bool,
+}
+
+pub struct Dqn {
+    online: QNetwork,
+    target: QNetwork,
+    optimizer: Optimizer,
+    config: DqnConfig,
+    device: Device,
+    updates: u64,
+    /// Data-dependent init and the first target sync have run.
+    initialized: bool,
+}
+
+impl Dqn {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        network: &QNetworkConfig,
+        norm: &NormConfig,
+        optimizer: &OptimizerConfig,
+        config: &DqnConfig,
+        obs_shape: &[usize],
+        n_actions: usize,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        let online = QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?;
+        let target = QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?;
+        target.copy_from(&online)?;
+        let optimizer = Optimizer::new(online.store(), optimizer, norm.g_lr_scale);
+        Ok(Self {
+            online,
+            target,
+            optimizer,
+            config: config.clone(),
+            device: device.clone(),
+            updates: 0,
+            initialized: false,
+        })
+    }
+
+    pub fn online(&self) -> &QNetwork {
+        &self.online
+    }
+
+    pub fn target(&self) -> &QNetwork {
+        &self.target
+    }
+
+    pub fn optimizer(&self) -> &Optimizer {
+        &self.optimizer
+    }
+
+    pub fn optimizer_mut(&mut self) -> &mut Optimizer {
+        &mut self.optimizer
+    }
+
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.initialized
+    }
+
+    /// Restores the counters saved with a checkpoint.
+    pub fn restore_counters(&mut self, updates: u64, initialized: bool) {
+        self.updates = updates;
+        self.initialized = initialized;
+    }
+
+    fn batch_tensor(&self, data: &[f32], rows: usize) -> Result<Tensor> {
+        let mut shape = vec![rows];
+        shape.extend_from_slice(self.online.obs_shape());
+        Tensor::from_slice(data, shape, &self.device)
+    }
+
+    /// Q-values of one observation, as used for acting.
+    pub fn q_values(&self, obs: &[f32]) -> Result<Vec<f32>> {
+        let x = self.batch_tensor(obs, 1)?;
+        self.online
+            .forward(&x, self.config.acting_bn_mode)?
+            .squeeze(0)?
+            .to_vec1()
+    }
+
+    pub fn greedy_action(&self, obs: &[f32]) -> Result<usize> {
+        let q = self.q_values(obs)?;
+        let mut best = 0;
+        for (a, &v) in q.iter().enumerate() {
+            if v > q[best] {
+                best = a;
+            }
+        }
+        Ok(best)
+    }
+
+    /// Epsilon-greedy: one uniform draw decides, a second picks the random action.
+    pub fn act<R: Rng>(&self, obs: &[f32], epsilon: f64, rng: &mut R) -> Result<usize> {
+        if rng.random::<f64>() < epsilon {
+            Ok(rng.random_range(0..self.online.n_actions()))
+        } else {
+            self.greedy_action(obs)
+        }
+    }
+
+    /// `r + gamma * (1 - terminated) * Q_target(s', a*)`, with `a*` the target's
+    /// argmax, or the online network's with Double DQN. Truncated transitions
+    /// bootstrap from their final observation like any other.
+    pub fn td_targets(&self, batch: &Batch) -> Result<Tensor> {
+        let b = batch.size;
+        let next_obs = self.batch_tensor(&batch.next_obs, b)?;
+        let rewards = Tensor::from_slice(&batch.rewards, b, &self.device)?;
+        let terminated = Tensor::from_slice(&batch.terminated, b, &self.device)?;
+        let next_q = if self.config.double_dqn {
+            let best = self
+                .online
+                .forward(&next_obs, Mode::Eval)?
+                .argmax_keepdim(1)?;
+            self.target
+                .forward(&next_obs, self.config.target_bn_mode)?
+                .gather(&best, 1)?
+                .squeeze(1)?
+        } else {
+            self.target
+                .forward(&next_obs, self.config.target_bn_mode)?
+                .max(1)?
+        };
+        let bootstrap = ((1.0 - terminated)? * self.config.gamma)?;
+        (rewards + (next_q.detach() * bootstrap)?)?
+            .detach()
+            .contiguous()
+    }
+
+    /// One gradient step on `batch`. On the first call, weight norm's data-dependent
+    /// init runs on this batch and the target network is synced from the result.
+    pub fn update(&mut self, batch: &Batch) -> Result<UpdateInfo> {
+        let b = batch.size;
+        let obs = self.batch_tensor(&batch.obs, b)?;
+        if !self.initialized {
+            if self.online.wants_data_dependent_init() {
+                self.online.data_dependent_init(&obs)?;
+            }
+            self.target.copy_from(&self.online)?;
+            self.initialized = true;
+        }
+        let target = self.td_targets(batch)?;
+        let actions = Tensor::from_slice(&batch.actions, (b, 1), &self.device)?;
+        let q = self.online.forward(&obs, self.config.online_bn_mode)?;
+        let q_taken = q.gather(&actions, 1)?.squeeze(1)?;
+        let diff = (&q_taken - &target)?;
+        let loss = match self.config.loss {
+            Loss::Mse => diff.sqr()?.mean_all()?,
+            Loss::Huber => {
+                let abs = diff.abs()?;
+                let quadratic = abs.clamp(0.0, 1.0)?;
+                ((quadratic.sqr()? * 0.5)? + (abs - &quadratic)?)?.mean_all()?
+            }
+        };
+        let grads = loss.backward()?;
+        let grad_norm = self.optimizer.step(&grads)?;
+        self.updates += 1;
+        let projected = self.online.after_optimizer_step(self.updates)?;
+        let synced = match self.config.target_update {
+            TargetUpdate::Hard { every } => {
+                let due = self.updates.is_multiple_of(every);
+                if due {
+                    self.target.copy_from(&self.online)?;
+                }
+                due
+            }
+            TargetUpdate::Polyak { tau } => {
+                self.target
+                    .store()
+                    .soft_update_from(self.online.store(), tau)?;
+                true
+            }
+        };
+        Ok(UpdateInfo {
+            td_loss: f64::from(loss.to_scalar::<f32>()?),
+            q_mean: f64::from(q_taken.mean_all()?.to_scalar::<f32>()?),
+            grad_norm,
+            projected,
+            synced,
+        })
+    }
+}

@@ -1,0 +1,12 @@
+//! Deep Q-learning: replay with pluggable samplers, online and target networks, the
+//! TD update, epsilon-greedy acting.
+
+mod agent;
+mod config;
+mod replay;
+mod schedule;
+
+pub use agent::{Dqn, UpdateInfo};
+pub use config::{DqnConfig, Loss, TargetUpdate};
+pub use replay::{Batch, ReplayBuffer, ReplayError, Sampler};
+pub use schedule::LinearSchedule;

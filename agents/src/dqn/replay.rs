@@ -1,0 +1,346 @@
+//! A preallocated ring of observation frames with the transitions between them, and
+//! pluggable samplers that make batches i.i.d.-ish (`uniform`) or deliberately
+//! correlated (`recent`, `sequential`, `online`).
+//!
+//! Each slot holds one observation frame; the slot's action, reward and flags describe
+//! the step from that frame to the next slot's frame, so next observations are not
+//! stored twice. The last frame of an episode (terminated or truncated) holds no
+//! transition; the next episode's first frame follows it. Binary observations (MinAtar)
+//! are stored bit-packed.
+//!
+//! ```
+//! use normrl_agents::dqn::{Batch, ReplayBuffer, Sampler};
+//! use rand::SeedableRng;
+//!
+//! let mut replay = ReplayBuffer::new(100, 2, false);
+//! replay.start_episode(&[0.0, 0.0]);
+//! replay.push(1, 1.0, false, false, &[1.0, 1.0]);
+//! replay.push(0, 2.0, true, false, &[2.0, 2.0]);
+//! assert_eq!(replay.transitions(), 2);
+//! let mut batch = Batch::new(2, 2);
+//! let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(0);
+//! replay.sample(Sampler::Sequential, &mut batch, &mut rng).unwrap();
+//! assert_eq!(batch.obs, [0.0, 0.0, 1.0, 1.0]);
+//! assert_eq!(batch.next_obs, [1.0, 1.0, 2.0, 2.0]);
+//! assert_eq!(batch.terminated, [0.0, 1.0]);
+//! ```
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// How a batch is drawn from the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type", deny_unknown_fields)]
+pub enum Sampler {
+    /// Uniform over every stored transition (classic replay).
+    Uniform,
+    /// Uniform over only the newest `window` transitions.
+    Recent { window: usize },
+    /// One run of consecutive transitions starting at a uniform position.
+    Sequential,
+    /// No replay: the newest transitions, in order.
+    Online,
+}
+
+impl Sampler {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Sampler::Uniform => "uniform",
+            Sampler::Recent { .. } => "recent",
+            Sampler::Sequential => "sequential",
+            Sampler::Online => "online",
+        }
+    }
+}
+
+/// A sampled minibatch, reused between updates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub obs: Vec<f32>,
+    pub next_obs: Vec<f32>,
+    pub actions: Vec<u32>,
+    pub rewards: Vec<f32>,
+    /// 1.0 where the transition ended the episode by termination (no bootstrap).
+    pub terminated: Vec<f32>,
+    /// Ring slots of the sampled transitions.
+    pub slots: Vec<usize>,
+    pub size: usize,
+}
+
+impl Batch {
+    pub fn new(size: usize, obs_len: usize) -> Self {
+        Self {
+            obs: vec![0.0; size * obs_len],
+            next_obs: vec![0.0; size * obs_len],
+            actions: vec![0; size],
+            rewards: vec![0.0; size],
+            terminated: vec![0.0; size],
+            slots: vec![0; size],
+            size,
+        }
+    }
+}
+
+/// Frame storage: bit-packed for 0/1 observations, `f32` otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum Frames {
+    Bits {
+        words_per_frame: usize,
+        words: Vec<u64>,
+    },
+    Floats(Vec<f32>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayBuffer {
+    capacity: usize,
+    obs_len: usize,
+    frames: Frames,
+    actions: Vec<u32>,
+    rewards: Vec<f32>,
+    terminated: Vec<bool>,
+    /// True where the slot starts a stored transition (its next frame is in the ring).
+    has_transition: Vec<bool>,
+    /// Slot of the newest frame.
+    head: usize,
+    /// Frames written so far (saturates at capacity in meaning: `len()`).
+    written: u64,
+    transitions: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReplayError {
+    #[error(
+        "the replay buffer holds {have} transitions; the {sampler} sampler needs at least {need}"
+    )]
+    TooFew {
+        have: usize,
+        need: usize,
+        sampler: &'static str,
+    },
+}
+
+impl ReplayBuffer {
+    /// A ring of `capacity` frames of `obs_len` values (`binary`: every value 0 or 1).
+    pub fn new(capacity: usize, obs_len: usize, binary: bool) -> Self {
+        let capacity = capacity.max(2);
+        let frames = if binary {
+            let words_per_frame = obs_len.div_ceil(64);
+            Frames::Bits {
+                words_per_frame,
+                words: vec![0; capacity * words_per_frame],
+            }
+        } else {
+            Frames::Floats(vec![0.0; capacity * obs_len])
+        };
+        Self {
+            capacity,
+            obs_len,
+            frames,
+            actions: vec![0; capacity],
+            rewards: vec![0.0; capacity],
+            terminated: vec![false; capacity],
+            has_transition: vec![false; capacity],
+            head: capacity - 1,
+            written: 0,
+            transitions: 0,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Stored transitions.
+    pub fn transitions(&self) -> usize {
+        self.transitions
+    }
+
+    fn write_frame(&mut self, slot: usize, obs: &[f32]) {
+        match &mut self.frames {
+            Frames::Bits {
+                words_per_frame,
+                words,
+            } => {
+                let frame = &mut words[slot * *words_per_frame..(slot + 1) * *words_per_frame];
+                frame.fill(0);
+                for (i, &v) in obs.iter().enumerate() {
+                    if v != 0.0 {
+                        frame[i / 64] |= 1 << (i % 64);
+                    }
+                }
+            }
+            Frames::Floats(data) => {
+                data[slot * self.obs_len..(slot + 1) * self.obs_len].copy_from_slice(obs)
+            }
+        }
+    }
+
+    fn read_frame(&self, slot: usize, out: &mut [f32]) {
+        match &self.frames {
+            Frames::Bits {
+                words_per_frame,
+                words,
+            } => {
+                let frame = &words[slot * words_per_frame..(slot + 1) * words_per_frame];
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = ((frame[i / 64] >> (i % 64)) & 1) as f32;
+                }
+            }
+            Frames::Floats(data) => {
+                out.copy_from_slice(&data[slot * self.obs_len..(slot + 1) * self.obs_len])
+            }
+        }
+    }
+
+    /// Appends a frame, evicting the oldest (and the transition that started there).
+    fn append(&mut self, obs: &[f32]) {
+        assert_eq!(obs.len(), self.obs_len, "observation length");
+        self.head = (self.head + 1) % self.capacity;
+        if self.has_transition[self.head] {
+            self.has_transition[self.head] = false;
+            self.transitions -= 1;
+        }
+        // The frame before the oldest one is gone: nothing can point into it.
+        self.write_frame(self.head, obs);
+        self.written += 1;
+    }
+
+    /// Starts an episode with its first observation.
+    pub fn start_episode(&mut self, obs: &[f32]) {
+        self.append(obs);
+    }
+
+    /// Records the step taken from the newest frame: its action, reward and flags, and
+    /// the observation it led to (the final one when the episode ended).
+    pub fn push(
+        &mut self,
+        action: usize,
+        reward: f32,
+        terminated: bool,
+        _truncated: bool,
+        next_obs: &[f32],
+    ) {
+        let from = self.head;
+        self.actions[from] = action as u32;
+        self.rewards[from] = reward;
+        self.terminated[from] = terminated;
+        self.append(next_obs);
+        // With capacity >= 2 the frame `from` survives this append.
+        self.has_transition[from] = true;
+        self.transitions += 1;
+    }
+
+    fn fill(&self, batch: &mut Batch, row: usize, slot: usize) {
+        let n = self.obs_len;
+        let next = (slot + 1) % self.capacity;
+        self.read_frame(slot, &mut batch.obs[row * n..(row + 1) * n]);
+        self.read_frame(next, &mut batch.next_obs[row * n..(row + 1) * n]);
+        batch.actions[row] = self.actions[slot];
+        batch.rewards[row] = self.rewards[slot];
+        batch.terminated[row] = if self.terminated[slot] { 1.0 } else { 0.0 };
+        batch.slots[row] = slot;
+    }
+
+    /// The slot `back` frames before the newest (1 = the one before it).
+    fn back(&self, back: usize) -> usize {
+        (self.head + self.capacity - back) % self.capacity
+    }
+
+    /// Fills `batch` (all `batch.size` rows) with the sampler's choice.
+    pub fn sample<R: Rng>(
+        &self,
+        sampler: Sampler,
+        batch: &mut Batch,
+        rng: &mut R,
+    ) -> Result<(), ReplayError> {
+        let size = batch.size;
+        let need = match sampler {
+            Sampler::Uniform | Sampler::Recent { .. } => 1,
+            Sampler::Sequential | Sampler::Online => size,
+        };
+        if self.transitions < need.max(1) {
+            return Err(ReplayError::TooFew {
+                have: self.transitions,
+                need: need.max(1),
+                sampler: sampler.name(),
+            });
+        }
+        let stored = (self.written as usize).min(self.capacity);
+        let oldest = (self.head + self.capacity + 1 - stored) % self.capacity;
+        match sampler {
+            Sampler::Uniform => {
+                for row in 0..size {
+                    // Rejection keeps the draw uniform over transitions; at most one
+                    // slot per episode lacks one.
+                    let slot = loop {
+                        let s = (oldest + rng.random_range(0..stored)) % self.capacity;
+                        if self.has_transition[s] {
+                            break s;
+                        }
+                    };
+                    self.fill(batch, row, slot);
+                }
+            }
+            Sampler::Recent { window } => {
+                // How many slots back the newest `window` transitions reach (episode
+                // ends add slots without transitions).
+                let window = window.clamp(1, self.transitions);
+                let mut slots_back = 0;
+                let mut found = 0;
+                while found < window {
+                    slots_back += 1;
+                    if self.has_transition[self.back(slots_back)] {
+                        found += 1;
+                    }
+                }
+                for row in 0..size {
+                    let slot = loop {
+                        let s = self.back(rng.random_range(1..=slots_back));
+                        if self.has_transition[s] {
+                            break s;
+                        }
+                    };
+                    self.fill(batch, row, slot);
+                }
+            }
+            Sampler::Sequential => {
+                // A uniform start among transitions followed by at least `size - 1`
+                // more; rejection keeps it uniform.
+                'draw: loop {
+                    let mut slot = (oldest + rng.random_range(0..stored)) % self.capacity;
+                    if !self.has_transition[slot] {
+                        continue;
+                    }
+                    let mut row = 0;
+                    loop {
+                        if self.has_transition[slot] {
+                            self.fill(batch, row, slot);
+                            row += 1;
+                            if row == size {
+                                break 'draw;
+                            }
+                        }
+                        slot = (slot + 1) % self.capacity;
+                        if slot == self.head {
+                            continue 'draw;
+                        }
+                    }
+                }
+            }
+            Sampler::Online => {
+                let mut row = size;
+                let mut back = 0;
+                while row > 0 {
+                    back += 1;
+                    let slot = self.back(back);
+                    if self.has_transition[slot] {
+                        row -= 1;
+                        self.fill(batch, row, slot);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,230 @@
+//! The DQN update: TD targets, target syncs, data-dependent init.
+
+use candle_core::{Device, Tensor};
+use normrl_agents::dqn::{Batch, Dqn, DqnConfig, Loss, TargetUpdate};
+use normrl_agents::nn::init::InitRng;
+use normrl_agents::nn::{unit_moments, Mode, NormConfig, NormKind, QNetworkConfig};
+use normrl_agents::optim::OptimizerConfig;
+
+fn agent(kind: NormKind, dqn: DqnConfig) -> Dqn {
+    let norm = NormConfig {
+        kind,
+        ..Default::default()
+    };
+    Dqn::new(
+        &QNetworkConfig::mlp(vec![16, 16]),
+        &norm,
+        &OptimizerConfig::default(),
+        &dqn,
+        &[3],
+        2,
+        0,
+        &Device::Cpu,
+    )
+    .unwrap()
+}
+
+fn random_batch(size: usize, seed: u64) -> Batch {
+    let mut rng = InitRng::new(seed);
+    let mut batch = Batch::new(size, 3);
+    batch.obs = rng
+        .normal(size * 3, 1.0, &Device::Cpu)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    batch.next_obs = rng
+        .normal(size * 3, 1.0, &Device::Cpu)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    for i in 0..size {
+        batch.actions[i] = (i % 2) as u32;
+        batch.rewards[i] = i as f32 * 0.1;
+        batch.terminated[i] = if i % 3 == 0 { 1.0 } else { 0.0 };
+    }
+    batch
+}
+
+#[test]
+fn td_targets_bootstrap_only_when_not_terminated() {
+    for double in [false, true] {
+        let config = DqnConfig {
+            gamma: 0.9,
+            double_dqn: double,
+            ..Default::default()
+        };
+        let mut dqn = agent(NormKind::None, config);
+        let batch = random_batch(12, 1);
+        dqn.update(&batch).unwrap(); // moves the online net away from the target
+        let y: Vec<f32> = dqn.td_targets(&batch).unwrap().to_vec1().unwrap();
+        let next = Tensor::from_slice(&batch.next_obs, (12, 3), &Device::Cpu).unwrap();
+        let q_target: Vec<Vec<f32>> = dqn
+            .target()
+            .forward(&next, Mode::Eval)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        let q_online: Vec<Vec<f32>> = dqn
+            .online()
+            .forward(&next, Mode::Eval)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        for i in 0..12 {
+            let a = if double {
+                (q_online[i][1] > q_online[i][0]) as usize
+            } else {
+                (q_target[i][1] > q_target[i][0]) as usize
+            };
+            let bootstrap = if batch.terminated[i] == 1.0 {
+                0.0
+            } else {
+                0.9 * q_target[i][a]
+            };
+            let expected = batch.rewards[i] + bootstrap;
+            assert!(
+                (y[i] - expected).abs() < 1e-5,
+                "double={double} row {i}: {} vs {expected}",
+                y[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn updates_fit_rewards_with_gamma_zero() {
+    let config = DqnConfig {
+        gamma: 0.0,
+        loss: Loss::Mse,
+        ..Default::default()
+    };
+    let mut dqn = agent(NormKind::WeightNorm, config);
+    let batch = random_batch(16, 2);
+    let first = dqn.update(&batch).unwrap().td_loss;
+    let mut last = first;
+    for _ in 0..400 {
+        last = dqn.update(&batch).unwrap().td_loss;
+    }
+    assert!(last < first * 0.01 && last < 1e-3, "loss {first} -> {last}");
+}
+
+#[test]
+fn hard_sync_copies_weights_and_batch_norm_statistics() {
+    let config = DqnConfig {
+        target_update: TargetUpdate::Hard { every: 3 },
+        ..Default::default()
+    };
+    let mut dqn = agent(NormKind::BatchNorm, config);
+    let batch = random_batch(16, 3);
+    let running = |d: &Dqn, which: &str| -> Vec<f32> {
+        let net = if which == "online" {
+            d.online()
+        } else {
+            d.target()
+        };
+        net.store()
+            .get("fc0.bn.running_var")
+            .unwrap()
+            .var
+            .as_tensor()
+            .to_vec1()
+            .unwrap()
+    };
+    assert!(!dqn.update(&batch).unwrap().synced);
+    assert_ne!(running(&dqn, "online"), running(&dqn, "target"));
+    dqn.update(&batch).unwrap();
+    assert!(dqn.update(&batch).unwrap().synced);
+    assert_eq!(running(&dqn, "online"), running(&dqn, "target"));
+    for (a, b) in dqn
+        .online()
+        .store()
+        .params()
+        .iter()
+        .zip(dqn.target().store().params())
+    {
+        let same = (a.var.as_tensor() - b.var.as_tensor())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert_eq!(same, 0.0, "{}", a.name);
+    }
+}
+
+#[test]
+fn polyak_moves_target_by_tau() {
+    let config = DqnConfig {
+        target_update: TargetUpdate::Polyak { tau: 0.25 },
+        ..Default::default()
+    };
+    let mut dqn = agent(NormKind::None, config);
+    let before = dqn.target().store().to_map().unwrap();
+    dqn.update(&random_batch(8, 4)).unwrap();
+    let online = dqn.online().store().to_map().unwrap();
+    let w = "fc0.weight";
+    let expected = ((&before[w] * 0.75).unwrap() + (&online[w] * 0.25).unwrap()).unwrap();
+    let got = dqn.target().store().get(w).unwrap().var.as_tensor().clone();
+    let err = (got - expected)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(err < 1e-6);
+}
+
+#[test]
+fn data_dependent_init_runs_on_first_batch_and_target_follows() {
+    let config = DqnConfig {
+        target_update: TargetUpdate::Hard { every: 1_000 },
+        ..Default::default()
+    };
+    let mut dqn = agent(NormKind::WeightNorm, config);
+    let batch = random_batch(32, 5);
+    assert!(!dqn.is_initialized());
+    dqn.update(&batch).unwrap();
+    assert!(dqn.is_initialized());
+    // The target holds the initialized (not yet updated) network: on this batch its
+    // first layer's pre-activations are standardized.
+    let obs = Tensor::from_slice(&batch.obs, (32, 3), &Device::Cpu).unwrap();
+    let first = dqn.target().layers().next().unwrap();
+    let (mean, var) = unit_moments(&first.pre_activation(&obs, Mode::Eval).unwrap()).unwrap();
+    let m = mean
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let s = (var.sqrt().unwrap() - 1.0)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(m < 1e-4 && s < 1e-4, "{m} {s}");
+}
+
+#[test]
+fn epsilon_greedy_explores_at_rate_epsilon() {
+    use rand::SeedableRng;
+    let dqn = agent(NormKind::None, DqnConfig::default());
+    let obs = [0.3f32, -0.2, 0.1];
+    let greedy = dqn.greedy_action(&obs).unwrap();
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(0);
+    let n = 20_000;
+    let other = (0..n)
+        .filter(|_| dqn.act(&obs, 0.4, &mut rng).unwrap() != greedy)
+        .count();
+    // Random actions pick the other action half the time: 0.4 * 0.5.
+    let rate = other as f64 / n as f64;
+    assert!((rate - 0.2).abs() < 0.015, "{rate}");
+    assert!((0..100).all(|_| dqn.act(&obs, 0.0, &mut rng).unwrap() == greedy));
+}

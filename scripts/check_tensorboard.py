@@ -1,0 +1,18 @@
+"""Reads a run's TensorBoard event files with TensorBoard's own EventAccumulator and
+checks the tags and values normrl writes. Usage: check_tensorboard.py RUN_DIR
+Prints one JSON object with every scalar tag's (step, value) pairs and the text tags."""
+import json
+import sys
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+run = sys.argv[1]
+acc = EventAccumulator(run, size_guidance={"scalars": 0, "tensors": 0})
+acc.Reload()
+tags = acc.Tags()
+out = {"scalars": {}, "tensors": {}}
+for tag in tags["scalars"]:
+    out["scalars"][tag] = [[e.step, e.value] for e in acc.Scalars(tag)]
+for tag in tags.get("tensors", []):
+    out["tensors"][tag] = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors(tag)]
+print(json.dumps(out))

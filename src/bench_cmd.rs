@@ -1,0 +1,281 @@
+//! `normrl bench`: update and acting times per normalization method, replay sampling
+//! time, and end-to-end training speed, single thread by default.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use candle_core::Device;
+use normrl_agents::dqn::{Batch, Dqn, DqnConfig, ReplayBuffer, Sampler};
+use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
+use normrl_agents::optim::OptimizerConfig;
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::Serialize;
+
+use crate::config::TrainConfig;
+use crate::train::{set_threads, Trainer};
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// What to measure: `nn` (updates and acting per method), `replay`, `train`
+    /// (end to end) or `all`.
+    #[arg(default_value = "all")]
+    pub what: String,
+    /// Timed iterations per measurement.
+    #[arg(long, default_value_t = 300)]
+    pub iters: usize,
+    /// Environment steps of each end-to-end measurement.
+    #[arg(long, default_value_t = 20_000)]
+    pub steps: u64,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    bench: String,
+    case: String,
+    value: f64,
+    unit: &'static str,
+}
+
+/// Median of `iters` timings of `f`, in microseconds, after a warm-up.
+fn time_us(iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..iters.div_ceil(10).max(3) {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn random_batch(
+    size: usize,
+    obs_len: usize,
+    n_actions: usize,
+    binary: bool,
+    rng: &mut Xoshiro256PlusPlus,
+) -> Batch {
+    let mut batch = Batch::new(size, obs_len);
+    let draw = |rng: &mut Xoshiro256PlusPlus| {
+        if binary {
+            (rng.random::<f32>() < 0.1) as u8 as f32
+        } else {
+            rng.random::<f32>() - 0.5
+        }
+    };
+    for v in batch.obs.iter_mut().chain(batch.next_obs.iter_mut()) {
+        *v = draw(rng);
+    }
+    for i in 0..size {
+        batch.actions[i] = rng.random_range(0..n_actions) as u32;
+        batch.rewards[i] = rng.random();
+        batch.terminated[i] = (rng.random::<f32>() < 0.05) as u8 as f32;
+    }
+    batch
+}
+
+fn nn_rows(iters: usize) -> Result<Vec<Row>> {
+    let mut rows = vec![];
+    type Case = (&'static str, QNetworkConfig, Vec<usize>, usize, usize, bool);
+    let cases: [Case; 3] = [
+        (
+            "mlp 4-64-64-2 b32",
+            QNetworkConfig::mlp(vec![64, 64]),
+            vec![4],
+            2,
+            32,
+            false,
+        ),
+        (
+            "mlp 4-64-64-2 b256",
+            QNetworkConfig::mlp(vec![64, 64]),
+            vec![4],
+            2,
+            256,
+            false,
+        ),
+        (
+            "minatar cnn b32",
+            QNetworkConfig::minatar_cnn(),
+            vec![4, 10, 10],
+            6,
+            32,
+            true,
+        ),
+    ];
+    for kind in NormKind::ALL {
+        let norm = NormConfig {
+            kind,
+            ..Default::default()
+        };
+        for (name, net, shape, n_actions, batch_size, binary) in &cases {
+            let obs_len: usize = shape.iter().product();
+            let mut dqn = Dqn::new(
+                net,
+                &norm,
+                &OptimizerConfig::default(),
+                &DqnConfig::default(),
+                shape,
+                *n_actions,
+                0,
+                &Device::Cpu,
+            )?;
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
+            let batch = random_batch(*batch_size, obs_len, *n_actions, *binary, &mut rng);
+            let us = time_us(iters, || dqn.update(&batch).map(|_| ()).map_err(Into::into))?;
+            rows.push(Row {
+                bench: format!("update {kind}"),
+                case: name.to_string(),
+                value: us,
+                unit: "us",
+            });
+            if *batch_size == 32 {
+                let obs = batch.obs[..obs_len].to_vec();
+                let us = time_us(iters * 10, || {
+                    dqn.greedy_action(&obs).map(|_| ()).map_err(Into::into)
+                })?;
+                let case = name.replace(" b32", " b1");
+                rows.push(Row {
+                    bench: format!("act {kind}"),
+                    case,
+                    value: us,
+                    unit: "us",
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn replay_rows(iters: usize) -> Result<Vec<Row>> {
+    let mut rows = vec![];
+    let obs_len = 400;
+    let mut replay = ReplayBuffer::new(100_000, obs_len, true);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
+    let mut obs = vec![0.0f32; obs_len];
+    replay.start_episode(&obs);
+    for t in 0..100_000u32 {
+        for v in obs.iter_mut() {
+            *v = (rng.random::<f32>() < 0.1) as u8 as f32;
+        }
+        replay.push((t % 6) as usize, 0.0, t % 500 == 499, false, &obs);
+        if t % 500 == 499 {
+            replay.start_episode(&obs);
+        }
+    }
+    for sampler in [
+        Sampler::Uniform,
+        Sampler::Recent { window: 1000 },
+        Sampler::Sequential,
+        Sampler::Online,
+    ] {
+        let mut batch = Batch::new(32, obs_len);
+        let us = time_us(iters * 10, || {
+            replay
+                .sample(sampler, &mut batch, &mut rng)
+                .map_err(Into::into)
+        })?;
+        rows.push(Row {
+            bench: "replay sample".into(),
+            case: format!("{} b32 minatar 100k", sampler.name()),
+            value: us,
+            unit: "us",
+        });
+    }
+    Ok(rows)
+}
+
+fn train_rows(steps: u64) -> Result<Vec<Row>> {
+    let mut rows = vec![];
+    let cases = [
+        (
+            "cartpole mlp 64-64 b32",
+            "classic/cartpole",
+            "{type=\"mlp\",hidden=[64,64]}",
+        ),
+        (
+            "minatar/breakout cnn b32",
+            "minatar/breakout",
+            "{type=\"minatar_cnn\"}",
+        ),
+    ];
+    for (name, env, arch) in cases {
+        let overrides: Vec<String> = vec![
+            format!("env.id={env}"),
+            format!("network.architecture={arch}"),
+            format!("run.total_steps={}", steps + 1000),
+            "replay.batch_size=32".into(),
+            "replay.learning_starts=1000".into(),
+            "replay.train_frequency=1".into(),
+            "eval.interval=0".into(),
+            "eval.episodes=1".into(),
+            "checkpoint.interval=0".into(),
+            "checkpoint.replay=false".into(),
+            "logging.progress=false".into(),
+            "logging.layer_stats_interval=0".into(),
+        ];
+        let config = TrainConfig::from_toml_str("", &overrides)?;
+        let dir = std::env::temp_dir().join(format!(
+            "normrl-bench-{}-{}",
+            std::process::id(),
+            rows.len()
+        ));
+        let mut trainer = Trainer::new(config, &dir)?;
+        trainer.run(Some(1000))?;
+        let t = Instant::now();
+        trainer.run(Some(1000 + steps))?;
+        let sps = steps as f64 / t.elapsed().as_secs_f64();
+        let _ = std::fs::remove_dir_all(&dir);
+        rows.push(Row {
+            bench: "train end-to-end".into(),
+            case: name.into(),
+            value: sps,
+            unit: "steps/s",
+        });
+    }
+    Ok(rows)
+}
+
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    set_threads(args.threads);
+    let all = args.what == "all";
+    if !all && !["nn", "replay", "train"].contains(&args.what.as_str()) {
+        anyhow::bail!(
+            "unknown benchmark '{}': expected nn, replay, train or all",
+            args.what
+        );
+    }
+    let mut rows = vec![];
+    if all || args.what == "nn" {
+        rows.extend(nn_rows(args.iters)?);
+    }
+    if all || args.what == "replay" {
+        rows.extend(replay_rows(args.iters)?);
+    }
+    if all || args.what == "train" {
+        rows.extend(train_rows(args.steps)?);
+    }
+    if args.json {
+        for row in &rows {
+            println!("{}", serde_json::to_string(row)?);
+        }
+    } else {
+        println!("threads: {}", args.threads);
+        println!("{:<26} {:<30} {:>12}", "benchmark", "case", "median");
+        for row in &rows {
+            println!(
+                "{:<26} {:<30} {:>9.1} {}",
+                row.bench, row.case, row.value, row.unit
+            );
+        }
+    }
+    Ok(())
+}

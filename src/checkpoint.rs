@@ -1,0 +1,94 @@
+//! Checkpoints: network weights and optimizer state as safetensors (readable by other
+//! tools), the rest of the run's state (counters, random streams, environment, replay)
+//! as one binary file. Each checkpoint is written to a temporary directory, renamed into
+//! place, and then published by atomically replacing the `latest` pointer, so an
+//! interrupted write never leaves a half checkpoint behind.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor};
+
+pub const LATEST: &str = "latest";
+
+/// Writes `bytes` to `path` through a temporary file and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!(
+        "{}tmp",
+        path.extension()
+            .map(|e| format!("{}.", e.to_string_lossy()))
+            .unwrap_or_default()
+    ));
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot move {} into place", path.display()))?;
+    Ok(())
+}
+
+/// The files of one checkpoint, by name.
+pub struct CheckpointFiles {
+    pub tensors: Vec<(&'static str, HashMap<String, Tensor>)>,
+    pub state: Vec<u8>,
+}
+
+/// Saves a checkpoint for `step` under `run_dir/checkpoints/` and points `latest` at
+/// it; older checkpoints are removed afterwards.
+pub fn save(run_dir: &Path, step: u64, files: &CheckpointFiles) -> Result<PathBuf> {
+    let root = run_dir.join("checkpoints");
+    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let name = format!("step-{step:012}");
+    let tmp = root.join(format!("{name}.tmp"));
+    let dir = root.join(&name);
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)?;
+    }
+    std::fs::create_dir_all(&tmp)?;
+    for (file, tensors) in &files.tensors {
+        let on_cpu: HashMap<String, Tensor> = tensors
+            .iter()
+            .map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?)))
+            .collect::<Result<_>>()?;
+        candle_core::safetensors::save(&on_cpu, tmp.join(format!("{file}.safetensors")))
+            .with_context(|| format!("cannot write {file}.safetensors"))?;
+    }
+    std::fs::write(tmp.join("state.bin"), &files.state)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::rename(&tmp, &dir)?;
+    write_atomic(&root.join(LATEST), name.as_bytes())?;
+    for entry in std::fs::read_dir(&root)?.flatten() {
+        let other = entry.file_name().to_string_lossy().into_owned();
+        if other.starts_with("step-") && other != name {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    Ok(dir)
+}
+
+/// The directory of the newest complete checkpoint of a run, if any.
+pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
+    let root = run_dir.join("checkpoints");
+    let pointer = root.join(LATEST);
+    if !pointer.exists() {
+        return Ok(None);
+    }
+    let name = std::fs::read_to_string(&pointer)?;
+    let dir = root.join(name.trim());
+    if !dir.join("state.bin").exists() {
+        bail!(
+            "checkpoint {} named by {} is incomplete",
+            dir.display(),
+            pointer.display()
+        );
+    }
+    Ok(Some(dir))
+}
+
+/// Loads `name.safetensors` from a checkpoint directory onto `device`.
+pub fn load_tensors(dir: &Path, name: &str, device: &Device) -> Result<HashMap<String, Tensor>> {
+    let path = dir.join(format!("{name}.safetensors"));
+    candle_core::safetensors::load(&path, device)
+        .with_context(|| format!("cannot read {}", path.display()))
+}

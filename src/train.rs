@@ -1,0 +1,417 @@
+//! The training loop: acting, replay, updates, evaluation, logging and checkpoints.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use normrl_agents::dqn::{Batch, Dqn, ReplayBuffer, UpdateInfo};
+use normrl_envs::{make, Env};
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{self, CheckpointFiles};
+use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::tensorboard::TensorBoard;
+
+/// What a finished run reports (also written to `summary.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub env: String,
+    pub norm: String,
+    pub seed: u64,
+    pub steps: u64,
+    pub episodes: u64,
+    pub updates: u64,
+    /// `(environment step, mean evaluation return)` for every evaluation.
+    pub eval_curve: Vec<(u64, f64)>,
+    /// `(environment step, training episode return)` for every finished episode.
+    pub train_curve: Vec<(u64, f64)>,
+    pub final_eval_return: f64,
+    pub wall_seconds: f64,
+    pub steps_per_second: f64,
+}
+
+/// Everything besides the networks that a checkpoint must hold to resume exactly.
+#[derive(Serialize, Deserialize)]
+struct LoopState {
+    config_toml: String,
+    step: u64,
+    episodes: u64,
+    updates: u64,
+    initialized: bool,
+    act_rng: Xoshiro256PlusPlus,
+    replay_rng: Xoshiro256PlusPlus,
+    env_state: String,
+    obs: Vec<f32>,
+    replay: Option<ReplayBuffer>,
+    eval_curve: Vec<(u64, f64)>,
+    train_curve: Vec<(u64, f64)>,
+    wall_seconds: f64,
+}
+
+pub struct Trainer {
+    config: TrainConfig,
+    run_dir: PathBuf,
+    env: Box<dyn Env>,
+    agent: Dqn,
+    replay: ReplayBuffer,
+    batch: Batch,
+    obs: Vec<f32>,
+    next_obs: Vec<f32>,
+    act_rng: Xoshiro256PlusPlus,
+    replay_rng: Xoshiro256PlusPlus,
+    step: u64,
+    episodes: u64,
+    eval_curve: Vec<(u64, f64)>,
+    train_curve: Vec<(u64, f64)>,
+    recent_returns: VecDeque<f64>,
+    losses: Vec<UpdateInfo>,
+    wall_before: f64,
+    tb: TensorBoard,
+}
+
+/// Sets the tensor thread count before candle first runs (candle otherwise reads
+/// /proc/cpuinfo on every matmul).
+pub fn set_threads(threads: usize) {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    }
+}
+
+impl Trainer {
+    /// A fresh run in `run_dir`, which must not hold a run already.
+    pub fn new(config: TrainConfig, run_dir: &Path) -> Result<Self> {
+        if checkpoint::latest(run_dir)?.is_some() || run_dir.join("summary.json").exists() {
+            bail!(
+                "{} already holds a run; resume it with --resume {} or choose another --run-dir",
+                run_dir.display(),
+                run_dir.display()
+            );
+        }
+        let trainer = Self::build(config, run_dir)?;
+        crate::checkpoint::write_atomic(
+            &run_dir.join("config.toml"),
+            trainer.config.to_toml().as_bytes(),
+        )?;
+        Ok(trainer)
+    }
+
+    fn build(config: TrainConfig, run_dir: &Path) -> Result<Self> {
+        set_threads(config.run.threads);
+        let device = select_device(parse_device_spec(&config.run.device)?)?;
+        let mut env = make(&config.env.id)?;
+        let space = env.observation_space();
+        let n_actions = env.action_space().n;
+        let seed = config.run.seed;
+        let agent = Dqn::new(
+            &config.network,
+            &config.norm,
+            &config.optimizer,
+            &config.dqn,
+            &space.shape,
+            n_actions,
+            seed,
+            &device,
+        )
+        .context("cannot build the Q-network")?;
+        let tb = TensorBoard::new(run_dir)?;
+        let mut replay = ReplayBuffer::new(config.replay.capacity, space.len(), space.binary);
+        let mut obs = vec![0.0; space.len()];
+        env.reset(Some(seed), &mut obs)?;
+        replay.start_episode(&obs);
+        Ok(Self {
+            batch: Batch::new(config.replay.batch_size, space.len()),
+            next_obs: obs.clone(),
+            obs,
+            act_rng: Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(1)),
+            replay_rng: Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(2)),
+            step: 0,
+            episodes: 0,
+            eval_curve: vec![],
+            train_curve: vec![],
+            recent_returns: VecDeque::new(),
+            losses: vec![],
+            wall_before: 0.0,
+            run_dir: run_dir.to_path_buf(),
+            config,
+            env,
+            agent,
+            replay,
+            tb,
+        })
+    }
+
+    /// Reopens a run from its directory and latest checkpoint.
+    pub fn resume(run_dir: &Path) -> Result<Self> {
+        let config_path = run_dir.join("config.toml");
+        let config = TrainConfig::load(&config_path, &[])?;
+        let Some(dir) = checkpoint::latest(run_dir)? else {
+            bail!("{} has no checkpoint to resume from", run_dir.display());
+        };
+        let mut t = Self::build(config, run_dir)?;
+        let bytes = std::fs::read(dir.join("state.bin"))?;
+        let state: LoopState =
+            postcard::from_bytes(&bytes).context("checkpoint state.bin is corrupt")?;
+        if state.config_toml != t.config.to_toml() {
+            bail!(
+                "{} changed since the checkpoint was written",
+                config_path.display()
+            );
+        }
+        let device = t.agent.online().store().device().clone();
+        t.agent
+            .online()
+            .store()
+            .load_map(&checkpoint::load_tensors(&dir, "online", &device)?)?;
+        t.agent
+            .target()
+            .store()
+            .load_map(&checkpoint::load_tensors(&dir, "target", &device)?)?;
+        t.agent
+            .optimizer_mut()
+            .load_state_tensors(&checkpoint::load_tensors(&dir, "optimizer", &device)?)?;
+        t.agent.restore_counters(state.updates, state.initialized);
+        let env_state: serde_json::Value = serde_json::from_str(&state.env_state)?;
+        t.env.load_state(&env_state)?;
+        t.step = state.step;
+        t.episodes = state.episodes;
+        t.act_rng = state.act_rng;
+        t.replay_rng = state.replay_rng;
+        t.obs = state.obs;
+        t.eval_curve = state.eval_curve;
+        t.train_curve = state.train_curve;
+        t.wall_before = state.wall_seconds;
+        match state.replay {
+            Some(r) => t.replay = r,
+            None => bail!("the checkpoint holds no replay buffer (checkpoint.replay = false): cannot resume exactly"),
+        }
+        Ok(t)
+    }
+
+    pub fn agent(&self) -> &Dqn {
+        &self.agent
+    }
+
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    fn save_checkpoint(&self, elapsed: f64) -> Result<()> {
+        let state = LoopState {
+            config_toml: self.config.to_toml(),
+            step: self.step,
+            episodes: self.episodes,
+            updates: self.agent.updates(),
+            initialized: self.agent.is_initialized(),
+            act_rng: self.act_rng.clone(),
+            replay_rng: self.replay_rng.clone(),
+            env_state: self.env.save_state()?.to_string(),
+            obs: self.obs.clone(),
+            replay: self.config.checkpoint.replay.then(|| self.replay.clone()),
+            eval_curve: self.eval_curve.clone(),
+            train_curve: self.train_curve.clone(),
+            wall_seconds: self.wall_before + elapsed,
+        };
+        let files = CheckpointFiles {
+            tensors: vec![
+                ("online", self.agent.online().store().to_map()?),
+                ("target", self.agent.target().store().to_map()?),
+                ("optimizer", self.agent.optimizer().state_tensors()?),
+            ],
+            state: postcard::to_stdvec(&state)?,
+        };
+        checkpoint::save(&self.run_dir, self.step, &files)?;
+        Ok(())
+    }
+
+    /// Mean return of `episodes` evaluation episodes at the configured epsilon, on a
+    /// separate environment seeded from the run seed and `index`.
+    pub fn evaluate(&self, index: u64) -> Result<f64> {
+        evaluate(&self.agent, &self.config, index)
+    }
+
+    fn log_updates(&mut self) {
+        if self.losses.is_empty() {
+            return;
+        }
+        let n = self.losses.len() as f64;
+        let loss = self.losses.iter().map(|l| l.td_loss).sum::<f64>() / n;
+        let q = self.losses.iter().map(|l| l.q_mean).sum::<f64>() / n;
+        let g = self.losses.iter().map(|l| l.grad_norm).sum::<f64>() / n;
+        self.tb.scalar("losses/td_loss", loss, self.step);
+        self.tb.scalar("losses/q_values", q, self.step);
+        self.tb.scalar("losses/grad_norm", g, self.step);
+        self.losses.clear();
+    }
+
+    fn log_layer_stats(&mut self) -> Result<()> {
+        let svd = self.config.norm.kind.uses_svb();
+        for stats in self.agent.online().stats(svd)? {
+            for (name, value) in stats.values {
+                self.tb
+                    .scalar(&format!("layers/{}/{name}", stats.layer), value, self.step);
+            }
+        }
+        Ok(())
+    }
+
+    /// Trains until `total_steps` (or `stop_at`, for tests of resuming), then
+    /// evaluates, checkpoints and writes `summary.json`.
+    pub fn run(&mut self, stop_at: Option<u64>) -> Result<Option<RunSummary>> {
+        let cfg = self.config.clone();
+        let total = cfg.run.total_steps;
+        let end = stop_at.unwrap_or(total).min(total);
+        let start = Instant::now();
+        let start_step = self.step;
+        if self.step == 0 {
+            self.tb
+                .text("config", &format!("```toml\n{}\n```", cfg.to_toml()), 0);
+        }
+        let progress = crate::progress::Progress::new(cfg.logging.progress, total, self.step);
+        let mut sps_mark = (Instant::now(), self.step);
+        while self.step < end {
+            let epsilon = cfg.exploration.at(self.step);
+            let action = self.agent.act(&self.obs, epsilon, &mut self.act_rng)?;
+            let outcome = self.env.step(action, &mut self.next_obs)?;
+            self.replay.push(
+                action,
+                outcome.reward,
+                outcome.terminated,
+                outcome.truncated,
+                &self.next_obs,
+            );
+            self.step += 1;
+            if outcome.done() {
+                let stats = self.env.episode_stats().unwrap_or_default();
+                let ret = stats.last_return.unwrap_or(0.0);
+                self.episodes += 1;
+                self.train_curve.push((self.step, ret));
+                self.tb.scalar("charts/episodic_return", ret, self.step);
+                self.tb.scalar(
+                    "charts/episodic_length",
+                    stats.last_length.unwrap_or(0) as f64,
+                    self.step,
+                );
+                self.recent_returns.push_back(ret);
+                if self.recent_returns.len() > 20 {
+                    self.recent_returns.pop_front();
+                }
+                self.env.reset(None, &mut self.obs)?;
+                self.replay.start_episode(&self.obs);
+            } else {
+                std::mem::swap(&mut self.obs, &mut self.next_obs);
+            }
+            if self.step > cfg.replay.learning_starts && every(self.step, cfg.replay.train_frequency)
+            {
+                for _ in 0..cfg.replay.gradient_steps {
+                    self.replay.sample(
+                        cfg.replay.sampler,
+                        &mut self.batch,
+                        &mut self.replay_rng,
+                    )?;
+                    let info = self.agent.update(&self.batch)?;
+                    self.losses.push(info);
+                }
+            }
+            if every(self.step, cfg.logging.interval.max(1)) {
+                let (t0, s0) = sps_mark;
+                let sps = (self.step - s0) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+                sps_mark = (Instant::now(), self.step);
+                self.tb.scalar("charts/SPS", sps, self.step);
+                self.tb.scalar("charts/epsilon", epsilon, self.step);
+                self.log_updates();
+                let recent = mean(self.recent_returns.iter().copied());
+                progress.update(self.step, sps, recent);
+            }
+            if every(self.step, cfg.logging.layer_stats_interval)
+            {
+                self.log_layer_stats()?;
+            }
+            if every(self.step, cfg.eval.interval) && self.step < total {
+                let index = self.eval_curve.len() as u64;
+                let ret = self.evaluate(index)?;
+                self.eval_curve.push((self.step, ret));
+                self.tb.scalar("eval/episodic_return", ret, self.step);
+            }
+            if every(self.step, cfg.checkpoint.interval)
+                && self.step < total
+            {
+                self.save_checkpoint(start.elapsed().as_secs_f64())?;
+                self.tb.flush();
+            }
+        }
+        if self.step < total {
+            // Stopped early on request: leave a checkpoint to resume from.
+            self.save_checkpoint(start.elapsed().as_secs_f64())?;
+            progress.finish();
+            return Ok(None);
+        }
+        let index = self.eval_curve.len() as u64;
+        let final_return = self.evaluate(index)?;
+        self.eval_curve.push((self.step, final_return));
+        self.tb
+            .scalar("eval/episodic_return", final_return, self.step);
+        self.log_updates();
+        self.save_checkpoint(start.elapsed().as_secs_f64())?;
+        progress.finish();
+        let wall = self.wall_before + start.elapsed().as_secs_f64();
+        let summary = RunSummary {
+            env: cfg.env.id.clone(),
+            norm: cfg.norm.kind.name().to_string(),
+            seed: cfg.run.seed,
+            steps: self.step,
+            episodes: self.episodes,
+            updates: self.agent.updates(),
+            eval_curve: self.eval_curve.clone(),
+            train_curve: self.train_curve.clone(),
+            final_eval_return: final_return,
+            wall_seconds: wall,
+            steps_per_second: (self.step - start_step) as f64
+                / start.elapsed().as_secs_f64().max(1e-9),
+        };
+        checkpoint::write_atomic(
+            &self.run_dir.join("summary.json"),
+            serde_json::to_string_pretty(&summary)?.as_bytes(),
+        )?;
+        self.tb.flush();
+        Ok(Some(summary))
+    }
+}
+
+/// True on every `interval`-th step; never when `interval` is 0 (disabled).
+fn every(step: u64, interval: u64) -> bool {
+    interval > 0 && step.is_multiple_of(interval)
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// Mean return of evaluation episodes (see [`Trainer::evaluate`]).
+pub fn evaluate(agent: &Dqn, config: &TrainConfig, index: u64) -> Result<f64> {
+    let mut env = make(&config.env.id)?;
+    let mut obs = vec![0.0; env.observation_space().len()];
+    let base = config
+        .run
+        .seed
+        .wrapping_mul(1_000_003)
+        .wrapping_add(1_000_000 + index * 1_000);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(base);
+    let mut total = 0.0;
+    let episodes = config.eval.episodes.max(1);
+    for e in 0..episodes {
+        env.reset(Some(base + e), &mut obs)?;
+        loop {
+            let action = agent.act(&obs, config.eval.epsilon, &mut rng)?;
+            let step = env.step(action, &mut obs)?;
+            total += f64::from(step.reward);
+            if step.done() {
+                break;
+            }
+        }
+    }
+    Ok(total / episodes as f64)
+}

@@ -1,0 +1,136 @@
+//! `normrl train` and `normrl eval`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use normrl_agents::dqn::Dqn;
+use normrl_envs::make;
+
+use crate::checkpoint;
+use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::train::{evaluate, set_threads, Trainer};
+
+#[derive(Debug, clap::Args)]
+pub struct TrainArgs {
+    /// The run's TOML config.
+    #[arg(long, required_unless_present = "resume")]
+    pub config: Option<PathBuf>,
+    /// Override a config value, e.g. `--set replay.batch_size=4` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Where the run writes its TensorBoard files, config and checkpoints
+    /// (default: runs/<run.name>).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Continue an interrupted run from its latest checkpoint.
+    #[arg(long, conflicts_with_all = ["config", "overrides", "run_dir"])]
+    pub resume: Option<PathBuf>,
+    /// Shortcut for `--set run.device=...`.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// A run directory (its latest checkpoint) or a checkpoint directory.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    #[arg(long, default_value_t = 10)]
+    pub episodes: u64,
+    /// Epsilon of the evaluation policy (default: the run's eval.epsilon).
+    #[arg(long)]
+    pub epsilon: Option<f64>,
+    /// Seeds the evaluation episodes.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+pub fn train(args: &TrainArgs) -> Result<()> {
+    let mut trainer = match (&args.resume, &args.config) {
+        (Some(dir), _) => Trainer::resume(dir)?,
+        (None, Some(path)) => {
+            let mut overrides = args.overrides.clone();
+            if let Some(d) = &args.device {
+                overrides.push(format!("run.device={d}"));
+            }
+            let config = TrainConfig::load(path, &overrides)?;
+            let run_dir = args
+                .run_dir
+                .clone()
+                .unwrap_or_else(|| Path::new("runs").join(&config.run.name));
+            Trainer::new(config, &run_dir)?
+        }
+        (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
+    };
+    let device = trainer.agent().online().store().device().clone();
+    eprintln!(
+        "training on {} ({})",
+        if device.is_cpu() { "cpu" } else { "cuda" },
+        trainer.agent().online().norm().kind
+    );
+    if let Some(summary) = trainer.run(None)? {
+        println!(
+            "{} {} seed {}: {} steps, {} episodes, final eval return {:.2}, {:.0} steps/s",
+            summary.env,
+            summary.norm,
+            summary.seed,
+            summary.steps,
+            summary.episodes,
+            summary.final_eval_return,
+            summary.steps_per_second
+        );
+    }
+    Ok(())
+}
+
+pub fn eval(args: &EvalArgs) -> Result<()> {
+    let (run_dir, ckpt) = if args.checkpoint.join("checkpoints").exists() {
+        let latest = checkpoint::latest(&args.checkpoint)?
+            .with_context(|| format!("{} has no checkpoint", args.checkpoint.display()))?;
+        (args.checkpoint.clone(), latest)
+    } else if args.checkpoint.join("online.safetensors").exists() {
+        let run = args
+            .checkpoint
+            .parent()
+            .and_then(Path::parent)
+            .context("a checkpoint directory lies in RUN_DIR/checkpoints/")?;
+        (run.to_path_buf(), args.checkpoint.clone())
+    } else {
+        bail!(
+            "{} is neither a run directory nor a checkpoint directory",
+            args.checkpoint.display()
+        );
+    };
+    let mut config = TrainConfig::load(&run_dir.join("config.toml"), &[])?;
+    config.eval.episodes = args.episodes;
+    config.run.seed = args.seed;
+    if let Some(e) = args.epsilon {
+        if !(0.0..=1.0).contains(&e) {
+            bail!("--epsilon must be in [0, 1]");
+        }
+        config.eval.epsilon = e;
+    }
+    set_threads(config.run.threads);
+    let device = select_device(parse_device_spec(&config.run.device)?)?;
+    let env = make(&config.env.id)?;
+    let agent = Dqn::new(
+        &config.network,
+        &config.norm,
+        &config.optimizer,
+        &config.dqn,
+        &env.observation_space().shape,
+        env.action_space().n,
+        0,
+        &device,
+    )?;
+    agent
+        .online()
+        .store()
+        .load_map(&checkpoint::load_tensors(&ckpt, "online", &device)?)?;
+    let ret = evaluate(&agent, &config, 0)?;
+    println!(
+        "{} over {} episodes (epsilon {}): mean return {ret:.2}",
+        config.env.id, args.episodes, config.eval.epsilon
+    );
+    Ok(())
+}

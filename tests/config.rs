@@ -1,0 +1,166 @@
+//! Config parsing, overrides and the errors a user sees for bad configs.
+
+use std::process::Command;
+
+use normrl::config::TrainConfig;
+
+fn parse(text: &str, overrides: &[&str]) -> Result<TrainConfig, String> {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    TrainConfig::from_toml_str(text, &overrides).map_err(|e| format!("{e:#}"))
+}
+
+#[test]
+fn defaults_and_overrides() {
+    let c = parse("", &[]).unwrap();
+    assert_eq!(c, TrainConfig::default());
+    let c = parse(
+        "[replay]\nbatch_size = 8\n",
+        &[
+            "replay.batch_size=4",
+            "norm.kind=batch_norm",
+            "replay.sampler={type=\"recent\",window=500}",
+            "env.id=minatar/breakout?sticky=0",
+            "network.architecture={type=\"minatar_cnn\"}",
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.replay.batch_size, 4);
+    assert_eq!(c.norm.kind.name(), "batch_norm");
+    assert_eq!(c.env.id, "minatar/breakout?sticky=0");
+    assert_eq!(
+        c.replay.sampler,
+        normrl_agents::dqn::Sampler::Recent { window: 500 }
+    );
+    // The resolved config round-trips.
+    assert_eq!(parse(&c.to_toml(), &[]).unwrap(), c);
+}
+
+#[test]
+fn shipped_configs_parse() {
+    for entry in std::fs::read_dir("configs")
+        .unwrap()
+        .chain(std::fs::read_dir("configs/minatar").unwrap())
+    {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            TrainConfig::load(&path, &[]).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        }
+    }
+}
+
+#[test]
+fn errors_name_the_key_and_what_is_allowed() {
+    let cases: [(&str, &[&str], &[&str]); 9] = [
+        ("[dqn]\ngama = 0.9\n", &[], &["dqn.gama", "gamma"]),
+        (
+            "[replay]\nbatch_size = \"big\"\n",
+            &[],
+            &["batch_size", "integer"],
+        ),
+        ("[replay]\nbatch_size = -3\n", &[], &["batch_size"]),
+        (
+            "[replay]\nbatch_size = 0\n",
+            &[],
+            &["replay.batch_size must be a positive integer"],
+        ),
+        (
+            "[env]\nid = \"atari/pong\"\n",
+            &[],
+            &["env.id", "known environments", "minatar/breakout"],
+        ),
+        (
+            "[norm]\nkind = \"group_norm\"\n",
+            &[],
+            &["group_norm", "weight_norm", "batch_norm"],
+        ),
+        (
+            "",
+            &["optimizer.lr=-1"],
+            &["optimizer.lr must be a positive number"],
+        ),
+        ("", &["run.device=tpu"], &["auto, cpu, cuda or cuda:N"]),
+        (
+            "verbose = true\n",
+            &[],
+            &["unknown config key 'verbose'", "replay"],
+        ),
+    ];
+    for (text, overrides, needles) in cases {
+        let err = parse(text, overrides).unwrap_err();
+        for needle in needles {
+            assert!(
+                err.contains(needle),
+                "config {text:?} {overrides:?}: '{err}' lacks '{needle}'"
+            );
+        }
+    }
+}
+
+fn normrl(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn cli_rejects_bad_configs_with_exit_code_2_and_writes_nothing() {
+    let dir = std::env::temp_dir().join(format!("normrl-badcfg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "[replay]\nbatch_size = -1\n").unwrap();
+    let run = dir.join("run");
+    let run_s = run.to_str().unwrap();
+    let (code, err) = normrl(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--run-dir",
+        run_s,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("batch_size") && !err.contains("panicked"),
+        "{err}"
+    );
+    assert!(!run.exists(), "nothing written for a bad config");
+
+    let (code, err) = normrl(&["train", "--config", "/no/such/file.toml"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot read config file /no/such/file.toml"),
+        "{err}"
+    );
+
+    let (code, err) = normrl(&[
+        "train",
+        "--config",
+        "configs/cartpole.toml",
+        "--set",
+        "norm.kind=nope",
+        "--run-dir",
+        run_s,
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("weight_norm"), "{err}");
+
+    // An unwritable run directory (a path under a regular file).
+    let blocker = dir.join("file");
+    std::fs::write(&blocker, "").unwrap();
+    let bad_run = blocker.join("run");
+    let (code, err) = normrl(&[
+        "train",
+        "--config",
+        "configs/cartpole.toml",
+        "--run-dir",
+        bad_run.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot create"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,121 @@
+//! Training runs end to end: determinism, resume, run-directory contents.
+
+use std::path::{Path, PathBuf};
+
+use normrl::config::TrainConfig;
+use normrl::train::Trainer;
+
+fn small_config(norm: &str) -> TrainConfig {
+    let overrides: Vec<String> = [
+        format!("norm.kind={norm}"),
+        "run.total_steps=3000".into(),
+        "replay.learning_starts=500".into(),
+        "replay.batch_size=16".into(),
+        "replay.sampler={type=\"sequential\"}".into(),
+        "eval.interval=1000".into(),
+        "eval.episodes=3".into(),
+        "checkpoint.interval=1000".into(),
+        "logging.progress=false".into(),
+        "logging.layer_stats_interval=1000".into(),
+        "dqn.target_update={type=\"hard\",every=200}".into(),
+    ]
+    .to_vec();
+    TrainConfig::load(Path::new("configs/cartpole.toml"), &overrides).unwrap()
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("normrl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn weights(run: &Path) -> Vec<(String, Vec<f32>)> {
+    let dir = normrl::checkpoint::latest(run).unwrap().unwrap();
+    let map = normrl::checkpoint::load_tensors(&dir, "online", &candle_core::Device::Cpu).unwrap();
+    let mut v: Vec<_> = map
+        .into_iter()
+        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[test]
+fn same_seed_same_run_and_resume_equals_uninterrupted() {
+    let config = small_config("wn_mean_only_bn");
+    let a = temp("run-a");
+    let b = temp("run-b");
+    let c = temp("run-c");
+    let full = Trainer::new(config.clone(), &a)
+        .unwrap()
+        .run(None)
+        .unwrap()
+        .unwrap();
+    let again = Trainer::new(config.clone(), &b)
+        .unwrap()
+        .run(None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(full.train_curve, again.train_curve);
+    assert_eq!(full.eval_curve, again.eval_curve);
+    assert_eq!(weights(&a), weights(&b));
+
+    // Stop mid-episode at 1700 steps, resume in a fresh trainer.
+    assert!(Trainer::new(config.clone(), &c)
+        .unwrap()
+        .run(Some(1700))
+        .unwrap()
+        .is_none());
+    let resumed = Trainer::resume(&c).unwrap().run(None).unwrap().unwrap();
+    assert_eq!(resumed.train_curve, full.train_curve);
+    assert_eq!(resumed.eval_curve, full.eval_curve);
+    assert_eq!(resumed.updates, full.updates);
+    assert_eq!(weights(&c), weights(&a));
+    assert!(full.episodes > 10 && full.updates == 2500);
+
+    // The run directory: config, summary, one checkpoint, TensorBoard events.
+    let names: Vec<String> = std::fs::read_dir(&a)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.contains(&"config.toml".to_string()));
+    assert!(names.contains(&"summary.json".to_string()));
+    assert!(names.iter().any(|n| n.starts_with("events.out.tfevents.")));
+    let ckpts: Vec<_> = std::fs::read_dir(a.join("checkpoints")).unwrap().collect();
+    assert_eq!(ckpts.len(), 2, "one checkpoint and the latest pointer");
+    // A finished run refuses to be overwritten.
+    let err = Trainer::new(config, &a).err().unwrap().to_string();
+    assert!(err.contains("already holds a run"), "{err}");
+    for d in [a, b, c] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn every_normalization_trains_without_error() {
+    for norm in [
+        "none",
+        "weight_norm",
+        "wn_mean_only_bn",
+        "batch_norm",
+        "layer_norm",
+        "svb",
+        "bbn",
+    ] {
+        let mut config = small_config(norm);
+        config.run.total_steps = 1200;
+        config.norm.svb_interval = 50;
+        config.replay.batch_size = 4;
+        let dir = temp(&format!("norm-{norm}"));
+        let summary = Trainer::new(config, &dir)
+            .unwrap()
+            .run(None)
+            .unwrap()
+            .unwrap();
+        assert!(
+            summary.final_eval_return.is_finite() && summary.final_eval_return >= 8.0,
+            "{norm}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
