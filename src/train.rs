@@ -303,7 +303,8 @@ impl Trainer {
             } else {
                 std::mem::swap(&mut self.obs, &mut self.next_obs);
             }
-            if self.step > cfg.replay.learning_starts && every(self.step, cfg.replay.train_frequency)
+            if self.step > cfg.replay.learning_starts
+                && every(self.step, cfg.replay.train_frequency)
             {
                 for _ in 0..cfg.replay.gradient_steps {
                     self.replay.sample(
@@ -325,8 +326,7 @@ impl Trainer {
                 let recent = mean(self.recent_returns.iter().copied());
                 progress.update(self.step, sps, recent);
             }
-            if every(self.step, cfg.logging.layer_stats_interval)
-            {
+            if every(self.step, cfg.logging.layer_stats_interval) {
                 self.log_layer_stats()?;
             }
             if every(self.step, cfg.eval.interval) && self.step < total {
@@ -335,9 +335,7 @@ impl Trainer {
                 self.eval_curve.push((self.step, ret));
                 self.tb.scalar("eval/episodic_return", ret, self.step);
             }
-            if every(self.step, cfg.checkpoint.interval)
-                && self.step < total
-            {
+            if every(self.step, cfg.checkpoint.interval) && self.step < total {
                 self.save_checkpoint(start.elapsed().as_secs_f64())?;
                 self.tb.flush();
             }

@@ -758,3 +758,33 @@ fn target_copy_includes_running_statistics() {
     assert_eq!(rm(&online), rm(&target));
     assert!(rm(&target).iter().any(|v| v.abs() > 0.01));
 }
+
+#[test]
+fn fused_weight_norm_equals_unfused_reference() {
+    for (kernel, x_shape) in [linear(), conv()] {
+        let mut rng = InitRng::new(12);
+        let mut store = ParamStore::new(DEV);
+        let v = rng.normal(kernel.weight_shape(), 0.4, &DEV).unwrap();
+        let g = rng.normal(kernel.units(), 1.0, &DEV).unwrap();
+        let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
+        let x = rng.normal(x_shape, 1.0, &DEV).unwrap();
+        let v_t = store.get("l.v").unwrap().var.as_tensor().clone();
+        let g_t = store.get("l.g").unwrap().var.as_tensor().clone();
+        let mut grads = vec![];
+        let mut outputs = vec![];
+        for fused in [true, false] {
+            let w = if fused {
+                wn.weight().unwrap()
+            } else {
+                wn.weight_reference().unwrap()
+            };
+            let y = kernel.apply(&x, &w).unwrap();
+            let g = loss_of(&y, &mut InitRng::new(4)).backward().unwrap();
+            grads.push((g.get(&v_t).unwrap().clone(), g.get(&g_t).unwrap().clone()));
+            outputs.push(w);
+        }
+        assert!(rel_err(&outputs[0], &outputs[1]) < 1e-6);
+        assert!(rel_err(&grads[0].0, &grads[1].0) < 1e-5, "dL/dv");
+        assert!(rel_err(&grads[0].1, &grads[1].1) < 1e-5, "dL/dg");
+    }
+}

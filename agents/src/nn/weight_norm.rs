@@ -27,7 +27,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use candle_core::{Result, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor, Var};
 
 use super::{Group, Kernel, ParamStore};
 
@@ -85,8 +85,25 @@ impl WeightNorm {
         v.broadcast_div(&norm)?.reshape(self.kernel.weight_shape())
     }
 
-    /// `w = g * v / ||v||`, differentiable with respect to `g` and `v`.
+    /// `w = g * v / ||v||`, differentiable with respect to `g` and `v`. On the CPU one
+    /// fused op computes it and its closed-form backward; elsewhere (and in
+    /// [`Self::weight_reference`]) tensor ops do.
     pub fn weight(&self) -> Result<Tensor> {
+        if self.v.device().is_cpu() {
+            let v = self.v.as_tensor();
+            return v.apply_op2(
+                self.g.as_tensor(),
+                FusedWeightNorm {
+                    units: self.kernel.units(),
+                },
+            );
+        }
+        self.weight_reference()
+    }
+
+    /// `w` from unfused tensor ops (autodiff through each), the reference the fused
+    /// path is tested against.
+    pub fn weight_reference(&self) -> Result<Tensor> {
         let units = self.kernel.units();
         let dir = self.direction()?.reshape((units, ()))?;
         let g = self.g.as_tensor().reshape((units, 1))?;
@@ -115,5 +132,89 @@ impl WeightNorm {
     /// Sets `g` (after data-dependent initialization).
     pub fn set_gain(&self, g: &Tensor) -> Result<()> {
         self.g.set(&g.reshape(self.kernel.units())?)
+    }
+}
+
+/// `w = g * v / ||v||` per unit in one pass, with the paper's closed-form gradients.
+struct FusedWeightNorm {
+    units: usize,
+}
+
+fn cpu_f32<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        _ => candle_core::bail!("fused weight norm needs contiguous f32 tensors"),
+    }
+}
+
+impl FusedWeightNorm {
+    /// `(1 / ||v_i||)` per unit.
+    fn inverse_norms(&self, v: &[f32]) -> Vec<f32> {
+        let n = v.len() / self.units;
+        v.chunks_exact(n)
+            .map(|row| 1.0 / row.iter().map(|x| x * x).sum::<f32>().sqrt())
+            .collect()
+    }
+}
+
+impl CustomOp2 for FusedWeightNorm {
+    fn name(&self) -> &'static str {
+        "fused-weight-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (v, g) = (cpu_f32(s1, l1)?, cpu_f32(s2, l2)?);
+        let n = v.len() / self.units;
+        let inv = self.inverse_norms(v);
+        let mut w = Vec::with_capacity(v.len());
+        for (i, row) in v.chunks_exact(n).enumerate() {
+            let scale = g[i] * inv[i];
+            w.extend(row.iter().map(|x| x * scale));
+        }
+        Ok((CpuStorage::F32(w), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        v: &Tensor,
+        g: &Tensor,
+        _w: &Tensor,
+        dw: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let dw = dw.contiguous()?;
+        let (v_s, v_l) = v.storage_and_layout();
+        let (g_s, g_l) = g.storage_and_layout();
+        let (dw_s, dw_l) = dw.storage_and_layout();
+        let (Storage::Cpu(v_c), Storage::Cpu(g_c), Storage::Cpu(dw_c)) = (&*v_s, &*g_s, &*dw_s)
+        else {
+            candle_core::bail!("fused weight norm runs on the CPU only");
+        };
+        let (vv, gv, dwv) = (cpu_f32(v_c, v_l)?, cpu_f32(g_c, g_l)?, cpu_f32(dw_c, dw_l)?);
+        let n = vv.len() / self.units;
+        let inv = self.inverse_norms(vv);
+        let mut dv = Vec::with_capacity(vv.len());
+        let mut dg = Vec::with_capacity(self.units);
+        for i in 0..self.units {
+            let (row, drow) = (&vv[i * n..(i + 1) * n], &dwv[i * n..(i + 1) * n]);
+            // dL/dg = dL/dw . v/||v||
+            let dgi = row.iter().zip(drow).map(|(a, b)| a * b).sum::<f32>() * inv[i];
+            // dL/dv = g/||v|| (dL/dw - dL/dg v/||v||)
+            let scale = gv[i] * inv[i];
+            dv.extend(
+                row.iter()
+                    .zip(drow)
+                    .map(|(a, d)| scale * (d - dgi * a * inv[i])),
+            );
+            dg.push(dgi);
+        }
+        let dv = Tensor::from_vec(dv, v.shape(), v.device())?;
+        let dg = Tensor::from_vec(dg, g.shape(), g.device())?;
+        Ok((Some(dv), Some(dg)))
     }
 }
