@@ -10,6 +10,36 @@ use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 
 const DEV: Device = Device::Cpu;
 
+fn minatar_net(norm: &NormConfig, seed: u64) -> QNetwork {
+    QNetwork::new(
+        &QNetworkConfig::minatar_cnn(),
+        norm,
+        &[4, 10, 10],
+        6,
+        seed,
+        &DEV,
+    )
+    .unwrap()
+}
+
+trait MaxAbs {
+    fn max_abs(&self) -> f32;
+}
+
+impl MaxAbs for Tensor {
+    /// The largest absolute value.
+    fn max_abs(&self) -> f32 {
+        self.abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    }
+}
+
 fn linear() -> (Kernel, Vec<usize>) {
     (Kernel::Linear { n_in: 7, n_out: 5 }, vec![16, 7])
 }
@@ -189,15 +219,7 @@ fn data_dependent_init_standardizes_pre_activations() {
 #[test]
 fn data_dependent_init_runs_layer_by_layer_through_a_network() {
     let norm = config(NormKind::WeightNorm);
-    let net = QNetwork::new(
-        &QNetworkConfig::minatar_cnn(),
-        &norm,
-        &[4, 10, 10],
-        6,
-        2,
-        &DEV,
-    )
-    .unwrap();
+    let net = minatar_net(&norm, 2);
     let x = InitRng::new(9)
         .normal((32, 4, 10, 10), 1.0, &DEV)
         .unwrap()
@@ -213,25 +235,8 @@ fn data_dependent_init_runs_layer_by_layer_through_a_network() {
         }
         let t = layer.pre_activation(&h, Mode::Train).unwrap();
         let (mean, var) = unit_moments(&t).unwrap();
-        let worst_mean = mean
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        let worst_std = (var.sqrt().unwrap() - 1.0)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let worst_mean = mean.max_abs();
+        let worst_std = (var.sqrt().unwrap() - 1.0).unwrap().max_abs();
         assert!(
             worst_mean < 1e-4 && worst_std < 1e-4,
             "{}: {worst_mean} {worst_std}",
@@ -297,30 +302,8 @@ fn batch_norm_train_and_eval_semantics() {
         let x = (rng.normal(x_shape.clone(), 3.0, &DEV).unwrap() - 2.0).unwrap();
         let train = layer.pre_activation(&x, Mode::Train).unwrap();
         let (mean, var) = unit_moments(&train).unwrap();
-        assert!(
-            mean.abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap()
-                < 1e-5
-        );
-        assert!(
-            (var - 1.0)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap()
-                < 1e-3
-        );
+        assert!(mean.max_abs() < 1e-5);
+        assert!((var - 1.0).unwrap().max_abs() < 1e-3);
         // With momentum 1 the running stats are this batch's (variance unbiased), so
         // eval differs from train by exactly the n/(n-1) factor.
         let eval = layer.pre_activation(&x, Mode::Eval).unwrap();
@@ -459,15 +442,7 @@ fn svb_projects_singular_values_into_bounds() {
         svb_interval: 5,
         ..Default::default()
     };
-    let net = QNetwork::new(
-        &QNetworkConfig::minatar_cnn(),
-        &cfg,
-        &[4, 10, 10],
-        6,
-        0,
-        &DEV,
-    )
-    .unwrap();
+    let net = minatar_net(&cfg, 0);
     for s in all_singular_values(&net) {
         assert!((s - 1.0).abs() < 1e-4, "orthogonal init: {s}");
     }
