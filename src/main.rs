@@ -4,6 +4,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+// Small networks allocate and free the same tensor sizes every update; glibc returns
+// large blocks to the OS each time (page faults on every reuse), mimalloc keeps them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = normrl::cli::Cli::parse();
     match normrl::cli::run(cli) {

@@ -763,3 +763,95 @@ fn fused_weight_norm_equals_unfused_reference() {
         assert!(rel_err(&grads[0].1, &grads[1].1) < 1e-5, "dL/dg");
     }
 }
+
+#[test]
+fn data_convolution_equals_candle_conv2d_in_values_and_weight_gradients() {
+    for (c_in, c_out, k, stride, side) in [(4, 16, 3, 1, 10), (4, 8, 8, 4, 36), (3, 5, 2, 2, 7)] {
+        let kernel = Kernel::Conv2d {
+            c_in,
+            c_out,
+            k,
+            stride,
+            padding: 0,
+        };
+        let mut rng = InitRng::new(21);
+        let x = rng.normal((5, c_in, side, side), 1.0, &DEV).unwrap();
+        let w = Var::from_tensor(&rng.normal(kernel.weight_shape(), 0.3, &DEV).unwrap()).unwrap();
+        let mut results = vec![];
+        for fused in [true, false] {
+            let y = if fused {
+                kernel.apply(&x, w.as_tensor()).unwrap()
+            } else {
+                kernel.apply_reference(&x, w.as_tensor()).unwrap()
+            };
+            let grads = loss_of(&y, &mut InitRng::new(2)).backward().unwrap();
+            results.push((y, grads.get(w.as_tensor()).unwrap().clone()));
+        }
+        assert_eq!(results[0].0.dims(), results[1].0.dims());
+        assert!(
+            rel_err(&results[0].0, &results[1].0) < 1e-5,
+            "values k={k} s={stride}"
+        );
+        assert!(
+            rel_err(&results[0].1, &results[1].1) < 1e-5,
+            "weight gradients k={k} s={stride}"
+        );
+    }
+}
+
+#[test]
+fn fused_bias_and_relu_equal_tensor_ops() {
+    use normrl_agents::nn::fused;
+    for shape in [vec![6, 5], vec![4, 3, 5, 5]] {
+        let mut rng = InitRng::new(31);
+        let t = Var::from_tensor(&rng.normal(shape.clone(), 1.0, &DEV).unwrap()).unwrap();
+        let b = Var::from_tensor(&rng.normal(shape[1], 1.0, &DEV).unwrap()).unwrap();
+        let mut results = vec![];
+        for fused_path in [true, false] {
+            let y = if fused_path {
+                fused::relu(&fused::add_unit_bias(t.as_tensor(), b.as_tensor()).unwrap()).unwrap()
+            } else {
+                fused::add_unit_bias_reference(t.as_tensor(), b.as_tensor())
+                    .unwrap()
+                    .relu()
+                    .unwrap()
+            };
+            let grads = loss_of(&y, &mut InitRng::new(3)).backward().unwrap();
+            results.push((
+                y,
+                grads.get(t.as_tensor()).unwrap().clone(),
+                grads.get(b.as_tensor()).unwrap().clone(),
+            ));
+        }
+        assert!(rel_err(&results[0].0, &results[1].0) < 1e-6);
+        assert!(rel_err(&results[0].1, &results[1].1) < 1e-6);
+        assert!(rel_err(&results[0].2, &results[1].2) < 1e-5);
+    }
+}
+
+#[test]
+fn linear_op_equals_candle_matmul_in_values_and_gradients() {
+    let kernel = Kernel::Linear { n_in: 9, n_out: 4 };
+    let mut rng = InitRng::new(41);
+    let x = Var::from_tensor(&rng.normal((6, 9), 1.0, &DEV).unwrap()).unwrap();
+    let w = Var::from_tensor(&rng.normal((4, 9), 1.0, &DEV).unwrap()).unwrap();
+    let mut results = vec![];
+    for fused in [true, false] {
+        let y = if fused {
+            kernel.apply(x.as_tensor(), w.as_tensor()).unwrap()
+        } else {
+            kernel
+                .apply_reference(x.as_tensor(), w.as_tensor())
+                .unwrap()
+        };
+        let grads = loss_of(&y, &mut InitRng::new(5)).backward().unwrap();
+        results.push((
+            y,
+            grads.get(x.as_tensor()).unwrap().clone(),
+            grads.get(w.as_tensor()).unwrap().clone(),
+        ));
+    }
+    assert!(rel_err(&results[0].0, &results[1].0) < 1e-6);
+    assert!(rel_err(&results[0].1, &results[1].1) < 1e-6, "dx");
+    assert!(rel_err(&results[0].2, &results[1].2) < 1e-6, "dW");
+}

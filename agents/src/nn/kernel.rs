@@ -11,6 +11,9 @@
 
 use candle_core::{Result, Tensor, D};
 
+use super::data_conv::DataConv2d;
+use super::linear_op::LinearOp;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
     /// `x: [B, n_in] -> [B, n_out]`.
@@ -68,10 +71,34 @@ impl Kernel {
     /// `W x` for a weight of [`Self::weight_shape`].
     pub fn apply(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         match *self {
-            Kernel::Linear { .. } => x.matmul(&w.t()?),
+            Kernel::Linear { .. } => {
+                if x.device().is_cpu() {
+                    x.contiguous()?.apply_op2(&w.contiguous()?, LinearOp)
+                } else {
+                    x.matmul(&w.t()?)
+                }
+            }
+            Kernel::Conv2d {
+                k, stride, padding, ..
+            } => {
+                if x.device().is_cpu() && !x.track_op() && padding == 0 {
+                    x.contiguous()?
+                        .apply_op2(&w.contiguous()?, DataConv2d { k, stride })
+                } else {
+                    x.conv2d(w, padding, stride, 1, 1)
+                }
+            }
+        }
+    }
+
+    /// `W x` through candle's own matmul and convolution (the reference the fused
+    /// linear op and the data convolution are tested against).
+    pub fn apply_reference(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        match *self {
             Kernel::Conv2d {
                 stride, padding, ..
             } => x.conv2d(w, padding, stride, 1, 1),
+            Kernel::Linear { .. } => x.matmul(&w.t()?),
         }
     }
 

@@ -4,6 +4,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::fused;
 use super::init::InitRng;
 use super::kernel::unit_moments;
 use super::{
@@ -234,7 +235,7 @@ impl NormLayer {
 
     fn add_bias(&self, t: Tensor) -> Result<Tensor> {
         match &self.bias {
-            Some(b) => t.broadcast_add(&b.as_tensor().reshape(self.kernel.unit_shape())?),
+            Some(b) => fused::add_unit_bias(&t, b.as_tensor()),
             None => Ok(t),
         }
     }
@@ -253,7 +254,7 @@ impl NormLayer {
     pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
         let y = self.pre_activation(x, mode)?;
         if self.relu {
-            y.relu()
+            fused::relu(&y)
         } else {
             Ok(y)
         }

@@ -3,10 +3,13 @@
 
 mod batch_norm;
 mod config;
+mod data_conv;
+pub mod fused;
 pub mod init;
 mod kernel;
 mod layer;
 mod layer_norm;
+mod linear_op;
 mod mean_only_bn;
 mod params;
 mod qnet;
