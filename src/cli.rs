@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{bench_cmd, env_cmd, train_cmd};
+use crate::{bench_cmd, compare_cmd, env_cmd, train_cmd};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,6 +21,10 @@ pub enum Command {
     Train(train_cmd::TrainArgs),
     /// Evaluate a saved agent.
     Eval(train_cmd::EvalArgs),
+    /// Run a comparison grid (normalizations x batch sizes x samplers x envs x seeds).
+    Compare(compare_cmd::CompareArgs),
+    /// Aggregate finished runs into a report with statistics and plots.
+    Report(compare_cmd::ReportArgs),
     /// Benchmark updates, acting, replay sampling and end-to-end training.
     Bench(bench_cmd::BenchArgs),
     /// Work with environments directly: roll out a policy, benchmark stepping.
@@ -45,6 +49,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Train(args) => train_cmd::train(&args),
         Command::Eval(args) => train_cmd::eval(&args),
         Command::Bench(args) => bench_cmd::bench(&args),
+        Command::Compare(args) => compare_cmd::compare(&args),
+        Command::Report(args) => compare_cmd::report(&args),
         Command::Env { command } => match command {
             EnvCommand::Rollout(args) => env_cmd::rollout(&args),
             EnvCommand::Bench(args) => env_cmd::bench(&args),

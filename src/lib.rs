@@ -8,9 +8,14 @@
 mod bench_cmd;
 pub mod checkpoint;
 pub mod cli;
+pub mod compare;
+mod compare_cmd;
 pub mod config;
 mod env_cmd;
+mod plots;
 mod progress;
+pub mod report;
+pub mod stats;
 pub mod tensorboard;
 pub mod train;
 mod train_cmd;

@@ -1,0 +1,398 @@
+//! Comparison configs: a base training config plus axes to sweep (normalizations x
+//! batch sizes x samplers x environments x seeds, and named variants), expanded into
+//! runs that execute in parallel, resume after interruption, and split into shards.
+//!
+//! ```
+//! use normrl::compare::CompareConfig;
+//!
+//! let text = r#"
+//! name = "demo"
+//! seeds = 2
+//! [axes]
+//! norm = ["none", "weight_norm"]
+//! batch_size = [4, 32]
+//! "#;
+//! let config = CompareConfig::from_toml_str(text, std::path::Path::new(".")).unwrap();
+//! let runs = config.expand().unwrap();
+//! assert_eq!(runs.len(), 2 * 2 * 2);
+//! assert_eq!(runs[0].variant, "none-b4");
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::config::TrainConfig;
+use crate::train::{set_threads, Trainer};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Seeds {
+    Count(u64),
+    List(Vec<u64>),
+}
+
+/// A named set of overrides, one more axis of the grid.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    #[serde(default)]
+    pub set: BTreeMap<String, toml::Value>,
+}
+
+/// Random and reference scores of one environment, for normalized scores.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreRange {
+    pub random: f64,
+    pub reference: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReportConfig {
+    /// The variant the others are compared with (probability of improvement).
+    pub baseline: Option<String>,
+    /// Return that counts as solved, for steps-to-threshold (per environment id).
+    pub thresholds: BTreeMap<String, f64>,
+    /// Score ranges per environment id; missing ones use built-in random scores and
+    /// the best variant's mean as the reference.
+    pub scores: BTreeMap<String, ScoreRange>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompareConfig {
+    /// Names the experiment: runs go to `runs/<name>/`.
+    pub name: String,
+    /// The training config every run starts from, relative to this file.
+    #[serde(default)]
+    pub base: Option<PathBuf>,
+    #[serde(default = "default_seeds")]
+    pub seeds: Seeds,
+    /// Overrides applied to every run (`"key.path" = value`).
+    #[serde(default)]
+    pub set: BTreeMap<String, toml::Value>,
+    /// Values to sweep. Short names: `norm`, `batch_size`, `sampler`, `env`; any
+    /// dotted config key works too.
+    #[serde(default)]
+    pub axes: toml::Table,
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+    #[serde(default)]
+    pub report: ReportConfig,
+    #[serde(skip)]
+    base_text: String,
+}
+
+fn default_seeds() -> Seeds {
+    Seeds::Count(3)
+}
+
+/// One run of the grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRun {
+    pub env: String,
+    pub variant: String,
+    pub seed: u64,
+    pub overrides: Vec<String>,
+    /// `<env>/<variant>/seed-<k>` below the experiment directory.
+    pub rel_dir: PathBuf,
+}
+
+fn full_key(axis: &str) -> &str {
+    match axis {
+        "norm" => "norm.kind",
+        "batch_size" => "replay.batch_size",
+        "sampler" => "replay.sampler",
+        "env" => "env.id",
+        other => other,
+    }
+}
+
+/// A short, directory-safe label for one axis value.
+fn label(axis: &str, value: &toml::Value) -> String {
+    let raw = match (axis, value) {
+        (_, toml::Value::String(s)) => s.clone(),
+        ("batch_size", v) => format!("b{v}"),
+        (_, toml::Value::Table(t)) => t
+            .get("type")
+            .map(|t| t.to_string().trim_matches('"').to_string())
+            .unwrap_or_else(|| value.to_string()),
+        (axis, v) => format!("{}{v}", axis.rsplit('.').next().unwrap_or(axis)),
+    };
+    sanitize(&raw)
+}
+
+pub fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect::<String>()
+        .trim_matches('_')
+        .to_string()
+}
+
+fn assignment(key: &str, value: &toml::Value) -> String {
+    format!("{}={}", full_key(key), value)
+}
+
+impl CompareConfig {
+    pub fn from_toml_str(text: &str, dir: &Path) -> Result<Self> {
+        let table: toml::Table =
+            toml::from_str(text).context("the comparison is not valid TOML")?;
+        let mut config: CompareConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "invalid value for '{}': {}",
+                    e.path(),
+                    e.inner().message().trim()
+                )
+            })?;
+        if let Some(base) = &config.base {
+            let path = dir.join(base);
+            config.base_text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read the base config {}", path.display()))?;
+        }
+        if config.name.is_empty() || sanitize(&config.name) != config.name {
+            bail!(
+                "name = '{}' must be non-empty and use only letters, digits, '.', '-', '_'",
+                config.name
+            );
+        }
+        if let Seeds::Count(0) = config.seeds {
+            bail!("seeds must be a positive count or a list of seeds");
+        }
+        Ok(config)
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read comparison {}", path.display()))?;
+        Self::from_toml_str(&text, path.parent().unwrap_or(Path::new(".")))
+            .with_context(|| format!("in comparison {}", path.display()))
+    }
+
+    fn seeds(&self) -> Vec<u64> {
+        match &self.seeds {
+            Seeds::Count(n) => (1..=*n).collect(),
+            Seeds::List(v) => v.clone(),
+        }
+    }
+
+    /// Every run of the grid, each validated as a training config.
+    pub fn expand(&self) -> Result<Vec<PlannedRun>> {
+        let common: Vec<String> = self.set.iter().map(|(k, v)| assignment(k, v)).collect();
+        let axis_values = |axis: &str, value: &toml::Value| -> Result<Vec<toml::Value>> {
+            match value.as_array() {
+                Some(values) if !values.is_empty() => Ok(values.clone()),
+                _ => bail!("axes.{axis} must be a non-empty list of values"),
+            }
+        };
+        let envs: Vec<Option<toml::Value>> = match self.axes.get("env") {
+            Some(values) => axis_values("env", values)?.into_iter().map(Some).collect(),
+            None => vec![None],
+        };
+        // The grid of the other axes, in the order the file gives them.
+        let mut combos: Vec<(Vec<String>, Vec<String>)> = vec![(vec![], vec![])];
+        for (axis, values) in self.axes.iter().filter(|(a, _)| a.as_str() != "env") {
+            let values = axis_values(axis, values)?;
+            combos = combos
+                .into_iter()
+                .flat_map(|(labels, sets)| {
+                    values.clone().into_iter().map(move |v| {
+                        let v = &v;
+                        let mut l = labels.clone();
+                        l.push(label(axis, v));
+                        let mut s = sets.clone();
+                        s.push(assignment(axis, v));
+                        (l, s)
+                    })
+                })
+                .collect();
+        }
+        if !self.variants.is_empty() {
+            combos = combos
+                .into_iter()
+                .flat_map(|(labels, sets)| {
+                    self.variants.iter().map(move |variant| {
+                        let mut l = labels.clone();
+                        l.push(sanitize(&variant.name));
+                        let mut s = sets.clone();
+                        s.extend(variant.set.iter().map(|(k, v)| assignment(k, v)));
+                        (l, s)
+                    })
+                })
+                .collect();
+        }
+        let mut runs = vec![];
+        for env in &envs {
+            for (labels, sets) in &combos {
+                for seed in self.seeds() {
+                    let mut overrides = common.clone();
+                    if let Some(e) = env {
+                        overrides.push(assignment("env", e));
+                    }
+                    overrides.extend(sets.iter().cloned());
+                    overrides.push(format!("run.seed={seed}"));
+                    overrides.push("logging.progress=false".into());
+                    let config = TrainConfig::from_toml_str(&self.base_text, &overrides)
+                        .with_context(|| format!("variant {}", labels.join("-")))?;
+                    let variant = if labels.is_empty() {
+                        "base".to_string()
+                    } else {
+                        labels.join("-")
+                    };
+                    let env_id = config.env.id.clone();
+                    runs.push(PlannedRun {
+                        rel_dir: PathBuf::from(sanitize(&env_id))
+                            .join(&variant)
+                            .join(format!("seed-{seed}")),
+                        env: env_id,
+                        variant,
+                        seed,
+                        overrides,
+                    });
+                }
+            }
+        }
+        Ok(runs)
+    }
+
+    pub fn config_for(&self, run: &PlannedRun) -> Result<TrainConfig> {
+        TrainConfig::from_toml_str(&self.base_text, &run.overrides)
+    }
+}
+
+/// `i/n`: this machine runs every n-th run, starting at run i (0-based).
+pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let parsed = s
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+    match parsed {
+        Some((i, n)) if n > 0 && i < n => Ok((i, n)),
+        _ => bail!("--shard '{s}': expected i/n with 0 <= i < n, e.g. 0/4"),
+    }
+}
+
+/// Rough single-thread environment steps per second, measured on a 2-core x86 VM
+/// (`normrl bench train`), for the plan's cost estimate.
+fn estimated_sps(config: &TrainConfig) -> f64 {
+    use normrl_agents::nn::Architecture;
+    let per_update = match config.network.architecture {
+        Architecture::Mlp { .. } => 5_000.0,
+        Architecture::MinatarCnn => 450.0,
+        Architecture::NatureCnn => 15.0,
+    };
+    let updates_per_step =
+        config.replay.gradient_steps as f64 / config.replay.train_frequency as f64;
+    per_update / updates_per_step.max(0.05)
+        * (32.0 / config.replay.batch_size.max(1) as f64).clamp(0.5, 4.0)
+}
+
+/// Prints the plan: how many runs, how many steps, about how long.
+pub fn describe_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -> Result<String> {
+    let mut steps = 0u64;
+    let mut seconds = 0.0;
+    for run in runs {
+        let c = config.config_for(run)?;
+        steps += c.run.total_steps;
+        seconds += c.run.total_steps as f64 / estimated_sps(&c);
+    }
+    let variants: std::collections::BTreeSet<_> = runs.iter().map(|r| r.variant.as_str()).collect();
+    let envs: std::collections::BTreeSet<_> = runs.iter().map(|r| r.env.as_str()).collect();
+    let duration = |s: f64| {
+        if s < 7200.0 {
+            format!("{:.0} minutes", s / 60.0)
+        } else {
+            format!("{:.1} hours", s / 3600.0)
+        }
+    };
+    Ok(format!(
+        "comparison '{}': {} runs ({} environments x {} variants x {} seeds), {} environment steps; estimated {} of CPU time, {} with {jobs} jobs",
+        config.name,
+        runs.len(),
+        envs.len(),
+        variants.len(),
+        config.seeds().len(),
+        steps,
+        duration(seconds),
+        duration(seconds / jobs.max(1) as f64)
+    ))
+}
+
+/// Runs `runs` with `jobs` workers, each single-threaded: finished runs (with a
+/// `summary.json`) are skipped, interrupted ones resume from their checkpoint.
+pub fn execute(
+    config: &CompareConfig,
+    runs: &[PlannedRun],
+    root: &Path,
+    jobs: usize,
+) -> Result<usize> {
+    set_threads(1);
+    let next = AtomicUsize::new(0);
+    let errors = Mutex::new(Vec::new());
+    let done = AtomicUsize::new(0);
+    let skipped = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(run) = runs.get(i) else { break };
+                let dir = root.join(&run.rel_dir);
+                if dir.join("summary.json").exists() {
+                    skipped.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                let start = Instant::now();
+                let result = (|| -> Result<f64> {
+                    let mut trainer = if crate::checkpoint::latest(&dir)?.is_some() {
+                        Trainer::resume(&dir)?
+                    } else {
+                        Trainer::new(config.config_for(run)?, &dir)?
+                    };
+                    let summary = trainer.run(None)?.context("the run stopped early")?;
+                    Ok(summary.final_eval_return)
+                })();
+                let k = done.fetch_add(1, Ordering::SeqCst) + 1;
+                match result {
+                    Ok(ret) => eprintln!(
+                        "[{k}/{}] {} {} seed {}: final eval return {ret:.2} ({:.0} s)",
+                        runs.len(),
+                        run.env,
+                        run.variant,
+                        run.seed,
+                        start.elapsed().as_secs_f64()
+                    ),
+                    Err(e) => {
+                        eprintln!(
+                            "[{k}/{}] {} failed: {e:#}",
+                            runs.len(),
+                            run.rel_dir.display()
+                        );
+                        errors
+                            .lock()
+                            .expect("error list")
+                            .push(format!("{}: {e:#}", run.rel_dir.display()));
+                    }
+                }
+            });
+        }
+    });
+    let errors = errors.into_inner().expect("error list");
+    if !errors.is_empty() {
+        bail!("{} runs failed:\n{}", errors.len(), errors.join("\n"));
+    }
+    Ok(skipped.into_inner())
+}

@@ -1,0 +1,471 @@
+//! `normrl report`: aggregate statistics of finished runs (per environment and variant,
+//! and across environments on normalized scores), written as Markdown, CSV and JSON,
+//! with learning-curve, IQM and performance-profile charts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::checkpoint::write_atomic;
+use crate::compare::{sanitize, ReportConfig, ScoreRange};
+use crate::plots::{bar_chart, line_chart, Bar, Series};
+use crate::stats::{
+    aggregate_iqm, iqm, mean, normalize, performance_profile, probability_of_improvement,
+    stratified_bootstrap_ci,
+};
+use crate::train::RunSummary;
+
+const BOOTSTRAP_REPS: usize = 2_000;
+
+/// Mean return of a uniform random policy (measured with `normrl env rollout`, 2000
+/// episodes each), the default zero of normalized scores.
+fn random_score(env: &str) -> Option<f64> {
+    let base = env.split('?').next().unwrap_or(env);
+    Some(match base {
+        "classic/cartpole" => 22.0,
+        "minatar/breakout" => 0.54,
+        "minatar/asterix" => 0.50,
+        "minatar/freeway" => 0.0,
+        "minatar/seaquest" => 0.11,
+        "minatar/space_invaders" => 2.9,
+        _ => return None,
+    })
+}
+
+/// One finished run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRecord {
+    pub env: String,
+    pub variant: String,
+    pub seed: u64,
+    pub final_return: f64,
+    /// Mean of the evaluation curve: the normalized area under it.
+    pub auc: f64,
+    pub steps_to_threshold: Option<u64>,
+    pub wall_seconds: f64,
+    pub steps_per_second: f64,
+    #[serde(skip)]
+    pub eval_curve: Vec<(u64, f64)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantStats {
+    pub env: String,
+    pub variant: String,
+    pub runs: usize,
+    pub final_iqm: f64,
+    pub final_ci: (f64, f64),
+    pub final_mean: f64,
+    pub auc_iqm: f64,
+    pub auc_ci: (f64, f64),
+    pub median_steps_to_threshold: Option<u64>,
+    pub solved_runs: usize,
+    pub mean_wall_seconds: f64,
+    pub mean_steps_per_second: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AggregateStats {
+    pub variant: String,
+    pub normalized_iqm: f64,
+    pub normalized_ci: (f64, f64),
+    pub probability_of_improvement_over_baseline: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub baseline: Option<String>,
+    pub score_ranges: BTreeMap<String, ScoreRange>,
+    pub per_env: Vec<VariantStats>,
+    pub aggregate: Vec<AggregateStats>,
+    pub performance_profile_taus: Vec<f64>,
+    pub performance_profiles: BTreeMap<String, Vec<f64>>,
+    pub runs: Vec<RunRecord>,
+}
+
+/// Every `summary.json` below `roots` (several roots merge shards). The variant is the
+/// name of the directory above `seed-<k>`.
+pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Result<Vec<RunRecord>> {
+    let mut runs = vec![];
+    let mut stack: Vec<PathBuf> = roots.to_vec();
+    while let Some(dir) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir()
+                && path
+                    .file_name()
+                    .is_some_and(|n| n != "checkpoints" && n != "report")
+            {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "summary.json") {
+                let text = std::fs::read_to_string(&path)?;
+                let s: RunSummary = serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not a run summary", path.display()))?;
+                let variant = path
+                    .parent()
+                    .and_then(Path::parent)
+                    .and_then(Path::file_name)
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| s.norm.clone());
+                let threshold = thresholds.get(&s.env).copied();
+                let steps_to_threshold = threshold.and_then(|t| {
+                    s.eval_curve
+                        .iter()
+                        .find(|(_, r)| *r >= t)
+                        .map(|(step, _)| *step)
+                });
+                let returns: Vec<f64> = s.eval_curve.iter().map(|(_, r)| *r).collect();
+                runs.push(RunRecord {
+                    env: s.env.clone(),
+                    variant,
+                    seed: s.seed,
+                    final_return: s.final_eval_return,
+                    auc: mean(&returns),
+                    steps_to_threshold,
+                    wall_seconds: s.wall_seconds,
+                    steps_per_second: s.steps_per_second,
+                    eval_curve: s.eval_curve,
+                });
+            }
+        }
+    }
+    runs.sort_by(|a, b| (&a.env, &a.variant, a.seed).cmp(&(&b.env, &b.variant, b.seed)));
+    Ok(runs)
+}
+
+fn group(runs: &[RunRecord]) -> BTreeMap<(&str, &str), Vec<&RunRecord>> {
+    let mut g: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
+    for r in runs {
+        g.entry((r.env.as_str(), r.variant.as_str()))
+            .or_default()
+            .push(r);
+    }
+    g
+}
+
+pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
+    if runs.is_empty() {
+        bail!("no finished runs (summary.json) found");
+    }
+    let groups = group(&runs);
+    let envs: Vec<&str> = {
+        let mut e: Vec<&str> = runs.iter().map(|r| r.env.as_str()).collect();
+        e.dedup();
+        e
+    };
+    let variants: Vec<String> = {
+        let mut v: Vec<String> = runs.iter().map(|r| r.variant.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    if let Some(b) = &config.baseline {
+        if !variants.contains(b) {
+            bail!(
+                "baseline '{b}' is not among the variants: {}",
+                variants.join(", ")
+            );
+        }
+    }
+    let mut per_env = vec![];
+    for ((env, variant), rs) in &groups {
+        let finals: Vec<f64> = rs.iter().map(|r| r.final_return).collect();
+        let aucs: Vec<f64> = rs.iter().map(|r| r.auc).collect();
+        let mut solved: Vec<u64> = rs.iter().filter_map(|r| r.steps_to_threshold).collect();
+        solved.sort_unstable();
+        let stat = |t: &[Vec<f64>]| aggregate_iqm(t);
+        per_env.push(VariantStats {
+            env: env.to_string(),
+            variant: variant.to_string(),
+            runs: rs.len(),
+            final_iqm: iqm(&finals),
+            final_ci: stratified_bootstrap_ci(
+                std::slice::from_ref(&finals),
+                stat,
+                BOOTSTRAP_REPS,
+                0.95,
+                1,
+            ),
+            final_mean: mean(&finals),
+            auc_iqm: iqm(&aucs),
+            auc_ci: stratified_bootstrap_ci(
+                std::slice::from_ref(&aucs),
+                stat,
+                BOOTSTRAP_REPS,
+                0.95,
+                2,
+            ),
+            // The median over all runs, counting unsolved ones as never: shown only
+            // when at least half the runs got there.
+            median_steps_to_threshold: (solved.len() * 2 >= rs.len())
+                .then(|| solved[(rs.len() - 1) / 2])
+                .filter(|_| !solved.is_empty()),
+            solved_runs: solved.len(),
+            mean_wall_seconds: mean(&rs.iter().map(|r| r.wall_seconds).collect::<Vec<_>>()),
+            mean_steps_per_second: mean(&rs.iter().map(|r| r.steps_per_second).collect::<Vec<_>>()),
+        });
+    }
+    // Score ranges: configured, else the random-policy score and the best variant's
+    // mean final return in this comparison.
+    let mut ranges = BTreeMap::new();
+    for env in &envs {
+        let range = match config.scores.get(*env) {
+            Some(r) => *r,
+            None => {
+                let best = per_env
+                    .iter()
+                    .filter(|s| s.env == *env)
+                    .map(|s| s.final_mean)
+                    .fold(f64::MIN, f64::max);
+                let random = random_score(env).unwrap_or(0.0);
+                ScoreRange {
+                    random,
+                    reference: if best > random { best } else { random + 1.0 },
+                }
+            }
+        };
+        ranges.insert(env.to_string(), range);
+    }
+    let tasks_of = |variant: &str, normalized: bool| -> Vec<Vec<f64>> {
+        envs.iter()
+            .map(|env| {
+                let r = ranges[*env];
+                groups
+                    .get(&(*env, variant))
+                    .map(|rs| {
+                        rs.iter()
+                            .map(|x| {
+                                if normalized {
+                                    normalize(x.final_return, r.random, r.reference)
+                                } else {
+                                    x.final_return
+                                }
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    let taus: Vec<f64> = (0..=30).map(|i| i as f64 * 0.05).collect();
+    let mut aggregate = vec![];
+    let mut profiles = BTreeMap::new();
+    for v in &variants {
+        let tasks: Vec<Vec<f64>> = tasks_of(v, true)
+            .into_iter()
+            .filter(|t| !t.is_empty())
+            .collect();
+        let poi = config
+            .baseline
+            .as_ref()
+            .filter(|b| *b != v)
+            .map(|b| probability_of_improvement(&tasks_of(v, false), &tasks_of(b, false)));
+        aggregate.push(AggregateStats {
+            variant: v.clone(),
+            normalized_iqm: aggregate_iqm(&tasks),
+            normalized_ci: stratified_bootstrap_ci(&tasks, aggregate_iqm, BOOTSTRAP_REPS, 0.95, 3),
+            probability_of_improvement_over_baseline: poi,
+        });
+        profiles.insert(v.clone(), performance_profile(&tasks, &taus));
+    }
+    Ok(Report {
+        baseline: config.baseline.clone(),
+        score_ranges: ranges,
+        per_env,
+        aggregate,
+        performance_profile_taus: taus,
+        performance_profiles: profiles,
+        runs,
+    })
+}
+
+fn fmt_ci(v: f64, ci: (f64, f64)) -> String {
+    format!("{v:.2} [{:.2}, {:.2}]", ci.0, ci.1)
+}
+
+pub fn markdown(report: &Report) -> String {
+    let mut md = String::from("# Comparison report\n\n");
+    let _ = writeln!(
+        md,
+        "IQM = interquartile mean over seeds; intervals are 95% stratified-bootstrap confidence intervals ({BOOTSTRAP_REPS} resamples). Final = the last evaluation; AUC = the mean of the evaluation curve.\n"
+    );
+    md.push_str("## Per environment\n\n| env | variant | runs | final IQM [95% CI] | final mean | AUC IQM [95% CI] | steps to threshold (median) | wall s | steps/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    for s in &report.per_env {
+        let steps = s
+            .median_steps_to_threshold
+            .map(|v| format!("{v} ({}/{} runs)", s.solved_runs, s.runs))
+            .unwrap_or_else(|| format!("- ({}/{} runs)", s.solved_runs, s.runs));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} | {:.0} |",
+            s.env,
+            s.variant,
+            s.runs,
+            fmt_ci(s.final_iqm, s.final_ci),
+            s.final_mean,
+            fmt_ci(s.auc_iqm, s.auc_ci),
+            steps,
+            s.mean_wall_seconds,
+            s.mean_steps_per_second
+        );
+    }
+    md.push_str("\n## Across environments (normalized scores)\n\nScore ranges (normalized = (score - random) / (reference - random)):\n\n");
+    for (env, r) in &report.score_ranges {
+        let _ = writeln!(
+            md,
+            "- {env}: random {:.2}, reference {:.2}",
+            r.random, r.reference
+        );
+    }
+    let baseline = report.baseline.clone().unwrap_or_else(|| "-".into());
+    let _ = write!(
+        md,
+        "\n| variant | normalized IQM [95% CI] | P(improvement over {baseline}) |\n|---|---|---|\n"
+    );
+    for a in &report.aggregate {
+        let poi = a
+            .probability_of_improvement_over_baseline
+            .map(|p| format!("{p:.2}"))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            md,
+            "| {} | {} | {poi} |",
+            a.variant,
+            fmt_ci(a.normalized_iqm, a.normalized_ci)
+        );
+    }
+    md.push_str("\n## Plots\n\n- `aggregate_iqm.png`: normalized IQM per variant with 95% CIs\n- `performance_profile.png`: fraction of runs above each normalized score\n- `curves-<env>.png`: evaluation return over training, mean over seeds with a 95% bootstrap band\n");
+    md
+}
+
+fn csv_runs(report: &Report) -> String {
+    let mut csv = String::from(
+        "env,variant,seed,final_return,auc,steps_to_threshold,wall_seconds,steps_per_second\n",
+    );
+    for r in &report.runs {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{}",
+            r.env,
+            r.variant,
+            r.seed,
+            r.final_return,
+            r.auc,
+            r.steps_to_threshold
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+            r.wall_seconds,
+            r.steps_per_second
+        );
+    }
+    csv
+}
+
+fn curve_series(runs: &[&RunRecord], name: &str) -> Series {
+    let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for r in runs {
+        for &(s, v) in &r.eval_curve {
+            by_step.entry(s).or_default().push(v);
+        }
+    }
+    let points = by_step
+        .iter()
+        .map(|(&s, vals)| {
+            let (lo, hi) =
+                stratified_bootstrap_ci(std::slice::from_ref(vals), |t| mean(&t[0]), 500, 0.95, s);
+            (s as f64, mean(vals), lo, hi)
+        })
+        .collect();
+    Series {
+        name: name.to_string(),
+        points,
+    }
+}
+
+/// Writes report.md, runs.csv, summary.csv, report.json and the charts into `out`.
+pub fn write(report: &Report, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    write_atomic(&out.join("report.md"), markdown(report).as_bytes())?;
+    write_atomic(&out.join("runs.csv"), csv_runs(report).as_bytes())?;
+    let mut summary = String::from("env,variant,runs,final_iqm,final_ci_low,final_ci_high,final_mean,auc_iqm,auc_ci_low,auc_ci_high\n");
+    for s in &report.per_env {
+        let _ = writeln!(
+            summary,
+            "{},{},{},{},{},{},{},{},{},{}",
+            s.env,
+            s.variant,
+            s.runs,
+            s.final_iqm,
+            s.final_ci.0,
+            s.final_ci.1,
+            s.final_mean,
+            s.auc_iqm,
+            s.auc_ci.0,
+            s.auc_ci.1
+        );
+    }
+    write_atomic(&out.join("summary.csv"), summary.as_bytes())?;
+    write_atomic(
+        &out.join("report.json"),
+        serde_json::to_string_pretty(report)?.as_bytes(),
+    )?;
+    let groups = group(&report.runs);
+    let mut envs: Vec<&str> = report.runs.iter().map(|r| r.env.as_str()).collect();
+    envs.dedup();
+    for env in envs {
+        let series: Vec<Series> = groups
+            .iter()
+            .filter(|((e, _), _)| *e == env)
+            .map(|((_, v), rs)| curve_series(rs, v))
+            .collect();
+        line_chart(
+            &out.join(format!("curves-{}", sanitize(env))),
+            env,
+            "environment steps",
+            "evaluation return",
+            &series,
+        )?;
+    }
+    let bars: Vec<Bar> = report
+        .aggregate
+        .iter()
+        .map(|a| Bar {
+            name: a.variant.clone(),
+            value: a.normalized_iqm,
+            low: a.normalized_ci.0,
+            high: a.normalized_ci.1,
+        })
+        .collect();
+    bar_chart(
+        &out.join("aggregate_iqm"),
+        "normalized score IQM (95% CI)",
+        "normalized IQM",
+        &bars,
+    )?;
+    let profiles: Vec<Series> = report
+        .performance_profiles
+        .iter()
+        .map(|(v, fr)| Series {
+            name: v.clone(),
+            points: report
+                .performance_profile_taus
+                .iter()
+                .zip(fr)
+                .map(|(&t, &f)| (t, f, f, f))
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        &out.join("performance_profile"),
+        "performance profile",
+        "normalized score tau",
+        "fraction of runs > tau",
+        &profiles,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! A tiny comparison end to end: plan, parallel runs, report with CSV and plots, skip
+//! on re-run, shards merged by `normrl report`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn normrl(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn setup(name: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("normrl-compare-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
+    let config = dir.join("tiny.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"name = "tiny"
+base = "{}"
+seeds = 2
+[set]
+"run.total_steps" = 1500
+"replay.learning_starts" = 200
+"eval.interval" = 500
+"eval.episodes" = 2
+"checkpoint.interval" = 0
+[axes]
+norm = ["none", "weight_norm"]
+[report]
+baseline = "none"
+thresholds = {{ "classic/cartpole" = 30.0 }}
+"#,
+            base.display()
+        ),
+    )
+    .unwrap();
+    (dir, config)
+}
+
+fn csv_rows(path: &Path) -> usize {
+    std::fs::read_to_string(path).unwrap().lines().count() - 1
+}
+
+#[test]
+fn tiny_comparison_reports_and_skips_finished_runs() {
+    let (dir, config) = setup("full");
+    let runs = dir.join("runs");
+    let args = [
+        "compare",
+        "--config",
+        config.to_str().unwrap(),
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--jobs",
+        "2",
+    ];
+    let (code, out, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("4 runs (1 environments x 2 variants x 2 seeds)"),
+        "{err}"
+    );
+    assert!(
+        out.contains("| classic/cartpole | weight_norm | 2 |"),
+        "{out}"
+    );
+    let report = runs.join("report");
+    for file in [
+        "report.md",
+        "report.json",
+        "runs.csv",
+        "summary.csv",
+        "curves-classic_cartpole.png",
+        "curves-classic_cartpole.svg",
+        "aggregate_iqm.png",
+        "aggregate_iqm.svg",
+        "performance_profile.png",
+        "performance_profile.svg",
+    ] {
+        let meta =
+            std::fs::metadata(report.join(file)).unwrap_or_else(|_| panic!("missing {file}"));
+        assert!(meta.len() > 100, "{file} is nearly empty");
+    }
+    assert_eq!(csv_rows(&report.join("runs.csv")), 4);
+    assert_eq!(csv_rows(&report.join("summary.csv")), 2);
+    let png = std::fs::read(report.join("aggregate_iqm.png")).unwrap();
+    assert_eq!(&png[..4], b"\x89PNG");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report.join("report.json")).unwrap()).unwrap();
+    let wn = json["aggregate"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["variant"] == "weight_norm")
+        .unwrap();
+    let p = wn["probability_of_improvement_over_baseline"]
+        .as_f64()
+        .unwrap();
+    assert!((0.0..=1.0).contains(&p));
+
+    // Re-running skips every finished run.
+    let (code, _, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("4 runs were already finished and skipped"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn shards_split_the_grid_and_report_merges_them() {
+    let (dir, config) = setup("shards");
+    for shard in ["0/2", "1/2"] {
+        let runs = dir.join(format!("shard-{}", &shard[..1]));
+        let (code, _, err) = normrl(&[
+            "compare",
+            "--config",
+            config.to_str().unwrap(),
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--shard",
+            shard,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("2 of 4 runs"), "{err}");
+    }
+    let out_dir = dir.join("merged");
+    let (code, out, err) = normrl(&[
+        "report",
+        dir.join("shard-0").to_str().unwrap(),
+        dir.join("shard-1").to_str().unwrap(),
+        "--baseline",
+        "none",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(csv_rows(&out_dir.join("runs.csv")), 4);
+    assert!(out.contains("P(improvement over none)"));
+    let (code, _, err) = normrl(&[
+        "report",
+        dir.join("shard-0").to_str().unwrap(),
+        "--baseline",
+        "nope",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("baseline 'nope' is not among the variants"),
+        "{err}"
+    );
+    let (code, _, err) = normrl(&[
+        "compare",
+        "--config",
+        config.to_str().unwrap(),
+        "--shard",
+        "3/2",
+        "--dry-run",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("0 <= i < n"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
