@@ -14,6 +14,7 @@ pub struct Breakout {
     pub(crate) dir: (i32, i32),
     pub(crate) trail: (i32, i32),
     /// Bit `row * 10 + col` set where a brick stands.
+    #[serde(with = "super::mask_serde")]
     pub(crate) bricks: u128,
     pub(crate) strike: bool,
     pub(crate) terminal: bool,

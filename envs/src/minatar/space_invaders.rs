@@ -40,8 +40,11 @@ pub struct SpaceInvaders {
     pub(crate) ramping: bool,
     pub(crate) cannon: i32,
     /// Bit `row * 10 + col` per grid.
+    #[serde(with = "super::mask_serde")]
     pub(crate) aliens: u128,
+    #[serde(with = "super::mask_serde")]
     pub(crate) player_bullets: u128,
+    #[serde(with = "super::mask_serde")]
     pub(crate) enemy_bullets: u128,
     pub(crate) moving_left: bool,
     pub(crate) move_interval: u32,
