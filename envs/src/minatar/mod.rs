@@ -44,8 +44,18 @@ pub(crate) mod mask_serde {
         s.serialize_str(&mask.to_string())
     }
 
+    /// Also reads plain numbers, which states saved before this format hold.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
-        String::deserialize(d)?.parse().map_err(D::Error::custom)
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Mask {
+            Text(String),
+            Number(u64),
+        }
+        match Mask::deserialize(d)? {
+            Mask::Text(s) => s.parse().map_err(D::Error::custom),
+            Mask::Number(n) => Ok(u128::from(n)),
+        }
     }
 }
 
