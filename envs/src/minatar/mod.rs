@@ -374,7 +374,8 @@ mod tests {
         }
         let saved = env.save_state().unwrap();
         let mut copy = MinAtar::<G>::new(config);
-        copy.load_state(&serde_json::from_str(&saved.to_string()).unwrap()).unwrap();
+        copy.load_state(&serde_json::from_str(&saved.to_string()).unwrap())
+            .unwrap();
         let mut obs2 = obs.clone();
         for i in 0..300 {
             let a = env.step(i % 5, &mut obs).unwrap();
