@@ -44,10 +44,11 @@ impl Dims {
     }
 }
 
+/// The `f32` values of a contiguous CPU storage (shared by the fused ops).
 pub(crate) fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
     match (s, l.contiguous_offsets()) {
         (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
-        _ => candle_core::bail!("data convolution needs contiguous f32 tensors"),
+        _ => candle_core::bail!("fused CPU ops need contiguous f32 tensors"),
     }
 }
 

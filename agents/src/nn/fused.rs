@@ -15,12 +15,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
-fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
-        _ => candle_core::bail!("fused ops need contiguous f32 tensors"),
-    }
-}
+use super::data_conv::f32_slice;
 
 /// Runs `f` on a CPU tensor's values.
 fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor, Var};
 
+use super::data_conv::f32_slice;
 use super::{Group, Kernel, ParamStore};
 
 pub struct WeightNorm {
@@ -140,13 +141,6 @@ struct FusedWeightNorm {
     units: usize,
 }
 
-fn cpu_f32<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
-        _ => candle_core::bail!("fused weight norm needs contiguous f32 tensors"),
-    }
-}
-
 impl FusedWeightNorm {
     /// `(1 / ||v_i||)` per unit.
     fn inverse_norms(&self, v: &[f32]) -> Vec<f32> {
@@ -169,7 +163,7 @@ impl CustomOp2 for FusedWeightNorm {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (v, g) = (cpu_f32(s1, l1)?, cpu_f32(s2, l2)?);
+        let (v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
         let n = v.len() / self.units;
         let inv = self.inverse_norms(v);
         let mut w = Vec::with_capacity(v.len());
@@ -195,7 +189,11 @@ impl CustomOp2 for FusedWeightNorm {
         else {
             candle_core::bail!("fused weight norm runs on the CPU only");
         };
-        let (vv, gv, dwv) = (cpu_f32(v_c, v_l)?, cpu_f32(g_c, g_l)?, cpu_f32(dw_c, dw_l)?);
+        let (vv, gv, dwv) = (
+            f32_slice(v_c, v_l)?,
+            f32_slice(g_c, g_l)?,
+            f32_slice(dw_c, dw_l)?,
+        );
         let n = vv.len() / self.units;
         let inv = self.inverse_norms(vv);
         let mut dv = Vec::with_capacity(vv.len());
