@@ -1,55 +1,121 @@
-//! TensorBoard event files for a run: scalars with CleanRL's tags, and text summaries
-//! (the resolved config). One writer per run directory.
+//! TensorBoard event files for a run: scalars with CleanRL's tags, text summaries (the
+//! resolved config), and a restart marker when a run resumes. One writer per run
+//! directory.
+//!
+//! The file is a TFRecord stream of `Event` protobufs: each record is its length (u64
+//! LE), the masked CRC-32C of the length, the bytes, and their masked CRC-32C. Records
+//! are written synchronously through a buffer, so `flush` means on disk and a write
+//! error reaches the caller instead of a background thread.
 
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use protobuf::RepeatedField;
+use protobuf::{Message, RepeatedField};
+use tensorboard_proto::event::{Event, SessionLog, SessionLog_SessionStatus};
 use tensorboard_proto::summary::{
     Summary, SummaryMetadata, SummaryMetadata_PluginData, Summary_Value,
 };
 use tensorboard_proto::tensor::TensorProto;
 use tensorboard_proto::types::DataType;
-use tensorboard_rs::summary_writer::FileWriter;
+
+const CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+
+/// TFRecord's checksum: CRC-32C, rotated and offset so that CRCs of CRCs stay useful.
+fn masked_crc32c(bytes: &[u8]) -> u32 {
+    let crc = CRC32C.checksum(bytes);
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
 
 pub struct TensorBoard {
-    writer: Option<FileWriter>,
+    writer: BufWriter<File>,
     dir: PathBuf,
+    /// The first write error; later writes are skipped and `flush` reports it.
+    error: Option<std::io::Error>,
 }
 
 impl TensorBoard {
-    /// Opens a writer in `dir` after checking that it can be written (the crate
-    /// panics on I/O errors, so they are caught here first).
+    /// Opens a new event file in `dir` (named like TensorFlow's, with a sequence number
+    /// so two writers in the same second never share a file).
     pub fn new(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let probe = dir.join(".write-test");
-        std::fs::write(&probe, b"")
-            .with_context(|| format!("cannot write to {}", dir.display()))?;
-        let _ = std::fs::remove_file(probe);
-        wait_for_unique_event_file_name(dir);
-        Ok(Self {
-            writer: Some(FileWriter::new(dir)),
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let host = hostname();
+        let pid = std::process::id();
+        let (path, file) = (0u32..)
+            .find_map(|n| {
+                let path = dir.join(format!("events.out.tfevents.{secs:010}.{host}.{pid}.{n}"));
+                match File::options().write(true).create_new(true).open(&path) {
+                    Ok(file) => Some(Ok((path, file))),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                    Err(e) => Some(Err(e)),
+                }
+            })
+            .expect("an unbounded range always finds a name")
+            .with_context(|| format!("cannot write an event file in {}", dir.display()))?;
+        let mut tb = Self {
+            writer: BufWriter::new(file),
             dir: dir.to_path_buf(),
-        })
+            error: None,
+        };
+        let mut event = Event::new();
+        event.set_file_version("brain.Event:2".to_string());
+        tb.write(event, 0);
+        tb.flush()
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(tb)
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    fn add(&mut self, summary: Summary, step: u64) {
-        if let Some(w) = &mut self.writer {
-            w.add_summary(summary, step as usize);
+    fn write(&mut self, mut event: Event, step: u64) {
+        if self.error.is_some() {
+            return;
         }
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        event.set_wall_time(wall);
+        event.set_step(step as i64);
+        let data = match event.write_to_bytes() {
+            Ok(data) => data,
+            Err(e) => {
+                self.error = Some(std::io::Error::other(e));
+                return;
+            }
+        };
+        let len = (data.len() as u64).to_le_bytes();
+        let result = self
+            .writer
+            .write_all(&len)
+            .and_then(|_| self.writer.write_all(&masked_crc32c(&len).to_le_bytes()))
+            .and_then(|_| self.writer.write_all(&data))
+            .and_then(|_| self.writer.write_all(&masked_crc32c(&data).to_le_bytes()));
+        if let Err(e) = result {
+            self.error = Some(e);
+        }
+    }
+
+    fn add(&mut self, value: Summary_Value, step: u64) {
+        let mut summary = Summary::new();
+        summary.set_value(RepeatedField::from_vec(vec![value]));
+        let mut event = Event::new();
+        event.set_summary(summary);
+        self.write(event, step);
     }
 
     pub fn scalar(&mut self, tag: &str, value: f64, step: u64) {
         let mut v = Summary_Value::new();
         v.set_tag(tag.to_string());
         v.set_simple_value(value as f32);
-        let mut summary = Summary::new();
-        summary.set_value(RepeatedField::from_vec(vec![v]));
-        self.add(summary, step);
+        self.add(v, step);
     }
 
     /// A text summary (rendered as Markdown by TensorBoard's text plugin).
@@ -65,49 +131,67 @@ impl TensorBoard {
         v.set_tag(tag.to_string());
         v.set_metadata(meta);
         v.set_tensor(tensor);
-        let mut summary = Summary::new();
-        summary.set_value(RepeatedField::from_vec(vec![v]));
-        self.add(summary, step);
+        self.add(v, step);
     }
 
-    pub fn flush(&mut self) {
-        if let Some(w) = &mut self.writer {
-            w.flush();
+    /// Marks a restart at `step`: TensorBoard then drops the events at `step` and later
+    /// that an interrupted run wrote after its last checkpoint, so a resumed run's
+    /// curves have no duplicated stretch.
+    pub fn restart(&mut self, step: u64) {
+        let mut log = SessionLog::new();
+        log.set_status(SessionLog_SessionStatus::START);
+        let mut event = Event::new();
+        event.set_session_log(log);
+        self.write(event, step);
+    }
+
+    /// Writes everything buffered to the file; reports the first write error, if any.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.error.is_none() {
+            if let Err(e) = self.writer.flush() {
+                self.error = Some(e);
+            }
+        }
+        match &self.error {
+            None => Ok(()),
+            Some(e) => Err(anyhow::anyhow!(
+                "cannot write TensorBoard events in {}: {e}",
+                self.dir.display()
+            )),
         }
     }
 }
 
-/// tensorboard-rs names files by the second and the process id: a second writer in
-/// the same directory within the same second would truncate the first. Wait for the
-/// next second in that case.
-fn wait_for_unique_event_file_name(dir: &Path) {
-    loop {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let prefix = format!("events.out.tfevents.{secs:010}.");
-        let pid = format!(".{}.0", std::process::id());
-        let clash = std::fs::read_dir(dir)
-            .map(|entries| {
-                entries.flatten().any(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.starts_with(&prefix) && name.ends_with(&pid)
-                })
-            })
-            .unwrap_or(false);
-        if !clash {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+fn hostname() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "localhost".to_string());
+    let name: String = name
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        .collect();
+    if name.is_empty() {
+        "localhost".to_string()
+    } else {
+        name
     }
 }
 
 impl Drop for TensorBoard {
     fn drop(&mut self) {
-        // Dropping the writer joins its background thread, so everything is on disk.
-        if let Some(mut w) = self.writer.take() {
-            w.flush();
-        }
+        let _ = self.writer.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::masked_crc32c;
+
+    #[test]
+    fn masked_crc_matches_tensorboard() {
+        // Values from TensorBoard's own `masked_crc32c` (tensorflow_stub), Python.
+        assert_eq!(masked_crc32c(b"123456789"), 0xc78a_b0e5);
+        assert_eq!(masked_crc32c(&0u64.to_le_bytes()), 0x0798_0329);
     }
 }

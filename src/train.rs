@@ -268,6 +268,10 @@ impl Trainer {
         if self.step == 0 {
             self.tb
                 .text("config", &format!("```toml\n{}\n```", cfg.to_toml()), 0);
+        } else {
+            // Events from after the checkpoint (steps > `self.step`) were lost with the
+            // interrupted process's replay state; TensorBoard drops them from here on.
+            self.tb.restart(self.step + 1);
         }
         let progress = crate::progress::Progress::new(cfg.logging.progress, total, self.step);
         let mut sps_mark = (Instant::now(), self.step);
@@ -337,7 +341,7 @@ impl Trainer {
             }
             if every(self.step, cfg.checkpoint.interval) && self.step < total {
                 self.save_checkpoint(start.elapsed().as_secs_f64())?;
-                self.tb.flush();
+                self.tb.flush()?;
             }
         }
         if self.step < total {
@@ -373,7 +377,7 @@ impl Trainer {
             &self.run_dir.join("summary.json"),
             serde_json::to_string_pretty(&summary)?.as_bytes(),
         )?;
-        self.tb.flush();
+        self.tb.flush()?;
         Ok(Some(summary))
     }
 }

@@ -40,8 +40,32 @@ fn python_with_tensorboard() -> PathBuf {
     python
 }
 
-#[test]
-fn tensorboard_reads_our_event_files() {
+/// Every scalar and text tag of a run, as TensorBoard itself reads them.
+fn read_with_tensorboard(dir: &Path) -> serde_json::Value {
+    let python = python_with_tensorboard();
+    let out = Command::new(python)
+        .arg("scripts/check_tensorboard.py")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn curve(scalars: &serde_json::Value, tag: &str) -> Vec<(u64, f64)> {
+    scalars[tag]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap(), p[1].as_f64().unwrap()))
+        .collect()
+}
+
+fn short_run_config(extra: &[&str]) -> TrainConfig {
     let overrides: Vec<String> = [
         "run.total_steps=2000",
         "replay.learning_starts=200",
@@ -53,27 +77,22 @@ fn tensorboard_reads_our_event_files() {
         "norm.kind=weight_norm",
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
-    let config = TrainConfig::load(Path::new("configs/cartpole.toml"), &overrides).unwrap();
+    TrainConfig::load(Path::new("configs/cartpole.toml"), &overrides).unwrap()
+}
+
+#[test]
+fn tensorboard_reads_our_event_files() {
+    let config = short_run_config(&[]);
     let dir = std::env::temp_dir().join(format!("normrl-tb-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let summary = {
         let mut trainer = Trainer::new(config, &dir).unwrap();
         trainer.run(None).unwrap().unwrap()
     };
-    let python = python_with_tensorboard();
-    let out = Command::new(python)
-        .arg("scripts/check_tensorboard.py")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = read_with_tensorboard(&dir);
     let scalars = &v["scalars"];
     for tag in [
         "charts/episodic_return",
@@ -93,19 +112,11 @@ fn tensorboard_reads_our_event_files() {
         );
     }
     // Values match what the run reported.
-    let returns: Vec<(u64, f64)> = scalars["charts/episodic_return"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p[0].as_u64().unwrap(), p[1].as_f64().unwrap()))
-        .collect();
-    assert_eq!(returns, summary.train_curve);
-    let evals: Vec<(u64, f64)> = scalars["eval/episodic_return"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p[0].as_u64().unwrap(), p[1].as_f64().unwrap()))
-        .collect();
+    assert_eq!(
+        curve(scalars, "charts/episodic_return"),
+        summary.train_curve
+    );
+    let evals = curve(scalars, "eval/episodic_return");
     assert_eq!(evals.len(), summary.eval_curve.len());
     for (a, b) in evals.iter().zip(&summary.eval_curve) {
         assert_eq!(a.0, b.0);
@@ -120,4 +131,44 @@ fn tensorboard_reads_our_event_files() {
         .unwrap_or_else(|| panic!("{:?}", v["tensors"]));
     assert!(config_text.contains("weight_norm"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A run that died after its last checkpoint had already logged further steps; after
+/// resuming, TensorBoard shows each step once (the restart marker drops the orphans).
+#[test]
+fn resumed_run_has_no_duplicated_events() {
+    let dir = std::env::temp_dir().join(format!("normrl-tb-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = short_run_config(&["checkpoint.interval=100000"]);
+    Trainer::new(config, &dir).unwrap().run(Some(1000)).unwrap();
+    let saved = dir.join("checkpoints-at-1000");
+    copy_dir(&dir.join("checkpoints"), &saved);
+    // Runs on to 1600 and checkpoints there; then "crashes": the 1600 checkpoint is
+    // lost, as if the process had died before writing it.
+    Trainer::resume(&dir).unwrap().run(Some(1600)).unwrap();
+    std::fs::remove_dir_all(dir.join("checkpoints")).unwrap();
+    std::fs::rename(&saved, dir.join("checkpoints")).unwrap();
+    let summary = Trainer::resume(&dir).unwrap().run(None).unwrap().unwrap();
+    let v = read_with_tensorboard(&dir);
+    let returns = curve(&v["scalars"], "charts/episodic_return");
+    assert_eq!(returns, summary.train_curve);
+    let losses = curve(&v["scalars"], "losses/td_loss");
+    let steps: Vec<u64> = losses.iter().map(|p| p.0).collect();
+    let mut unique = steps.clone();
+    unique.dedup();
+    assert_eq!(steps, unique, "a step logged twice");
+    assert!(steps.contains(&1500) && steps.contains(&2000), "{steps:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }
