@@ -143,6 +143,7 @@ pub fn rollout(args: &RolloutArgs) -> Result<()> {
                 eprintln!("the action file ran out in episode {episode} after {len} steps");
                 break 'episodes;
             };
+            let games_before = env.episode_stats().map(|s| s.episodes);
             let step = env.step(action, &mut obs)?;
             ret += f64::from(step.reward);
             len += 1;
@@ -162,7 +163,20 @@ pub fn rollout(args: &RolloutArgs) -> Result<()> {
                     )?;
                 }
             }
+            let stats = env.episode_stats();
+            if step.done() && stats.is_some() && stats.map(|s| s.episodes) == games_before {
+                // Only a life was lost (Atari preset): the game goes on.
+                env.reset(None, &mut obs)?;
+                continue;
+            }
             if step.done() {
+                // The monitor's score is the game's own (unclipped, all lives).
+                if let Some(r) = stats.and_then(|s| s.last_return) {
+                    ret = r;
+                }
+                if let Some(l) = stats.and_then(|s| s.last_length) {
+                    len = l;
+                }
                 let record = serde_json::json!({
                     "episode": episode, "return": ret, "length": len,
                     "terminated": step.terminated, "truncated": step.truncated,
@@ -249,4 +263,20 @@ pub fn list() {
         };
         println!("  {id:<26} {options}");
     }
+    println!(
+        "  {:<26} any Gymnasium id through a Python worker, e.g. gym:CartPole-v1",
+        "gym:<id>"
+    );
+    println!(
+        "  {:<26} python=python3 (or NORMRL_PYTHON) preset=atari noop_max=30 frame_skip=4",
+        ""
+    );
+    println!(
+        "  {:<26} frame_stack=4 screen_size=84 terminal_on_life_loss=true clip_rewards=true",
+        ""
+    );
+    println!(
+        "  {:<26} other key=value pairs go to gym.make as keyword arguments",
+        ""
+    );
 }

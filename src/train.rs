@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use normrl_agents::dqn::{Batch, Dqn, ReplayBuffer, UpdateInfo};
+use normrl_agents::dqn::{Batch, Dqn, FrameEncoding, ReplayBuffer, UpdateInfo};
 use normrl_envs::{make, Env};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -70,6 +70,8 @@ pub struct Trainer {
     losses: Vec<UpdateInfo>,
     wall_before: f64,
     tb: TensorBoard,
+    /// Kept between evaluations: outside environments are costly to start.
+    eval_env: Option<Box<dyn Env>>,
 }
 
 /// Sets the tensor thread count before candle first runs (candle otherwise reads
@@ -117,7 +119,11 @@ impl Trainer {
         )
         .context("cannot build the Q-network")?;
         let tb = TensorBoard::new(run_dir)?;
-        let mut replay = ReplayBuffer::new(config.replay.capacity, space.len(), space.binary);
+        let mut replay = ReplayBuffer::with_encoding(
+            config.replay.capacity,
+            space.len(),
+            FrameEncoding::of(&space),
+        );
         let mut obs = vec![0.0; space.len()];
         env.reset(Some(seed), &mut obs)?;
         replay.start_episode(&obs);
@@ -140,6 +146,7 @@ impl Trainer {
             agent,
             replay,
             tb,
+            eval_env: None,
         })
     }
 
@@ -174,18 +181,37 @@ impl Trainer {
             .load_state_tensors(&checkpoint::load_tensors(&dir, "optimizer", &device)?)?;
         t.agent.restore_counters(state.updates, state.initialized);
         let env_state: serde_json::Value = serde_json::from_str(&state.env_state)?;
-        t.env.load_state(&env_state)?;
+        let exact = !env_state.is_null();
+        if exact {
+            t.env.load_state(&env_state)?;
+        }
         t.step = state.step;
         t.episodes = state.episodes;
         t.act_rng = state.act_rng;
         t.replay_rng = state.replay_rng;
         t.obs = state.obs;
+        if !exact {
+            eprintln!(
+                "note: {} cannot save its state; the resumed run starts a new episode at step {}",
+                t.env.id(),
+                t.step
+            );
+            let seed = t
+                .config
+                .run
+                .seed
+                .wrapping_add(t.step.wrapping_mul(0x9e37_79b9));
+            t.env.reset(Some(seed), &mut t.obs)?;
+        }
         t.eval_curve = state.eval_curve;
         t.train_curve = state.train_curve;
         t.wall_before = state.wall_seconds;
         match state.replay {
             Some(r) => t.replay = r,
             None => bail!("the checkpoint holds no replay buffer (checkpoint.replay = false): cannot resume exactly"),
+        }
+        if !exact {
+            t.replay.start_episode(&t.obs);
         }
         Ok(t)
     }
@@ -207,7 +233,13 @@ impl Trainer {
             initialized: self.agent.is_initialized(),
             act_rng: self.act_rng.clone(),
             replay_rng: self.replay_rng.clone(),
-            env_state: self.env.save_state()?.to_string(),
+            // Outside environments (a Python worker) cannot save theirs: `null`, and a
+            // resumed run starts a new episode.
+            env_state: self
+                .env
+                .save_state()
+                .unwrap_or(serde_json::Value::Null)
+                .to_string(),
             obs: self.obs.clone(),
             replay: self.config.checkpoint.replay.then(|| self.replay.clone()),
             eval_curve: self.eval_curve.clone(),
@@ -228,8 +260,12 @@ impl Trainer {
 
     /// Mean return of `episodes` evaluation episodes at the configured epsilon, on a
     /// separate environment seeded from the run seed and `index`.
-    pub fn evaluate(&self, index: u64) -> Result<f64> {
-        evaluate(&self.agent, &self.config, index)
+    pub fn evaluate(&mut self, index: u64) -> Result<f64> {
+        let env = match &mut self.eval_env {
+            Some(env) => env,
+            None => self.eval_env.insert(make(&self.config.env.id)?),
+        };
+        evaluate_in(env.as_mut(), &self.agent, &self.config, index)
     }
 
     fn log_updates(&mut self) {
@@ -278,7 +314,16 @@ impl Trainer {
         while self.step < end {
             let epsilon = cfg.exploration.at(self.step);
             let action = self.agent.act(&self.obs, epsilon, &mut self.act_rng)?;
-            let outcome = self.env.step(action, &mut self.next_obs)?;
+            let games_before = self.env.episode_stats().map(|s| s.episodes);
+            let outcome = self
+                .env
+                .step(action, &mut self.next_obs)
+                .with_context(|| {
+                    format!(
+                        "training stopped at step {}; the last checkpoint is intact (resume with --resume)",
+                        self.step
+                    )
+                })?;
             self.replay.push(
                 action,
                 outcome.reward,
@@ -287,8 +332,13 @@ impl Trainer {
                 &self.next_obs,
             );
             self.step += 1;
-            if outcome.done() {
-                let stats = self.env.episode_stats().unwrap_or_default();
+            let stats = self.env.episode_stats();
+            // With a lost life as the end of an episode (Atari) the learner's episode
+            // ends but the game goes on: only whole games are logged.
+            let game_over =
+                outcome.done() && (stats.is_none() || stats.map(|s| s.episodes) != games_before);
+            if game_over {
+                let stats = stats.unwrap_or_default();
                 let ret = stats.last_return.unwrap_or(0.0);
                 self.episodes += 1;
                 self.train_curve.push((self.step, ret));
@@ -302,6 +352,8 @@ impl Trainer {
                 if self.recent_returns.len() > 20 {
                     self.recent_returns.pop_front();
                 }
+            }
+            if outcome.done() {
                 self.env.reset(None, &mut self.obs)?;
                 self.replay.start_episode(&self.obs);
             } else {
@@ -394,7 +446,17 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 
 /// Mean return of evaluation episodes (see [`Trainer::evaluate`]).
 pub fn evaluate(agent: &Dqn, config: &TrainConfig, index: u64) -> Result<f64> {
-    let mut env = make(&config.env.id)?;
+    evaluate_in(make(&config.env.id)?.as_mut(), agent, config, index)
+}
+
+/// [`evaluate`] on an environment made from the run's id. Scores are those of whole
+/// games as the environment's monitor counts them (all lives, unclipped rewards).
+pub fn evaluate_in(
+    env: &mut dyn Env,
+    agent: &Dqn,
+    config: &TrainConfig,
+    index: u64,
+) -> Result<f64> {
     let mut obs = vec![0.0; env.observation_space().len()];
     let base = config
         .run
@@ -406,12 +468,20 @@ pub fn evaluate(agent: &Dqn, config: &TrainConfig, index: u64) -> Result<f64> {
     let episodes = config.eval.episodes.max(1);
     for e in 0..episodes {
         env.reset(Some(base + e), &mut obs)?;
+        let mut summed = 0.0;
         loop {
             let action = agent.act(&obs, config.eval.epsilon, &mut rng)?;
+            let games_before = env.episode_stats().map(|s| s.episodes);
             let step = env.step(action, &mut obs)?;
-            total += f64::from(step.reward);
+            summed += f64::from(step.reward);
             if step.done() {
-                break;
+                let stats = env.episode_stats();
+                if stats.is_none() || stats.map(|s| s.episodes) != games_before {
+                    total += stats.and_then(|s| s.last_return).unwrap_or(summed);
+                    break;
+                }
+                // A life lost: the game continues.
+                env.reset(None, &mut obs)?;
             }
         }
     }

@@ -1,49 +1,17 @@
 //! The event files are read back by the real TensorBoard (its `EventAccumulator`), in a
 //! Python virtual environment that this test creates under `target/` on first use.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
 use normrl::config::TrainConfig;
 use normrl::train::Trainer;
 
-fn python_with_tensorboard() -> PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tb-venv");
-    let python = venv.join("bin/python");
-    let ok = |p: &Path| {
-        Command::new(p)
-            .args(["-c", "import tensorboard"])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
-    };
-    if !ok(&python) {
-        let status = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3 is needed for this test");
-        assert!(status.success(), "python3 -m venv failed");
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "tensorboard==2.21.*",
-            ])
-            .status()
-            .unwrap();
-        assert!(status.success(), "pip install tensorboard failed");
-    }
-    python
-}
-
 /// Every scalar and text tag of a run, as TensorBoard itself reads them.
 fn read_with_tensorboard(dir: &Path) -> serde_json::Value {
-    let python = python_with_tensorboard();
-    let out = Command::new(python)
+    let out = Command::new(common::python())
         .arg("scripts/check_tensorboard.py")
         .arg(dir)
         .output()

@@ -1,6 +1,6 @@
 //! Replay buffer and samplers.
 
-use normrl_agents::dqn::{Batch, ReplayBuffer, ReplayError, Sampler};
+use normrl_agents::dqn::{Batch, FrameEncoding, ReplayBuffer, ReplayError, Sampler};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -149,6 +149,22 @@ fn binary_observations_round_trip_bit_packed() {
     assert_eq!(batch.obs, a);
     assert_eq!(batch.next_obs, b);
     assert_eq!(batch.actions, [2]);
+}
+
+#[test]
+fn byte_observations_round_trip_exactly() {
+    // Every 8-bit level k/255, as the Atari preprocessing produces them.
+    let a: Vec<f32> = (0..=255u8).map(|k| f32::from(k) / 255.0).collect();
+    let b: Vec<f32> = a.iter().rev().copied().collect();
+    let mut replay = ReplayBuffer::with_encoding(4, 256, FrameEncoding::Bytes);
+    replay.start_episode(&a);
+    replay.push(1, 1.0, false, false, &b);
+    let mut batch = Batch::new(1, 256);
+    replay
+        .sample(Sampler::Uniform, &mut batch, &mut rng())
+        .unwrap();
+    assert_eq!(batch.obs, a);
+    assert_eq!(batch.next_obs, b);
 }
 
 #[test]

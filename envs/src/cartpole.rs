@@ -57,6 +57,18 @@ impl CartPole {
         }
     }
 
+    /// Starts an episode from a given state `[x, x_dot, theta, theta_dot]` instead of
+    /// a random one (to replay another implementation's trajectory).
+    pub fn start_from(&mut self, state: [f64; 4], obs: &mut [f32]) -> Result<(), EnvError> {
+        check_obs_len(4, obs)?;
+        self.state = state;
+        self.terminated = Some(false);
+        for (o, s) in obs.iter_mut().zip(state) {
+            *o = s as f32;
+        }
+        Ok(())
+    }
+
     pub fn state(&self) -> State {
         self.state
     }
@@ -106,6 +118,7 @@ impl Env for CartPole {
             low: f32::NEG_INFINITY,
             high: f32::INFINITY,
             binary: false,
+            bytes: false,
         }
     }
 

@@ -4,7 +4,7 @@
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EnvError {
     /// The id names no known environment.
-    #[error("unknown environment '{id}'; known environments: {}", known.join(", "))]
+    #[error("unknown environment '{id}'; known environments: {}, or gym:<id> for any Gymnasium environment (e.g. gym:CartPole-v1, gym:ALE/Breakout-v5?preset=atari)", known.join(", "))]
     UnknownId { id: String, known: Vec<String> },
     /// An option in the id's query string is not accepted by that environment.
     #[error("environment '{id}' has no option '{option}'; allowed options: {}", allowed.join(", "))]

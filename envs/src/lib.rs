@@ -3,7 +3,8 @@
 //! One small, object-safe [`Env`] trait that every environment implements (native games
 //! and adapters to outside ones), a [`registry`] that builds an environment from a string
 //! id, and the native environments: Gymnasium's CartPole-v1 and the five MinAtar-style
-//! games. This crate knows nothing of machine learning.
+//! games, and a bridge to Python's Gymnasium ([`gym`]). This crate knows nothing of
+//! machine learning.
 //!
 //! ```
 //! use normrl_envs::{make, Env};
@@ -19,6 +20,7 @@
 pub mod cartpole;
 mod env;
 mod error;
+pub mod gym;
 pub mod minatar;
 pub mod registry;
 mod spaces;

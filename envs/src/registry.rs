@@ -1,7 +1,12 @@
 //! Builds an environment from a string id with options, e.g. `classic/cartpole`,
 //! `minatar/breakout`, `minatar/breakout?sticky=0&ramping=false&minimal_actions=true`.
 //!
-//! Every environment comes wrapped in [`TimeLimit`] and, outermost, [`Monitor`].
+//! Every native environment comes wrapped in [`TimeLimit`] and, outermost, [`Monitor`].
+//! `gym:<Gymnasium id>` starts a Python worker ([`crate::gym`]); its options are
+//! `preset=atari` (DQN's Atari preprocessing, with `noop_max`, `frame_skip`,
+//! `frame_stack`, `screen_size`, `terminal_on_life_loss`, `clip_rewards`), `python=`
+//! (the interpreter), and any other `key=value` goes to `gym.make` as a keyword argument
+//! (values are read as JSON where they parse, as strings otherwise).
 //!
 //! ```
 //! let env = normrl_envs::make("minatar/seaquest?minimal_actions=true").unwrap();
@@ -11,6 +16,7 @@
 //! ```
 
 use crate::cartpole::CartPole;
+use crate::gym::{AtariConfig, AtariPreprocessing, GymProcess, WorkerSpec};
 use crate::minatar::{
     Asterix, Breakout, Freeway, Game, MinAtar, MinAtarConfig, Seaquest, SpaceInvaders,
 };
@@ -43,6 +49,9 @@ const MINATAR_GAMES: [&str; 5] = [
 pub fn make(spec: &str) -> Result<Box<dyn Env>, EnvError> {
     let (id, query) = spec.split_once('?').unwrap_or((spec, ""));
     let mut options = Options::parse(id, query)?;
+    if let Some(gym_id) = id.strip_prefix("gym:") {
+        return make_gym(id, gym_id, options);
+    }
     let env: Box<dyn Env> = match id {
         "classic/cartpole" => {
             let max_steps = options.u64("max_steps", CARTPOLE_MAX_STEPS)?;
@@ -75,6 +84,81 @@ pub fn make(spec: &str) -> Result<Box<dyn Env>, EnvError> {
         },
     };
     Ok(env)
+}
+
+fn make_gym(id: &str, gym_id: &str, mut options: Options) -> Result<Box<dyn Env>, EnvError> {
+    if gym_id.is_empty() {
+        return Err(options.bad(
+            "id",
+            "",
+            "a Gymnasium id after 'gym:', e.g. gym:CartPole-v1",
+        ));
+    }
+    let python = options
+        .take("python")
+        .or_else(|| std::env::var("NORMRL_PYTHON").ok())
+        .unwrap_or_else(|| "python3".to_string());
+    let preset = options.take("preset");
+    let atari = match preset.as_deref() {
+        None => false,
+        Some("atari") => true,
+        Some(other) => return Err(options.bad("preset", other, "atari")),
+    };
+    const ATARI_OPTIONS: [&str; 6] = [
+        "noop_max",
+        "frame_skip",
+        "frame_stack",
+        "screen_size",
+        "terminal_on_life_loss",
+        "clip_rewards",
+    ];
+    if !atari {
+        if let Some((key, value)) = options
+            .pairs
+            .iter()
+            .find(|(k, _)| ATARI_OPTIONS.contains(&k.as_str()))
+        {
+            return Err(options.bad(
+                key,
+                value,
+                "preset=atari alongside it (an Atari preprocessing option)",
+            ));
+        }
+    }
+    let defaults = AtariConfig::default();
+    let frame_skip = options.u64("frame_skip", 4)?;
+    let config = AtariConfig {
+        noop_max: options.u64("noop_max", u64::from(defaults.noop_max))? as u32,
+        screen_size: options.u64("screen_size", defaults.screen_size as u64)? as usize,
+        frame_stack: options.u64("frame_stack", defaults.frame_stack as u64)? as usize,
+        terminal_on_life_loss: options
+            .bool("terminal_on_life_loss", defaults.terminal_on_life_loss)?,
+        clip_rewards: options.bool("clip_rewards", defaults.clip_rewards)?,
+    };
+    if atari && (frame_skip == 0 || config.screen_size == 0 || config.frame_stack == 0) {
+        return Err(options.bad("frame_skip, screen_size or frame_stack", "0", "at least 1"));
+    }
+    let kwargs = options
+        .pairs
+        .drain(..)
+        .map(|(k, v)| {
+            let value = serde_json::from_str(&v).unwrap_or(serde_json::Value::String(v));
+            (k, value)
+        })
+        .collect();
+    let spec = WorkerSpec {
+        gym_id: gym_id.to_string(),
+        kwargs,
+        preset,
+        frame_skip: frame_skip as u32,
+        python,
+    };
+    let process = Monitor::new(GymProcess::start(id, spec)?);
+    if atari {
+        Ok(Box::new(AtariPreprocessing::new(process, config)?))
+    } else {
+        Ok(Box::new(process))
+    }
 }
 
 fn minatar<G: Game>(config: MinAtarConfig, max_steps: u64) -> Box<dyn Env> {

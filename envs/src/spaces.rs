@@ -12,6 +12,9 @@ pub struct ObservationSpace {
     /// True when every element is 0.0 or 1.0 (MinAtar's boolean grids): such
     /// observations can be stored bit-packed.
     pub binary: bool,
+    /// True when every element is `k / 255` for an integer `k` in 0..=255 (8-bit
+    /// images scaled to [0, 1]): such observations can be stored as bytes.
+    pub bytes: bool,
 }
 
 impl ObservationSpace {

@@ -8,5 +8,5 @@ mod schedule;
 
 pub use agent::{Dqn, UpdateInfo};
 pub use config::{DqnConfig, Loss, TargetUpdate};
-pub use replay::{Batch, ReplayBuffer, ReplayError, Sampler};
+pub use replay::{Batch, FrameEncoding, ReplayBuffer, ReplayError, Sampler};
 pub use schedule::LinearSchedule;

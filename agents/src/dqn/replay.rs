@@ -81,7 +81,31 @@ impl Batch {
     }
 }
 
-/// Frame storage: bit-packed for 0/1 observations, `f32` otherwise.
+/// How frames are stored: what the observation space promises about its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameEncoding {
+    /// Any `f32`.
+    Float,
+    /// Every value 0 or 1 (MinAtar): one bit each.
+    Bits,
+    /// Every value `k / 255` (8-bit images scaled to [0, 1], Atari): one byte each.
+    Bytes,
+}
+
+impl FrameEncoding {
+    pub fn of(space: &normrl_envs::ObservationSpace) -> Self {
+        if space.binary {
+            Self::Bits
+        } else if space.bytes {
+            Self::Bytes
+        } else {
+            Self::Float
+        }
+    }
+}
+
+/// Frame storage: bit-packed for 0/1 observations, bytes for 8-bit images, `f32`
+/// otherwise.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum Frames {
     Bits {
@@ -89,6 +113,7 @@ enum Frames {
         words: Vec<u64>,
     },
     Floats(Vec<f32>),
+    Bytes(Vec<u8>),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,15 +148,27 @@ pub enum ReplayError {
 impl ReplayBuffer {
     /// A ring of `capacity` frames of `obs_len` values (`binary`: every value 0 or 1).
     pub fn new(capacity: usize, obs_len: usize, binary: bool) -> Self {
-        let capacity = capacity.max(2);
-        let frames = if binary {
-            let words_per_frame = obs_len.div_ceil(64);
-            Frames::Bits {
-                words_per_frame,
-                words: vec![0; capacity * words_per_frame],
-            }
+        let encoding = if binary {
+            FrameEncoding::Bits
         } else {
-            Frames::Floats(vec![0.0; capacity * obs_len])
+            FrameEncoding::Float
+        };
+        Self::with_encoding(capacity, obs_len, encoding)
+    }
+
+    /// A ring of `capacity` frames of `obs_len` values stored as `encoding` says.
+    pub fn with_encoding(capacity: usize, obs_len: usize, encoding: FrameEncoding) -> Self {
+        let capacity = capacity.max(2);
+        let frames = match encoding {
+            FrameEncoding::Bits => {
+                let words_per_frame = obs_len.div_ceil(64);
+                Frames::Bits {
+                    words_per_frame,
+                    words: vec![0; capacity * words_per_frame],
+                }
+            }
+            FrameEncoding::Float => Frames::Floats(vec![0.0; capacity * obs_len]),
+            FrameEncoding::Bytes => Frames::Bytes(vec![0; capacity * obs_len]),
         };
         Self {
             capacity,
@@ -173,6 +210,12 @@ impl ReplayBuffer {
             Frames::Floats(data) => {
                 data[slot * self.obs_len..(slot + 1) * self.obs_len].copy_from_slice(obs)
             }
+            Frames::Bytes(data) => {
+                let frame = &mut data[slot * self.obs_len..(slot + 1) * self.obs_len];
+                for (b, &v) in frame.iter_mut().zip(obs) {
+                    *b = (v * 255.0).round().clamp(0.0, 255.0) as u8;
+                }
+            }
         }
     }
 
@@ -189,6 +232,12 @@ impl ReplayBuffer {
             }
             Frames::Floats(data) => {
                 out.copy_from_slice(&data[slot * self.obs_len..(slot + 1) * self.obs_len])
+            }
+            Frames::Bytes(data) => {
+                let frame = &data[slot * self.obs_len..(slot + 1) * self.obs_len];
+                for (o, &b) in out.iter_mut().zip(frame) {
+                    *o = f32::from(b) / 255.0;
+                }
             }
         }
     }

@@ -217,6 +217,7 @@ impl<G: Game> Env for MinAtar<G> {
             low: 0.0,
             high: 1.0,
             binary: true,
+            bytes: false,
         }
     }
 

@@ -28,6 +28,10 @@ impl<E: Env> Monitor<E> {
             stats: EpisodeStats::default(),
         }
     }
+
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
 }
 
 impl<E: Env> Env for Monitor<E> {

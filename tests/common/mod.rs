@@ -1,0 +1,50 @@
+//! Shared by the integration tests that talk to Python (TensorBoard's reader, the
+//! Gymnasium bridge): a virtual environment under `target/` with
+//! `tests/python-requirements.txt`, made on first use and reused afterwards.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The venv's interpreter. Panics with the reason when Python or pip cannot set it up.
+pub fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let requirements =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python-requirements.txt");
+        let wanted = std::fs::read_to_string(&requirements).expect("tests/python-requirements.txt");
+        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-venv");
+        let python = venv.join("bin/python");
+        let stamp = venv.join("normrl-requirements.txt");
+        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str())
+            && python.exists()
+        {
+            return python;
+        }
+        let status = Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .status()
+            .expect("python3 is needed for the Python-backed tests");
+        assert!(status.success(), "python3 -m venv failed");
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements)
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "pip install -r {} failed",
+            requirements.display()
+        );
+        std::fs::write(&stamp, wanted).unwrap();
+        python
+    })
+}
