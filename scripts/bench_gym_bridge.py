@@ -61,4 +61,4 @@ def preset_work():
 
 for name, case in [("raw-v5", raw_v5), ("preset-work", preset_work)]:
     case()  # warm-up on the first pass would skew; run each twice, keep the second
-    print(f"{name:<12} {case():>10.0} steps/s")
+    print(f"{name:<12} {case():>10.0f} steps/s")

@@ -195,8 +195,8 @@ pub struct AreaResize {
     in_width: usize,
     rows: Vec<Vec<(usize, f32)>>,
     cols: Vec<Vec<(usize, f32)>>,
-    /// One horizontally resized input row.
-    row: Vec<f32>,
+    /// The input resized horizontally: `in_height x out_width`.
+    narrow: Vec<f32>,
 }
 
 impl AreaResize {
@@ -205,23 +205,27 @@ impl AreaResize {
             in_width,
             rows: area_weights(in_height, out_height),
             cols: area_weights(in_width, out_width),
-            row: vec![0.0; out_width],
+            narrow: vec![0.0; in_height * out_width],
         }
     }
 
     /// `input`: `in_height x in_width` values in 0..=255; `out`: `out_height x out_width`.
     pub fn apply(&mut self, input: &[f32], out: &mut [f32]) {
         let out_width = self.cols.len();
-        out.fill(0.0);
-        for (oy, row_weights) in self.rows.iter().enumerate() {
-            let out_row = &mut out[oy * out_width..(oy + 1) * out_width];
+        for (line, narrow) in input
+            .chunks_exact(self.in_width)
+            .zip(self.narrow.chunks_exact_mut(out_width))
+        {
+            for (n, col_weights) in narrow.iter_mut().zip(&self.cols) {
+                *n = col_weights.iter().map(|&(x, wx)| wx * line[x]).sum();
+            }
+        }
+        for (out_row, row_weights) in out.chunks_exact_mut(out_width).zip(&self.rows) {
+            out_row.fill(0.0);
             for &(y, wy) in row_weights {
-                let line = &input[y * self.in_width..(y + 1) * self.in_width];
-                for (r, col_weights) in self.row.iter_mut().zip(&self.cols) {
-                    *r = col_weights.iter().map(|&(x, wx)| wx * line[x]).sum();
-                }
-                for (o, r) in out_row.iter_mut().zip(&self.row) {
-                    *o += wy * r;
+                let narrow = &self.narrow[y * out_width..(y + 1) * out_width];
+                for (o, n) in out_row.iter_mut().zip(narrow) {
+                    *o += wy * n;
                 }
             }
             for o in out_row.iter_mut() {
