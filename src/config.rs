@@ -325,7 +325,7 @@ impl TrainConfig {
         if let Err(e) = parse_device_spec(&self.run.device) {
             problems.push(e.to_string());
         }
-        if let Err(e) = normrl_envs::make(&self.env.id) {
+        if let Err(e) = normrl_envs::registry::check(&self.env.id) {
             problems.push(format!("env.id: {e}"));
         }
         if problems.is_empty() {

@@ -86,7 +86,31 @@ pub fn make(spec: &str) -> Result<Box<dyn Env>, EnvError> {
     Ok(env)
 }
 
-fn make_gym(id: &str, gym_id: &str, mut options: Options) -> Result<Box<dyn Env>, EnvError> {
+/// Checks an id and its options without building anything costly: a `gym:` id is
+/// parsed but no Python worker starts (the Gymnasium id itself is checked when the
+/// environment is made).
+pub fn check(spec: &str) -> Result<(), EnvError> {
+    let (id, query) = spec.split_once('?').unwrap_or((spec, ""));
+    match id.strip_prefix("gym:") {
+        Some(gym_id) => gym_settings(gym_id, Options::parse(id, query)?).map(|_| ()),
+        None => make(spec).map(|_| ()),
+    }
+}
+
+fn make_gym(id: &str, gym_id: &str, options: Options) -> Result<Box<dyn Env>, EnvError> {
+    let (spec, atari) = gym_settings(gym_id, options)?;
+    let process = Monitor::new(GymProcess::start(id, spec)?);
+    match atari {
+        Some(config) => Ok(Box::new(AtariPreprocessing::new(process, config)?)),
+        None => Ok(Box::new(process)),
+    }
+}
+
+/// The worker's settings and, with `preset=atari`, the preprocessing's.
+fn gym_settings(
+    gym_id: &str,
+    mut options: Options,
+) -> Result<(WorkerSpec, Option<AtariConfig>), EnvError> {
     if gym_id.is_empty() {
         return Err(options.bad(
             "id",
@@ -153,12 +177,7 @@ fn make_gym(id: &str, gym_id: &str, mut options: Options) -> Result<Box<dyn Env>
         frame_skip: frame_skip as u32,
         python,
     };
-    let process = Monitor::new(GymProcess::start(id, spec)?);
-    if atari {
-        Ok(Box::new(AtariPreprocessing::new(process, config)?))
-    } else {
-        Ok(Box::new(process))
-    }
+    Ok((spec, atari.then_some(config)))
 }
 
 fn minatar<G: Game>(config: MinAtarConfig, max_steps: u64) -> Box<dyn Env> {
