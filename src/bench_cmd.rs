@@ -12,13 +12,15 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::Serialize;
 
-use crate::config::TrainConfig;
+use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::parity::TOLERANCE;
 use crate::train::{set_threads, Trainer};
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// What to measure: `nn` (updates and acting per method), `replay`, `train`
-    /// (end to end) or `all`.
+    /// (end to end), `all` of these, or `parity` (every method's values and gradients
+    /// on `--device` against the CPU's; exits with an error beyond tolerance).
     #[arg(default_value = "all")]
     pub what: String,
     /// Timed iterations per measurement.
@@ -29,6 +31,9 @@ pub struct BenchArgs {
     pub steps: u64,
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// `cpu`, `cuda`, `cuda:N` or `auto`. With `parity`, the device compared with the CPU.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     #[arg(long)]
     pub json: bool,
 }
@@ -41,15 +46,18 @@ struct Row {
     unit: &'static str,
 }
 
-/// Median of `iters` timings of `f`, in microseconds, after a warm-up.
-fn time_us(iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+/// Median of `iters` timings of `f`, in microseconds, after a warm-up; each timing
+/// waits for `device` to finish the work queued.
+fn time_us(iters: usize, device: &Device, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     for _ in 0..iters.div_ceil(10).max(3) {
         f()?;
     }
+    device.synchronize()?;
     let mut times = Vec::with_capacity(iters);
     for _ in 0..iters {
         let t = Instant::now();
         f()?;
+        device.synchronize()?;
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
     times.sort_by(f64::total_cmp);
@@ -82,10 +90,10 @@ fn random_batch(
     batch
 }
 
-fn nn_rows(iters: usize) -> Result<Vec<Row>> {
+fn nn_rows(iters: usize, device: &Device) -> Result<Vec<Row>> {
     let mut rows = vec![];
     type Case = (&'static str, QNetworkConfig, Vec<usize>, usize, usize, bool);
-    let cases: [Case; 3] = [
+    let cases: [Case; 4] = [
         (
             "mlp 4-64-64-2 b32",
             QNetworkConfig::mlp(vec![64, 64]),
@@ -110,6 +118,14 @@ fn nn_rows(iters: usize) -> Result<Vec<Row>> {
             32,
             true,
         ),
+        (
+            "minatar cnn b256",
+            QNetworkConfig::minatar_cnn(),
+            vec![4, 10, 10],
+            6,
+            256,
+            true,
+        ),
     ];
     for kind in NormKind::ALL {
         let norm = NormConfig {
@@ -126,11 +142,13 @@ fn nn_rows(iters: usize) -> Result<Vec<Row>> {
                 shape,
                 *n_actions,
                 0,
-                &Device::Cpu,
+                device,
             )?;
             let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
             let batch = random_batch(*batch_size, obs_len, *n_actions, *binary, &mut rng);
-            let us = time_us(iters, || dqn.update(&batch).map(|_| ()).map_err(Into::into))?;
+            let us = time_us(iters, device, || {
+                dqn.update(&batch).map(|_| ()).map_err(Into::into)
+            })?;
             rows.push(Row {
                 bench: format!("update {kind}"),
                 case: name.to_string(),
@@ -139,7 +157,7 @@ fn nn_rows(iters: usize) -> Result<Vec<Row>> {
             });
             if *batch_size == 32 {
                 let obs = batch.obs[..obs_len].to_vec();
-                let us = time_us(iters * 10, || {
+                let us = time_us(iters * 10, device, || {
                     dqn.greedy_action(&obs).map(|_| ()).map_err(Into::into)
                 })?;
                 let case = name.replace(" b32", " b1");
@@ -178,7 +196,7 @@ fn replay_rows(iters: usize) -> Result<Vec<Row>> {
         Sampler::Online,
     ] {
         let mut batch = Batch::new(32, obs_len);
-        let us = time_us(iters * 10, || {
+        let us = time_us(iters * 10, &Device::Cpu, || {
             replay
                 .sample(sampler, &mut batch, &mut rng)
                 .map_err(Into::into)
@@ -193,7 +211,7 @@ fn replay_rows(iters: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-fn train_rows(steps: u64) -> Result<Vec<Row>> {
+fn train_rows(steps: u64, device: &str) -> Result<Vec<Row>> {
     let mut rows = vec![];
     let cases = [
         (
@@ -221,6 +239,7 @@ fn train_rows(steps: u64) -> Result<Vec<Row>> {
             "checkpoint.replay=false".into(),
             "logging.progress=false".into(),
             "logging.layer_stats_interval=0".into(),
+            format!("run.device=\"{device}\""),
         ];
         let config = TrainConfig::from_toml_str("", &overrides)?;
         let dir = std::env::temp_dir().join(format!(
@@ -247,28 +266,32 @@ fn train_rows(steps: u64) -> Result<Vec<Row>> {
 pub fn bench(args: &BenchArgs) -> Result<()> {
     set_threads(args.threads);
     let all = args.what == "all";
-    if !all && !["nn", "replay", "train"].contains(&args.what.as_str()) {
+    if !all && !["nn", "replay", "train", "parity"].contains(&args.what.as_str()) {
         anyhow::bail!(
-            "unknown benchmark '{}': expected nn, replay, train or all",
+            "unknown benchmark '{}': expected nn, replay, train, parity or all",
             args.what
         );
     }
+    let device = select_device(parse_device_spec(&args.device)?)?;
+    if args.what == "parity" {
+        return parity(&device, args.json);
+    }
     let mut rows = vec![];
     if all || args.what == "nn" {
-        rows.extend(nn_rows(args.iters)?);
+        rows.extend(nn_rows(args.iters, &device)?);
     }
     if all || args.what == "replay" {
         rows.extend(replay_rows(args.iters)?);
     }
     if all || args.what == "train" {
-        rows.extend(train_rows(args.steps)?);
+        rows.extend(train_rows(args.steps, &args.device)?);
     }
     if args.json {
         for row in &rows {
             println!("{}", serde_json::to_string(row)?);
         }
     } else {
-        println!("threads: {}", args.threads);
+        println!("threads: {}, device: {:?}", args.threads, device);
         println!("{:<26} {:<30} {:>12}", "benchmark", "case", "median");
         for row in &rows {
             println!(
@@ -278,4 +301,49 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn parity(device: &Device, json: bool) -> Result<()> {
+    let results = crate::parity::check(device)?;
+    if !json {
+        println!("{device:?} against the CPU (max relative difference; tolerance {TOLERANCE:e})");
+        println!(
+            "{:<16} {:<20} {:>10} {:>10}  worst variable",
+            "method", "network", "q-values", "gradients"
+        );
+    }
+    let mut failed = vec![];
+    for r in &results {
+        let ok = r.q_error <= TOLERANCE && r.grad_error <= TOLERANCE;
+        if !ok {
+            failed.push(format!("{} {}", r.method, r.network));
+        }
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"method": r.method.name(), "network": r.network,
+                    "q_error": r.q_error, "grad_error": r.grad_error,
+                    "worst_variable": r.worst_variable, "ok": ok})
+            );
+        } else {
+            println!(
+                "{:<16} {:<20} {:>10.2e} {:>10.2e}  {}{}",
+                r.method.name(),
+                r.network,
+                r.q_error,
+                r.grad_error,
+                r.worst_variable,
+                if ok { "" } else { "  FAILED" }
+            );
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "{} differ from the CPU beyond {TOLERANCE:e}: {}",
+            failed.len(),
+            failed.join(", ")
+        )
+    }
 }

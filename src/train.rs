@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use normrl_agents::dqn::{Batch, Dqn, FrameEncoding, ReplayBuffer, UpdateInfo};
+use normrl_agents::Metric;
 use normrl_envs::{make, Env};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -67,7 +68,9 @@ pub struct Trainer {
     eval_curve: Vec<(u64, f64)>,
     train_curve: Vec<(u64, f64)>,
     recent_returns: VecDeque<f64>,
-    losses: Vec<UpdateInfo>,
+    /// Sums of loss, mean Q and gradient norm since the last log, and their count.
+    update_sums: Option<[Metric; 3]>,
+    updates_since_log: u64,
     wall_before: f64,
     tb: TensorBoard,
     /// Kept between evaluations: outside environments are costly to start.
@@ -138,7 +141,8 @@ impl Trainer {
             eval_curve: vec![],
             train_curve: vec![],
             recent_returns: VecDeque::new(),
-            losses: vec![],
+            update_sums: None,
+            updates_since_log: 0,
             wall_before: 0.0,
             run_dir: run_dir.to_path_buf(),
             config,
@@ -268,18 +272,37 @@ impl Trainer {
         evaluate_in(env.as_mut(), &self.agent, &self.config, index)
     }
 
-    fn log_updates(&mut self) {
-        if self.losses.is_empty() {
-            return;
-        }
-        let n = self.losses.len() as f64;
-        let loss = self.losses.iter().map(|l| l.td_loss).sum::<f64>() / n;
-        let q = self.losses.iter().map(|l| l.q_mean).sum::<f64>() / n;
-        let g = self.losses.iter().map(|l| l.grad_norm).sum::<f64>() / n;
-        self.tb.scalar("losses/td_loss", loss, self.step);
-        self.tb.scalar("losses/q_values", q, self.step);
-        self.tb.scalar("losses/grad_norm", g, self.step);
-        self.losses.clear();
+    fn log_updates(&mut self) -> Result<()> {
+        let Some([loss, q, g]) = self.update_sums.take() else {
+            return Ok(());
+        };
+        let n = self.updates_since_log.max(1) as f64;
+        self.updates_since_log = 0;
+        self.tb
+            .scalar("losses/td_loss", loss.value()? / n, self.step);
+        self.tb.scalar("losses/q_values", q.value()? / n, self.step);
+        self.tb
+            .scalar("losses/grad_norm", g.value()? / n, self.step);
+        Ok(())
+    }
+
+    /// Adds an update's numbers to the sums logged next (on a GPU without waiting).
+    fn record_update(&mut self, info: &UpdateInfo) -> Result<()> {
+        let next = match self.update_sums.take() {
+            None => [
+                info.td_loss.clone(),
+                info.q_mean.clone(),
+                info.grad_norm.clone(),
+            ],
+            Some([l, q, g]) => [
+                l.add(&info.td_loss)?,
+                q.add(&info.q_mean)?,
+                g.add(&info.grad_norm)?,
+            ],
+        };
+        self.update_sums = Some(next);
+        self.updates_since_log += 1;
+        Ok(())
     }
 
     fn log_layer_stats(&mut self) -> Result<()> {
@@ -369,7 +392,7 @@ impl Trainer {
                         &mut self.replay_rng,
                     )?;
                     let info = self.agent.update(&self.batch)?;
-                    self.losses.push(info);
+                    self.record_update(&info)?;
                 }
             }
             if every(self.step, cfg.logging.interval.max(1)) {
@@ -378,7 +401,7 @@ impl Trainer {
                 sps_mark = (Instant::now(), self.step);
                 self.tb.scalar("charts/SPS", sps, self.step);
                 self.tb.scalar("charts/epsilon", epsilon, self.step);
-                self.log_updates();
+                self.log_updates()?;
                 let recent = mean(self.recent_returns.iter().copied());
                 progress.update(self.step, sps, recent);
             }
@@ -407,7 +430,7 @@ impl Trainer {
         self.eval_curve.push((self.step, final_return));
         self.tb
             .scalar("eval/episodic_return", final_return, self.step);
-        self.log_updates();
+        self.log_updates()?;
         self.save_checkpoint(start.elapsed().as_secs_f64())?;
         progress.finish();
         let wall = self.wall_before + start.elapsed().as_secs_f64();

@@ -131,7 +131,7 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
             "cannot read",
         ),
         (
-            &["env", "bench", "--env", "gym:Pong", "--steps", "10"],
+            &["env", "bench", "--env", "atari/pong", "--steps", "10"],
             "unknown environment",
         ),
     ];

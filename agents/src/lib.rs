@@ -14,7 +14,10 @@
 
 mod check;
 pub mod dqn;
+mod metric;
 pub mod nn;
 pub mod optim;
+
+pub use metric::Metric;
 
 pub use candle_core;

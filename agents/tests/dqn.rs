@@ -100,10 +100,10 @@ fn updates_fit_rewards_with_gamma_zero() {
     };
     let mut dqn = agent(NormKind::WeightNorm, config);
     let batch = random_batch(16, 2);
-    let first = dqn.update(&batch).unwrap().td_loss;
+    let first = dqn.update(&batch).unwrap().td_loss.value().unwrap();
     let mut last = first;
     for _ in 0..400 {
-        last = dqn.update(&batch).unwrap().td_loss;
+        last = dqn.update(&batch).unwrap().td_loss.value().unwrap();
     }
     assert!(last < first * 0.01 && last < 1e-3, "loss {first} -> {last}");
 }

@@ -568,8 +568,16 @@ fn fused_optimizer_equals_tensor_reference() {
                     .unwrap()
                     .sum_all()
                     .unwrap();
-                let na = fused.step(&la.backward().unwrap()).unwrap();
-                let nb = reference.step(&lb.backward().unwrap()).unwrap();
+                let na = fused
+                    .step(&la.backward().unwrap())
+                    .unwrap()
+                    .value()
+                    .unwrap();
+                let nb = reference
+                    .step(&lb.backward().unwrap())
+                    .unwrap()
+                    .value()
+                    .unwrap();
                 // The two sum in different orders: f32 rounding drifts a little.
                 assert!(
                     (na - nb).abs() <= 1e-4 * nb.max(1e-12),
@@ -648,7 +656,11 @@ fn gradient_clipping_scales_to_max_norm() {
         .unwrap()
         / 1.0)
         .unwrap();
-    let norm = opt.step(&loss.backward().unwrap()).unwrap();
+    let norm = opt
+        .step(&loss.backward().unwrap())
+        .unwrap()
+        .value()
+        .unwrap();
     assert!((norm - 10.0).abs() < 1e-5);
     // RMSprop with alpha 0: p -= g / |g| = sign: exactly 1 each, independent of clip.
     let now: Vec<f32> = x.as_tensor().to_vec1().unwrap();

@@ -14,7 +14,7 @@
 //! let mut batch = Batch::new(8, 4);
 //! batch.actions.fill(1);
 //! let info = dqn.update(&batch).unwrap();
-//! assert!(info.td_loss.is_finite());
+//! assert!(info.td_loss.value().unwrap().is_finite());
 //! assert!(dqn.greedy_action(&[0.0; 4]).unwrap() < 2);
 //! ```
 
@@ -24,15 +24,16 @@ use rand::Rng;
 use super::{Batch, DqnConfig, Loss, TargetUpdate};
 use crate::nn::{Mode, NormConfig, QNetwork, QNetworkConfig};
 use crate::optim::{Optimizer, OptimizerConfig};
+use crate::Metric;
 
 /// What one update measured.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone)]
 pub struct UpdateInfo {
-    pub td_loss: f64,
+    pub td_loss: Metric,
     /// Mean Q-value of the taken actions.
-    pub q_mean: f64,
+    pub q_mean: Metric,
     /// Gradient norm before clipping.
-    pub grad_norm: f64,
+    pub grad_norm: Metric,
     /// SVB/BBN projected the weights after this update.
     pub projected: bool,
     /// The target network was synced after this update.
@@ -215,8 +216,8 @@ impl Dqn {
             }
         };
         Ok(UpdateInfo {
-            td_loss: f64::from(loss.to_scalar::<f32>()?),
-            q_mean: f64::from(q_taken.mean_all()?.to_scalar::<f32>()?),
+            td_loss: Metric::of(&loss)?,
+            q_mean: Metric::of(&q_taken.mean_all()?)?,
             grad_norm,
             projected,
             synced,

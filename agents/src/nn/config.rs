@@ -169,4 +169,10 @@ impl QNetworkConfig {
             architecture: Architecture::MinatarCnn,
         }
     }
+
+    pub fn nature_cnn() -> Self {
+        Self {
+            architecture: Architecture::NatureCnn,
+        }
+    }
 }

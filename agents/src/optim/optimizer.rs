@@ -24,6 +24,7 @@ use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
 
 use super::{OptimizerConfig, OptimizerKind};
 use crate::nn::{Group, ParamStore};
+use crate::Metric;
 
 /// Per-variable state: Adam's `(m, v)` or RMSprop's `(square_avg, grad_avg)`.
 enum State {
@@ -202,14 +203,51 @@ impl Optimizer {
         Ok(sum.sqrt())
     }
 
-    /// One update from `grads`. Returns the gradient norm before clipping.
-    pub fn step(&mut self, grads: &GradStore) -> Result<f64> {
-        let norm = self.grad_norm(grads)?;
+    /// The global gradient norm and clipping factor as device scalars (no wait for
+    /// the device), for optimizers whose state lives off the CPU.
+    fn device_norm_and_scale(&self, grads: &GradStore) -> Result<(Tensor, Option<Tensor>)> {
+        let mut sum: Option<Tensor> = None;
+        for slot in &self.slots {
+            if let Some(g) = grads.get(slot.var.as_tensor()) {
+                let s = g.sqr()?.sum_all()?;
+                sum = Some(match sum {
+                    None => s,
+                    Some(t) => (t + s)?,
+                });
+            }
+        }
+        let norm = match sum {
+            Some(s) => s.sqrt()?,
+            None => Tensor::new(0f32, self.store.device())?,
+        };
         let max = self.config.max_grad_norm;
-        let grad_scale = if max > 0.0 && norm > max {
-            max / (norm + 1e-6)
+        let scale = if max > 0.0 {
+            // min(1, max / (norm + 1e-6)), the host path's rule.
+            Some(
+                norm.affine(1.0, 1e-6)?
+                    .recip()?
+                    .affine(max, 0.0)?
+                    .clamp(0.0, 1.0)?,
+            )
         } else {
-            1.0
+            None
+        };
+        Ok((norm, scale))
+    }
+
+    /// One update from `grads`. Returns the gradient norm before clipping.
+    pub fn step(&mut self, grads: &GradStore) -> Result<Metric> {
+        let on_host = self.store.device().is_cpu();
+        let (norm, device_scale) = if on_host {
+            (Metric::Host(self.grad_norm(grads)?), None)
+        } else {
+            let (norm, scale) = self.device_norm_and_scale(grads)?;
+            (Metric::Device(norm), scale)
+        };
+        let max = self.config.max_grad_norm;
+        let grad_scale = match norm {
+            Metric::Host(norm) if max > 0.0 && norm > max => max / (norm + 1e-6),
+            _ => 1.0,
         };
         self.steps += 1;
         let c = &self.config;
@@ -254,7 +292,11 @@ impl Optimizer {
                     }
                 }
                 State::Device(state) => {
-                    tensor_update(&slot.var, grad, state, &coefficients)?;
+                    let grad = match &device_scale {
+                        Some(scale) => grad.broadcast_mul(scale)?,
+                        None => grad.clone(),
+                    };
+                    tensor_update(&slot.var, &grad, state, &coefficients)?;
                 }
             }
         }

@@ -29,6 +29,28 @@ pub struct WorkerSpec {
     pub python: String,
 }
 
+/// The worker script, written once per version to the temporary directory (a file
+/// rather than `python -c`, so that `ps` and tracebacks show a name, not the source).
+fn worker_script() -> Result<std::path::PathBuf, EnvError> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    WORKER_SOURCE.hash(&mut hasher);
+    let path = std::env::temp_dir().join(format!("normrl-gym-worker-{:016x}.py", hasher.finish()));
+    if std::fs::read_to_string(&path).ok().as_deref() == Some(WORKER_SOURCE) {
+        return Ok(path);
+    }
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::write(&tmp, WORKER_SOURCE)
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| {
+            EnvError::External(format!(
+                "cannot write the Gymnasium worker script {}: {e}",
+                path.display()
+            ))
+        })?;
+    Ok(path)
+}
+
 #[derive(serde::Deserialize)]
 struct Header {
     obs_shape: Vec<usize>,
@@ -72,10 +94,10 @@ impl GymProcess {
             "preset": spec.preset,
             "frame_skip": spec.frame_skip,
         });
+        let script = worker_script()?;
         let mut child = Command::new(&spec.python)
             .arg("-u")
-            .arg("-c")
-            .arg(WORKER_SOURCE)
+            .arg(&script)
             .arg(request.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1,7 +1,7 @@
 """normrl's Gymnasium worker: runs one Gymnasium environment and serves it to the Rust
 process that started it, over stdin/stdout, in a compact binary protocol.
 
-Started as `python -u -c <this file> <spec-json>`. All integers little-endian.
+Started as `python -u <this file> <spec-json>`. All integers little-endian.
 
 Worker -> Rust, first message:
   b"H" u32 n, n bytes of JSON: {"obs_shape", "obs_dtype" ("uint8"|"float32"),

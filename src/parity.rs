@@ -1,0 +1,120 @@
+//! `normrl bench parity --device cuda`: every normalization method computed on a device
+//! against the CPU: Q-values (after data-dependent init where the method has one) and
+//! the gradient of every trainable variable, from the same weights and batch.
+
+use anyhow::Result;
+use candle_core::{Device, Tensor};
+use normrl_agents::nn::{Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+/// Largest relative difference allowed between the device and the CPU (f32 sums in a
+/// different order differ by ~1e-6; a wrong kernel by far more).
+pub const TOLERANCE: f64 = 1e-3;
+
+pub struct Parity {
+    pub method: NormKind,
+    pub network: &'static str,
+    /// Max |device - cpu| / max |cpu| over the Q-values.
+    pub q_error: f64,
+    /// The same over each variable's gradient, the worst variable.
+    pub grad_error: f64,
+    pub worst_variable: String,
+}
+
+fn relative_error(cpu: &Tensor, other: &Tensor) -> Result<f64> {
+    let other = other.to_device(&Device::Cpu)?;
+    let diff = (cpu - &other)?
+        .abs()?
+        .flatten_all()?
+        .max(0)?
+        .to_scalar::<f32>()?;
+    let scale = cpu.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
+    Ok(f64::from(diff) / f64::from(scale).max(1e-12))
+}
+
+/// Compares every method on the MLP, the MinAtar CNN and the Nature CNN.
+pub fn check(device: &Device) -> Result<Vec<Parity>> {
+    let cases: [(&str, QNetworkConfig, Vec<usize>, usize, usize); 3] = [
+        (
+            "mlp 4-64-64-2 b32",
+            QNetworkConfig::mlp(vec![64, 64]),
+            vec![4],
+            2,
+            32,
+        ),
+        (
+            "minatar cnn b32",
+            QNetworkConfig::minatar_cnn(),
+            vec![4, 10, 10],
+            6,
+            32,
+        ),
+        (
+            "nature cnn b8",
+            QNetworkConfig::nature_cnn(),
+            vec![4, 84, 84],
+            4,
+            8,
+        ),
+    ];
+    let mut out = vec![];
+    for method in NormKind::ALL {
+        let norm = NormConfig {
+            kind: method,
+            ..Default::default()
+        };
+        for (network, config, shape, n_actions, batch) in &cases {
+            let cpu = QNetwork::new(config, &norm, shape, *n_actions, 0, &Device::Cpu)?;
+            let dev = QNetwork::new(config, &norm, shape, *n_actions, 0, device)?;
+            dev.store().load_map(&cpu.store().to_map()?)?;
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+            let len = batch * shape.iter().product::<usize>();
+            let x: Vec<f32> = (0..len).map(|_| rng.random::<f32>()).collect();
+            let w: Vec<f32> = (0..batch * n_actions)
+                .map(|_| rng.random::<f32>() - 0.5)
+                .collect();
+            let mut dims = vec![*batch];
+            dims.extend_from_slice(shape);
+            let run = |net: &QNetwork, device: &Device| -> Result<(Tensor, Vec<Option<Tensor>>)> {
+                let x = Tensor::from_slice(&x, dims.as_slice(), device)?;
+                let w = Tensor::from_slice(&w, (*batch, *n_actions), device)?;
+                if net.wants_data_dependent_init() {
+                    net.data_dependent_init(&x)?;
+                }
+                let q = net.forward(&x, Mode::Train)?;
+                let grads = (&q * &w)?.sum_all()?.backward()?;
+                let g = net
+                    .store()
+                    .trainable()
+                    .map(|p| grads.get(p.var.as_tensor()).cloned())
+                    .collect();
+                Ok((q, g))
+            };
+            let (q_cpu, g_cpu) = run(&cpu, &Device::Cpu)?;
+            let (q_dev, g_dev) = run(&dev, device)?;
+            let mut grad_error = 0.0;
+            let mut worst_variable = String::new();
+            for ((param, a), b) in cpu.store().trainable().zip(&g_cpu).zip(&g_dev) {
+                let error = match (a, b) {
+                    (Some(a), Some(b)) => relative_error(a, b)?,
+                    (None, None) => 0.0,
+                    // A gradient on one device only is a bug of its own.
+                    _ => f64::INFINITY,
+                };
+                if error >= grad_error {
+                    grad_error = error;
+                    worst_variable = param.name.clone();
+                }
+            }
+            out.push(Parity {
+                method,
+                network,
+                q_error: relative_error(&q_cpu, &q_dev)?,
+                grad_error,
+                worst_variable,
+            });
+        }
+    }
+    Ok(out)
+}
