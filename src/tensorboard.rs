@@ -4,8 +4,9 @@
 //!
 //! The file is a TFRecord stream of `Event` protobufs: each record is its length (u64
 //! LE), the masked CRC-32C of the length, the bytes, and their masked CRC-32C. Records
-//! are written synchronously through a buffer, so `flush` means on disk and a write
-//! error reaches the caller instead of a background thread.
+//! are written synchronously through a buffer (flushed at least every 10 s while events
+//! come, and by `flush`), so a write error reaches the caller instead of a background
+//! thread.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -33,7 +34,12 @@ pub struct TensorBoard {
     dir: PathBuf,
     /// The first write error; later writes are skipped and `flush` reports it.
     error: Option<std::io::Error>,
+    /// When the buffer last went to disk: a live TensorBoard sees events at most
+    /// [`FLUSH_EVERY`] late.
+    flushed: std::time::Instant,
 }
+
+const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl TensorBoard {
     /// Opens a new event file in `dir` (named like TensorFlow's, with a sequence number
@@ -61,6 +67,7 @@ impl TensorBoard {
             writer: BufWriter::new(file),
             dir: dir.to_path_buf(),
             error: None,
+            flushed: std::time::Instant::now(),
         };
         let mut event = Event::new();
         event.set_file_version("brain.Event:2".to_string());
@@ -100,6 +107,11 @@ impl TensorBoard {
             .and_then(|_| self.writer.write_all(&masked_crc32c(&data).to_le_bytes()));
         if let Err(e) = result {
             self.error = Some(e);
+        } else if self.flushed.elapsed() > FLUSH_EVERY {
+            self.flushed = std::time::Instant::now();
+            if let Err(e) = self.writer.flush() {
+                self.error = Some(e);
+            }
         }
     }
 
@@ -147,6 +159,7 @@ impl TensorBoard {
 
     /// Writes everything buffered to the file; reports the first write error, if any.
     pub fn flush(&mut self) -> Result<()> {
+        self.flushed = std::time::Instant::now();
         if self.error.is_none() {
             if let Err(e) = self.writer.flush() {
                 self.error = Some(e);
