@@ -20,6 +20,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::batch_norm_op;
 use super::kernel::{unit_moments, values_per_unit};
 use super::{Group, Mode, ParamStore};
 
@@ -77,6 +78,43 @@ impl BatchNorm {
     }
 
     pub fn forward(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
+        if mode == Mode::Train && t.device().is_cpu() {
+            self.forward_train_fused(t)
+        } else {
+            self.forward_reference(t, mode)
+        }
+    }
+
+    /// Training mode as one fused CPU op, running statistics updated on the host.
+    fn forward_train_fused(&self, t: &Tensor) -> Result<Tensor> {
+        let t = t.contiguous()?;
+        let (mean, var) = batch_norm_op::moments(&t)?;
+        let n = values_per_unit(&t) as f64;
+        let m = self.momentum as f32;
+        let blend = |running: &Var, batch: &[f32], factor: f32| -> Result<()> {
+            let old = running.as_tensor().to_vec1::<f32>()?;
+            let new: Vec<f32> = old
+                .iter()
+                .zip(batch)
+                .map(|(r, b)| (1.0 - m) * r + m * b * factor)
+                .collect();
+            running.set(&Tensor::from_vec(new, old.len(), t.device())?)
+        };
+        blend(&self.running_mean, &mean, 1.0)?;
+        if n > 1.0 {
+            blend(&self.running_var, &var, (n / (n - 1.0)) as f32)?;
+        }
+        let op = batch_norm_op::BatchNormTrain::new(mean, &var, self.eps);
+        t.apply_op3(
+            &self.gamma.as_tensor().contiguous()?,
+            &self.beta.as_tensor().contiguous()?,
+            op,
+        )
+    }
+
+    /// The layer through candle's tensor ops: evaluation mode, other devices, and the
+    /// tested reference of the fused training path.
+    pub fn forward_reference(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
         let (mean, var) = match mode {
             Mode::Train => {
                 let (mean, var) = unit_moments(t)?;

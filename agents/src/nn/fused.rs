@@ -18,7 +18,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Stora
 use super::data_conv::f32_slice;
 
 /// Runs `f` on a CPU tensor's values.
-fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
     let (s, l) = t.storage_and_layout();
     match &*s {
         Storage::Cpu(c) => f(f32_slice(c, l)?),
@@ -53,7 +53,7 @@ pub fn relu(t: &Tensor) -> Result<Tensor> {
 struct UnitBias;
 
 /// `(outer, units, inner)`: how a contiguous tensor splits around dim 1.
-fn around_dim1(shape: &Shape) -> Result<(usize, usize, usize)> {
+pub(crate) fn around_dim1(shape: &Shape) -> Result<(usize, usize, usize)> {
     let dims = shape.dims();
     if dims.len() < 2 {
         candle_core::bail!("a per-unit bias needs a batch and a unit dimension, got {dims:?}");

@@ -2,6 +2,7 @@
 //! on candle, for Linear and Conv2d layers alike.
 
 mod batch_norm;
+mod batch_norm_op;
 mod config;
 mod data_conv;
 pub mod fused;

@@ -1,0 +1,103 @@
+//! Fused CPU paths against their tensor-op references: the same values and gradients
+//! (to 1e-5 relative). (The older fused-path tests live in normalization.rs.)
+
+use candle_core::{Device, Tensor, Var};
+use normrl_agents::nn::{BatchNorm, Mode, ParamStore};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+const DEV: Device = Device::Cpu;
+
+fn random(shape: &[usize], rng: &mut Xoshiro256PlusPlus, offset: f32) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|_| rng.random::<f32>() * 2.0 - 1.0 + offset)
+        .collect();
+    Tensor::from_vec(v, shape, &DEV).unwrap()
+}
+
+/// Max |a - b| over max |b| (0 when both are 0).
+fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
+    let max = |t: &Tensor| -> f32 {
+        t.abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    };
+    let diff = max(&(a - b).unwrap());
+    if diff == 0.0 {
+        0.0
+    } else {
+        diff / max(b).max(1e-6)
+    }
+}
+
+#[test]
+fn fused_batch_norm_matches_the_reference() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
+    // Linear batch 32, conv batch 8, and the batch-1 Linear case (no gradient below).
+    for shape in [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]] {
+        let units = shape[1];
+        let gamma = random(&[units], &mut rng, 1.0);
+        let beta = random(&[units], &mut rng, 0.0);
+        let x = random(&shape, &mut rng, 0.5);
+        let upstream = random(&shape, &mut rng, 0.0);
+        let run = |fused: bool| {
+            let mut store = ParamStore::new(DEV);
+            let bn = BatchNorm::new(&mut store, "l", units, 0.1, 1e-5).unwrap();
+            store.get("l.bn.gamma").unwrap().var.set(&gamma).unwrap();
+            store.get("l.bn.beta").unwrap().var.set(&beta).unwrap();
+            let x = Var::from_tensor(&x).unwrap();
+            let y = if fused {
+                bn.forward(x.as_tensor(), Mode::Train).unwrap()
+            } else {
+                bn.forward_reference(x.as_tensor(), Mode::Train).unwrap()
+            };
+            let grads = (&y * &upstream)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let grad = |v: &Var| grads.get(v.as_tensor()).unwrap().clone();
+            let p = |name: &str| store.get(name).unwrap().var.clone();
+            [
+                y.clone(),
+                grad(&x),
+                grad(&p("l.bn.gamma")),
+                grad(&p("l.bn.beta")),
+                bn.running_mean().clone(),
+                bn.running_var().clone(),
+            ]
+        };
+        let (fused, reference) = (run(true), run(false));
+        let names = [
+            "output",
+            "dx",
+            "dgamma",
+            "dbeta",
+            "running mean",
+            "running var",
+        ];
+        for ((name, a), b) in names.iter().zip(&fused).zip(&reference) {
+            let e = rel_err(a, b);
+            let tolerance = if shape[0] == 1 && *name == "dx" {
+                1e-4
+            } else {
+                1e-5
+            };
+            assert!(e <= tolerance, "{shape:?} {name}: relative error {e}");
+        }
+        if shape[0] == 1 {
+            let dx: Vec<f32> = fused[1].flatten_all().unwrap().to_vec1().unwrap();
+            assert!(
+                dx.iter().all(|v| *v == 0.0),
+                "batch 1 passes no gradient: {dx:?}"
+            );
+        }
+    }
+}
