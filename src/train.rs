@@ -220,6 +220,10 @@ impl Trainer {
         Ok(t)
     }
 
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
     pub fn agent(&self) -> &Dqn {
         &self.agent
     }

@@ -63,10 +63,23 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
     };
     let device = trainer.agent().online().store().device().clone();
+    let asked = trainer.config().run.device.clone();
+    let why = match (asked.as_str(), device.is_cpu()) {
+        ("auto", true) if candle_core::utils::cuda_is_available() => {
+            ", run.device = auto: no usable CUDA device"
+        }
+        ("auto", true) => ", run.device = auto: this binary has no CUDA",
+        ("auto", false) => ", run.device = auto",
+        _ => "",
+    };
     eprintln!(
-        "training on {} ({})",
-        if device.is_cpu() { "cpu" } else { "cuda" },
-        trainer.agent().online().norm().kind
+        "training {} on {}{why}",
+        trainer.agent().online().norm().kind,
+        match (device.is_cpu(), asked.as_str()) {
+            (true, _) => "cpu",
+            (false, "auto") => "cuda:0",
+            (false, spec) => spec,
+        },
     );
     if let Some(summary) = trainer.run(None)? {
         println!(
