@@ -2,7 +2,7 @@
 //! (to 1e-5 relative). (The older fused-path tests live in normalization.rs.)
 
 use candle_core::{Device, Tensor, Var};
-use normrl_agents::nn::{BatchNorm, Mode, ParamStore};
+use normrl_agents::nn::{BatchNorm, MeanOnlyBn, Mode, ParamStore};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -98,6 +98,46 @@ fn fused_batch_norm_matches_the_reference() {
                 dx.iter().all(|v| *v == 0.0),
                 "batch 1 passes no gradient: {dx:?}"
             );
+        }
+    }
+}
+
+#[test]
+fn fused_mean_only_batch_norm_matches_the_reference() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(4);
+    for shape in [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]] {
+        let units = shape[1];
+        let x = random(&shape, &mut rng, 0.5);
+        let upstream = random(&shape, &mut rng, 0.0);
+        let run = |fused: bool| {
+            let mut store = ParamStore::new(DEV);
+            let bn = MeanOnlyBn::new(&mut store, "l", units, 0.1).unwrap();
+            let x = Var::from_tensor(&x).unwrap();
+            let y = if fused {
+                bn.forward(x.as_tensor(), Mode::Train).unwrap()
+            } else {
+                bn.forward_reference(x.as_tensor(), Mode::Train).unwrap()
+            };
+            let grads = (&y * &upstream)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            [
+                y.clone(),
+                grads.get(x.as_tensor()).unwrap().clone(),
+                bn.running_mean().clone(),
+            ]
+        };
+        let (fused, reference) = (run(true), run(false));
+        for ((name, a), b) in ["output", "dx", "running mean"]
+            .iter()
+            .zip(&fused)
+            .zip(&reference)
+        {
+            let e = rel_err(a, b);
+            assert!(e <= 1e-5, "{shape:?} {name}: relative error {e}");
         }
     }
 }

@@ -1,11 +1,12 @@
-//! Batch norm's training-mode forward and backward as one fused CPU op (candle's
-//! broadcasting reductions made it several passes and allocations each way).
+//! Batch norm's and mean-only batch norm's training-mode forward and backward as fused
+//! CPU ops (candle's broadcasting reductions made them several passes and allocations
+//! each way).
 //!
 //! Forward, per unit `u` over its `n` values: `y = gamma_u * (t - mean_u) * inv_std_u +
 //! beta_u` with `inv_std_u = 1 / sqrt(var_u + eps)` (population variance). Backward:
 //! `dbeta = Σ dy`, `dgamma = Σ dy·x̂`, `dt = gamma · inv_std · (dy - Σdy/n - x̂ Σdy·x̂/n)`.
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
 
 use super::data_conv::f32_slice;
 use super::fused::{around_dim1, with_values};
@@ -141,5 +142,55 @@ impl CustomOp3 for BatchNormTrain {
             Some(Tensor::from_vec(dgamma, gamma.shape(), gamma.device())?),
             Some(Tensor::from_vec(dbeta, beta.shape(), beta.device())?),
         ))
+    }
+}
+
+/// Mean-only batch norm's training forward, `y = t - mean_u`, with the backward of a
+/// batch mean: `dt = dy - mean_u(dy)`.
+pub(crate) struct SubtractUnitMean {
+    pub mean: Vec<f32>,
+}
+
+impl CustomOp1 for SubtractUnitMean {
+    fn name(&self) -> &'static str {
+        "subtract-unit-mean"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let t = f32_slice(s, l)?;
+        let (outer, units, inner) = around_dim1(l.shape())?;
+        let mut out = Vec::with_capacity(t.len());
+        for o in 0..outer {
+            for (u, m) in self.mean.iter().enumerate().take(units) {
+                let start = (o * units + u) * inner;
+                out.extend(t[start..start + inner].iter().map(|x| x - m));
+            }
+        }
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+
+    fn bwd(&self, t: &Tensor, _out: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let grad = grad.contiguous()?;
+        let (outer, units, inner) = around_dim1(t.shape())?;
+        let n = (outer * inner) as f32;
+        let dt = with_values(&grad, |dy| {
+            let mut mean_dy = vec![0f32; units];
+            for o in 0..outer {
+                for (u, m) in mean_dy.iter_mut().enumerate() {
+                    let start = (o * units + u) * inner;
+                    *m += dy[start..start + inner].iter().sum::<f32>();
+                }
+            }
+            mean_dy.iter_mut().for_each(|m| *m /= n);
+            let mut dt = Vec::with_capacity(dy.len());
+            for o in 0..outer {
+                for (u, m) in mean_dy.iter().enumerate() {
+                    let start = (o * units + u) * inner;
+                    dt.extend(dy[start..start + inner].iter().map(|g| g - m));
+                }
+            }
+            Ok(dt)
+        })?;
+        Ok(Some(Tensor::from_vec(dt, t.shape(), t.device())?))
     }
 }

@@ -17,6 +17,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::batch_norm_op;
 use super::kernel::unit_mean;
 use super::{Group, Mode, ParamStore};
 
@@ -45,6 +46,26 @@ impl MeanOnlyBn {
     }
 
     pub fn forward(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
+        if mode == Mode::Train && t.device().is_cpu() {
+            let t = t.contiguous()?;
+            let (mean, _) = batch_norm_op::moments(&t)?;
+            let m = self.momentum as f32;
+            let old = self.running_mean.as_tensor().to_vec1::<f32>()?;
+            let running: Vec<f32> = old
+                .iter()
+                .zip(&mean)
+                .map(|(r, b)| (1.0 - m) * r + m * b)
+                .collect();
+            self.running_mean
+                .set(&Tensor::from_vec(running, old.len(), t.device())?)?;
+            return t.apply_op1(batch_norm_op::SubtractUnitMean { mean });
+        }
+        self.forward_reference(t, mode)
+    }
+
+    /// The layer through candle's tensor ops: evaluation mode, other devices, and the
+    /// tested reference of the fused training path.
+    pub fn forward_reference(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
         match mode {
             Mode::Train => {
                 let mean = unit_mean(t)?;
