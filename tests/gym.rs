@@ -124,7 +124,7 @@ fn ale_breakout_with_the_atari_preset() {
         "{life_ends} lost lives in {games} games"
     );
     let stats = env.episode_stats().unwrap();
-    assert!(stats.last_length.unwrap() > 100, "{stats:?}");
+    assert!(stats.last_length.unwrap() > 50, "{stats:?}");
 
     // The same seed and actions give the same game (sticky actions included).
     let mut again = make(&id).unwrap();
@@ -148,11 +148,7 @@ fn a_killed_worker_gives_a_clear_error() {
     let mut obs = [0.0f32; 4];
     env.reset(Some(0), &mut obs).unwrap();
     env.step(0, &mut obs).unwrap();
-    let status = Command::new("kill")
-        .args(["-9", &env.worker_pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    kill(env.worker_pid());
     std::thread::sleep(Duration::from_millis(200));
     let err = env.step(1, &mut obs).unwrap_err().to_string();
     assert!(
@@ -265,6 +261,15 @@ fn training_stops_cleanly_when_the_worker_dies_and_resumes() {
     assert_eq!(resumed.step(), from + 300);
     drop(resumed);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SIGKILL, through the shell's built-in `kill`.
+fn kill(pid: u32) {
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill -9 {pid}")])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {pid}");
 }
 
 /// Process ids whose parent is `pid` (read from /proc).
