@@ -27,14 +27,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// The files of one checkpoint, by name.
-pub struct CheckpointFiles {
+pub struct CheckpointFiles<'a> {
     pub tensors: Vec<(&'static str, HashMap<String, Tensor>)>,
-    pub state: Vec<u8>,
+    /// Writes `state.bin` (streamed: a replay buffer can be gigabytes, so it is not
+    /// first copied into memory).
+    pub state: Box<dyn Fn(&mut dyn std::io::Write) -> Result<()> + 'a>,
 }
 
 /// Saves a checkpoint for `step` under `run_dir/checkpoints/` and points `latest` at
 /// it; older checkpoints are removed afterwards.
-pub fn save(run_dir: &Path, step: u64, files: &CheckpointFiles) -> Result<PathBuf> {
+pub fn save(run_dir: &Path, step: u64, files: &CheckpointFiles<'_>) -> Result<PathBuf> {
     let root = run_dir.join("checkpoints");
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let name = format!("step-{step:012}");
@@ -52,7 +54,14 @@ pub fn save(run_dir: &Path, step: u64, files: &CheckpointFiles) -> Result<PathBu
         candle_core::safetensors::save(&on_cpu, tmp.join(format!("{file}.safetensors")))
             .with_context(|| format!("cannot write {file}.safetensors"))?;
     }
-    std::fs::write(tmp.join("state.bin"), &files.state)?;
+    let state = tmp.join("state.bin");
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(&state)
+            .with_context(|| format!("cannot write {}", state.display()))?,
+    );
+    (files.state)(&mut out)?;
+    std::io::Write::flush(&mut out)?;
+    out.get_ref().sync_all()?;
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }

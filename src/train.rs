@@ -1,5 +1,6 @@
 //! The training loop: acting, replay, updates, evaluation, logging and checkpoints.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -36,7 +37,7 @@ pub struct RunSummary {
 
 /// Everything besides the networks that a checkpoint must hold to resume exactly.
 #[derive(Serialize, Deserialize)]
-struct LoopState {
+struct LoopState<'a> {
     config_toml: String,
     step: u64,
     episodes: u64,
@@ -46,7 +47,8 @@ struct LoopState {
     replay_rng: Xoshiro256PlusPlus,
     env_state: String,
     obs: Vec<f32>,
-    replay: Option<ReplayBuffer>,
+    /// Borrowed when saving: the buffer is serialized where it lies.
+    replay: Option<Cow<'a, ReplayBuffer>>,
     eval_curve: Vec<(u64, f64)>,
     train_curve: Vec<(u64, f64)>,
     wall_seconds: f64,
@@ -211,7 +213,7 @@ impl Trainer {
         t.train_curve = state.train_curve;
         t.wall_before = state.wall_seconds;
         match state.replay {
-            Some(r) => t.replay = r,
+            Some(r) => t.replay = r.into_owned(),
             None => bail!("the checkpoint holds no replay buffer (checkpoint.replay = false): cannot resume exactly"),
         }
         if !exact {
@@ -249,7 +251,11 @@ impl Trainer {
                 .unwrap_or(serde_json::Value::Null)
                 .to_string(),
             obs: self.obs.clone(),
-            replay: self.config.checkpoint.replay.then(|| self.replay.clone()),
+            replay: self
+                .config
+                .checkpoint
+                .replay
+                .then_some(Cow::Borrowed(&self.replay)),
             eval_curve: self.eval_curve.clone(),
             train_curve: self.train_curve.clone(),
             wall_seconds: self.wall_before + elapsed,
@@ -260,7 +266,10 @@ impl Trainer {
                 ("target", self.agent.target().store().to_map()?),
                 ("optimizer", self.agent.optimizer().state_tensors()?),
             ],
-            state: postcard::to_stdvec(&state)?,
+            state: Box::new(move |out: &mut dyn std::io::Write| {
+                postcard::to_io(&state, out)?;
+                Ok(())
+            }),
         };
         checkpoint::save(&self.run_dir, self.step, &files)?;
         Ok(())
