@@ -27,11 +27,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// The files of one checkpoint, by name.
+/// Writes a checkpoint's `state.bin` into the stream it is given.
+pub type StateWriter<'a> = Box<dyn Fn(&mut dyn std::io::Write) -> Result<()> + 'a>;
+
 pub struct CheckpointFiles<'a> {
     pub tensors: Vec<(&'static str, HashMap<String, Tensor>)>,
     /// Writes `state.bin` (streamed: a replay buffer can be gigabytes, so it is not
     /// first copied into memory).
-    pub state: Box<dyn Fn(&mut dyn std::io::Write) -> Result<()> + 'a>,
+    pub state: StateWriter<'a>,
 }
 
 /// Saves a checkpoint for `step` under `run_dir/checkpoints/` and points `latest` at
