@@ -43,8 +43,18 @@ for lib in cudart cublas cublasLt curand nvrtc; do
     [ -n "$real" ] && ln -sf "$real" "$LINK/lib$lib.so"
 done
 if [ ! -f "$LINK/libcuda.so" ]; then
-    echo 'void cuda_stub_for_linking(void) {}' > "$LINK/stub.c"
+    # Every driver API function cuda.h declares, under its plain and its versioned
+    # (_v2, ...) names, returning CUDA_ERROR_NO_DEVICE (100): enough for the linker to
+    # record the dependency on libcuda.so.1 (the driver's, bound at run time), and on
+    # a machine without a driver, with target/cuda-link on LD_LIBRARY_PATH, the binary
+    # starts and reports that there is no device.
+    {
+        grep -ohE '\bcu[A-Z][A-Za-z0-9_]*[[:space:]]*\(' "$CUDA"/include/cuda.h
+        cc -E -I"$CUDA/include" "$CUDA/include/cuda.h" | grep -oE '\bcu[A-Z][A-Za-z0-9_]*[[:space:]]*\('
+    } | tr -d '( \t' | sort -u | sed 's/.*/int &(void) { return 100; }/' > "$LINK/stub.c"
     cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$LINK/libcuda.so" "$LINK/stub.c"
+    ln -sf libcuda.so "$LINK/libcuda.so.1"
+    echo "cuda-build: stub libcuda.so with $(wc -l < "$LINK/stub.c") driver functions"
 fi
 export LIBRARY_PATH=$LINK:$CUDA/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
 export RUSTFLAGS="${RUSTFLAGS:-} -L native=$LINK -L native=$CUDA/lib"
@@ -56,4 +66,6 @@ start=$(date +%s)
 cargo build --release --features cuda --bins "$@"
 echo "cuda-build: built target/cuda/release/normrl with CUDA in $(( $(date +%s) - start )) s"
 echo "cuda-build: at run time the binary needs the driver's libcuda.so.1 and, on the"
-echo "  library path, libcublas/libcurand/libnvrtc 13 (e.g. LD_LIBRARY_PATH=$CUDA/lib)."
+echo "  library path, cuBLAS/cuRAND/NVRTC/cudart 13 (e.g. LD_LIBRARY_PATH=$CUDA/lib)."
+echo "  Without a GPU: LD_LIBRARY_PATH=$LINK:$CUDA/lib target/cuda/release/normrl ..."
+echo "  (the stub driver answers 'no device'; never put $LINK on a GPU machine's path)."

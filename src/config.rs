@@ -365,7 +365,15 @@ pub fn select_device(spec: DeviceSpec) -> Result<candle_core::Device> {
             if !candle_core::utils::cuda_is_available() {
                 bail!("run.device asks for cuda:{n}, but this normrl binary was built without CUDA (build with --features cuda, see README)");
             }
-            candle_core::Device::new_cuda(n).with_context(|| format!("no usable CUDA device {n}"))
+            // candle's error carries a backtrace when RUST_BACKTRACE is set: the first
+            // line says it all.
+            candle_core::Device::new_cuda(n).map_err(|e| {
+                let cause = e.to_string();
+                anyhow::anyhow!(
+                    "no usable CUDA device {n}: {}",
+                    cause.lines().next().unwrap_or_default()
+                )
+            })
         }
         DeviceSpec::Auto => {
             if candle_core::utils::cuda_is_available() {
