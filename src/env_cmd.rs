@@ -272,7 +272,7 @@ pub fn list() {
         ""
     );
     println!(
-        "  {:<26} frame_stack=4 screen_size=84 terminal_on_life_loss=true clip_rewards=true",
+        "  {:<26} frame_stack=4 screen_size=84 terminal_on_life_loss=true clip_rewards=true fire_reset=true",
         ""
     );
     println!(

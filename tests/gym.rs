@@ -142,6 +142,23 @@ fn ale_breakout_with_the_atari_preset() {
     }
 }
 
+/// Breakout serves only after FIRE: with `fire_reset` a do-nothing agent loses a life
+/// (the ball is served and missed); without it nothing ever happens.
+#[test]
+fn fire_reset_serves_the_ball() {
+    let lost_life_in = |options: &str| {
+        let mut env = make(&gym_id("ALE/Breakout-v5", options)).unwrap();
+        let mut obs = vec![0.0f32; 4 * 84 * 84];
+        env.reset(Some(1), &mut obs).unwrap();
+        (1..=400).find(|_| env.step(0, &mut obs).unwrap().terminated)
+    };
+    assert!(
+        lost_life_in("preset=atari").is_some(),
+        "no life lost with fire_reset"
+    );
+    assert_eq!(lost_life_in("preset=atari&fire_reset=false"), None);
+}
+
 #[test]
 fn a_killed_worker_gives_a_clear_error() {
     let mut env = GymProcess::start("gym:CartPole-v1", worker_spec("CartPole-v1")).unwrap();

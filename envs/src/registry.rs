@@ -4,7 +4,8 @@
 //! Every native environment comes wrapped in [`TimeLimit`] and, outermost, [`Monitor`].
 //! `gym:<Gymnasium id>` starts a Python worker ([`crate::gym`]); its options are
 //! `preset=atari` (DQN's Atari preprocessing, with `noop_max`, `frame_skip`,
-//! `frame_stack`, `screen_size`, `terminal_on_life_loss`, `clip_rewards`), `python=`
+//! `frame_stack`, `screen_size`, `terminal_on_life_loss`, `clip_rewards`, `fire_reset`),
+//! `python=`
 //! (the interpreter), and any other `key=value` goes to `gym.make` as a keyword argument
 //! (values are read as JSON where they parse, as strings otherwise).
 //!
@@ -128,13 +129,14 @@ fn gym_settings(
         Some("atari") => true,
         Some(other) => return Err(options.bad("preset", other, "atari")),
     };
-    const ATARI_OPTIONS: [&str; 6] = [
+    const ATARI_OPTIONS: [&str; 7] = [
         "noop_max",
         "frame_skip",
         "frame_stack",
         "screen_size",
         "terminal_on_life_loss",
         "clip_rewards",
+        "fire_reset",
     ];
     if !atari {
         if let Some((key, value)) = options
@@ -158,6 +160,7 @@ fn gym_settings(
         terminal_on_life_loss: options
             .bool("terminal_on_life_loss", defaults.terminal_on_life_loss)?,
         clip_rewards: options.bool("clip_rewards", defaults.clip_rewards)?,
+        fire_reset: options.bool("fire_reset", defaults.fire_reset)?,
     };
     if atari && (frame_skip == 0 || config.screen_size == 0 || config.frame_stack == 0) {
         return Err(options.bad("frame_skip, screen_size or frame_stack", "0", "at least 1"));

@@ -27,6 +27,10 @@ pub struct AtariConfig {
     pub terminal_on_life_loss: bool,
     /// Rewards become -1, 0 or +1 for the learner; the monitor keeps the raw score.
     pub clip_rewards: bool,
+    /// Press FIRE when a game starts and after each lost life, in games that have it
+    /// (Breakout waits for FIRE to serve; an early policy that never fires would stall
+    /// until the time limit). CleanRL's and Stable-Baselines3's `FireResetEnv`.
+    pub fire_reset: bool,
 }
 
 impl Default for AtariConfig {
@@ -37,6 +41,7 @@ impl Default for AtariConfig {
             frame_stack: 4,
             terminal_on_life_loss: true,
             clip_rewards: true,
+            fire_reset: true,
         }
     }
 }
@@ -53,6 +58,8 @@ pub struct AtariPreprocessing {
     lives: Option<u32>,
     /// The game itself is over (not just a life): the next reset restarts it.
     game_over: bool,
+    /// The FIRE action, where the game has one and `fire_reset` is on.
+    fire: Option<usize>,
 }
 
 impl AtariPreprocessing {
@@ -66,7 +73,18 @@ impl AtariPreprocessing {
             )));
         };
         let size = config.screen_size;
+        let fire = config
+            .fire_reset
+            .then(|| {
+                inner
+                    .inner()
+                    .action_meanings()
+                    .iter()
+                    .position(|m| m == "FIRE")
+            })
+            .flatten();
         Ok(Self {
+            fire,
             resize: AreaResize::new(height, width, size, size),
             raw: vec![0.0; height * width],
             stack: vec![0.0; config.frame_stack * size * size],
@@ -107,9 +125,17 @@ impl AtariPreprocessing {
                     break;
                 }
             }
-            if !over {
+            if !over && !self.press_fire()? {
                 return Ok(());
             }
+        }
+    }
+
+    /// Presses FIRE if the game has it; true when that ended the game.
+    fn press_fire(&mut self) -> Result<bool, EnvError> {
+        match self.fire {
+            Some(fire) => Ok(self.inner.step(fire, &mut self.raw)?.done()),
+            None => Ok(false),
         }
     }
 }
@@ -145,7 +171,7 @@ impl Env for AtariPreprocessing {
             // Only a life was lost: the game goes on from where it is, after one no-op
             // (the frame of the loss is not shown twice).
             let step = self.inner.step(0, &mut self.raw)?;
-            if step.done() {
+            if step.done() || self.press_fire()? {
                 self.restart_game(None)?;
             }
         }

@@ -59,6 +59,8 @@ struct Header {
     obs_low: Option<f32>,
     obs_high: Option<f32>,
     n_actions: usize,
+    #[serde(default)]
+    action_meanings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,6 +81,7 @@ pub struct GymProcess {
     low: f32,
     high: f32,
     n_actions: usize,
+    action_meanings: Vec<String>,
     raw: Vec<u8>,
     lives: Option<u32>,
     /// Set once the worker failed: every later call reports the same error.
@@ -139,6 +142,7 @@ impl GymProcess {
             low: 0.0,
             high: 0.0,
             n_actions: 0,
+            action_meanings: vec![],
             raw: vec![],
             lives: None,
             dead: None,
@@ -162,12 +166,18 @@ impl GymProcess {
         process.low = header.obs_low.unwrap_or(f32::NEG_INFINITY);
         process.high = header.obs_high.unwrap_or(f32::INFINITY);
         process.n_actions = header.n_actions;
+        process.action_meanings = header.action_meanings;
         Ok(process)
     }
 
     /// The worker's process id.
     pub fn worker_pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The actions' names where the environment has them (ALE: `NOOP`, `FIRE`, ...).
+    pub fn action_meanings(&self) -> &[String] {
+        &self.action_meanings
     }
 
     /// Lives left, for games that have them (ALE's `info["lives"]`).

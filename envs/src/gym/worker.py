@@ -5,7 +5,8 @@ Started as `python -u <this file> <spec-json>`. All integers little-endian.
 
 Worker -> Rust, first message:
   b"H" u32 n, n bytes of JSON: {"obs_shape", "obs_dtype" ("uint8"|"float32"),
-                                "obs_low", "obs_high", "n_actions", "spec_id"}
+                                "obs_low", "obs_high", "n_actions", "spec_id",
+                                "action_meanings"}
   or b"E" u32 n, n bytes of UTF-8: why the environment could not be made.
 Rust -> worker:
   b"R" i64 seed (-1: no seed)        reset
@@ -50,6 +51,14 @@ def finite_or_none(x):
     """JSON has no infinities: unbounded is null."""
     x = float(x)
     return x if np.isfinite(x) and abs(x) < 3e38 else None
+
+
+def action_meanings(env):
+    """ALE's names of the actions (NOOP, FIRE, ...); empty for other environments."""
+    try:
+        return [str(m) for m in env.unwrapped.get_action_meanings()]
+    except Exception:
+        return []
 
 
 def make_env(spec):
@@ -116,6 +125,7 @@ def main():
         "obs_high": finite_or_none(np.max(space.high)),
         "n_actions": int(env.action_space.n),
         "spec_id": env.spec.id if env.spec is not None else spec["id"],
+        "action_meanings": action_meanings(env),
     }
     data = json.dumps(header).encode()
     out.write(b"H" + struct.pack("<I", len(data)) + data)
