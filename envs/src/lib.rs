@@ -21,6 +21,8 @@ pub mod cartpole;
 mod env;
 mod error;
 pub mod gym;
+#[cfg(feature = "gymnasium-rs")]
+pub mod gymnasium_rs;
 pub mod minatar;
 pub mod registry;
 mod spaces;
