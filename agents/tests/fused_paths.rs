@@ -1,6 +1,7 @@
 //! Fused CPU paths against their tensor-op references: the same values and gradients
 //! (to 1e-5 relative). (The older fused-path tests live in normalization.rs.)
 
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor, Var};
 use normrl_agents::nn::{BatchNorm, MeanOnlyBn, Mode, ParamStore};
 use rand::{Rng, SeedableRng};
@@ -36,6 +37,24 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
     }
 }
 
+/// `y = forward(x)` with `x` a variable, and the gradients of `sum(y * upstream)`.
+fn forward_backward(
+    x: &Tensor,
+    upstream: &Tensor,
+    forward: impl Fn(&Tensor) -> Tensor,
+) -> (Tensor, Tensor, GradStore) {
+    let x = Var::from_tensor(x).unwrap();
+    let y = forward(x.as_tensor());
+    let grads = (&y * upstream)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let dx = grads.get(x.as_tensor()).unwrap().clone();
+    (y, dx, grads)
+}
+
 #[test]
 fn fused_batch_norm_matches_the_reference() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
@@ -51,23 +70,18 @@ fn fused_batch_norm_matches_the_reference() {
             let bn = BatchNorm::new(&mut store, "l", units, 0.1, 1e-5).unwrap();
             store.get("l.bn.gamma").unwrap().var.set(&gamma).unwrap();
             store.get("l.bn.beta").unwrap().var.set(&beta).unwrap();
-            let x = Var::from_tensor(&x).unwrap();
-            let y = if fused {
-                bn.forward(x.as_tensor(), Mode::Train).unwrap()
-            } else {
-                bn.forward_reference(x.as_tensor(), Mode::Train).unwrap()
-            };
-            let grads = (&y * &upstream)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let (y, dx, grads) = forward_backward(&x, &upstream, |x| {
+                if fused {
+                    bn.forward(x, Mode::Train).unwrap()
+                } else {
+                    bn.forward_reference(x, Mode::Train).unwrap()
+                }
+            });
             let grad = |v: &Var| grads.get(v.as_tensor()).unwrap().clone();
             let p = |name: &str| store.get(name).unwrap().var.clone();
             [
-                y.clone(),
-                grad(&x),
+                y,
+                dx,
                 grad(&p("l.bn.gamma")),
                 grad(&p("l.bn.beta")),
                 bn.running_mean().clone(),
@@ -112,23 +126,14 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
         let run = |fused: bool| {
             let mut store = ParamStore::new(DEV);
             let bn = MeanOnlyBn::new(&mut store, "l", units, 0.1).unwrap();
-            let x = Var::from_tensor(&x).unwrap();
-            let y = if fused {
-                bn.forward(x.as_tensor(), Mode::Train).unwrap()
-            } else {
-                bn.forward_reference(x.as_tensor(), Mode::Train).unwrap()
-            };
-            let grads = (&y * &upstream)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            [
-                y.clone(),
-                grads.get(x.as_tensor()).unwrap().clone(),
-                bn.running_mean().clone(),
-            ]
+            let (y, dx, _) = forward_backward(&x, &upstream, |x| {
+                if fused {
+                    bn.forward(x, Mode::Train).unwrap()
+                } else {
+                    bn.forward_reference(x, Mode::Train).unwrap()
+                }
+            });
+            [y, dx, bn.running_mean().clone()]
         };
         let (fused, reference) = (run(true), run(false));
         for ((name, a), b) in ["output", "dx", "running mean"]
