@@ -143,8 +143,7 @@ pub fn rollout(args: &RolloutArgs) -> Result<()> {
                 eprintln!("the action file ran out in episode {episode} after {len} steps");
                 break 'episodes;
             };
-            let games_before = env.episode_stats().map(|s| s.episodes);
-            let step = env.step(action, &mut obs)?;
+            let (step, game_over) = env.step_game(action, &mut obs)?;
             ret += f64::from(step.reward);
             len += 1;
             if args.trace {
@@ -163,14 +162,14 @@ pub fn rollout(args: &RolloutArgs) -> Result<()> {
                     )?;
                 }
             }
-            let stats = env.episode_stats();
-            if step.done() && stats.is_some() && stats.map(|s| s.episodes) == games_before {
+            if step.done() && !game_over {
                 // Only a life was lost (Atari preset): the game goes on.
                 env.reset(None, &mut obs)?;
                 continue;
             }
-            if step.done() {
+            if game_over {
                 // The monitor's score is the game's own (unclipped, all lives).
+                let stats = env.episode_stats();
                 if let Some(r) = stats.and_then(|s| s.last_return) {
                     ret = r;
                 }

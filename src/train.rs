@@ -350,10 +350,9 @@ impl Trainer {
         while self.step < end {
             let epsilon = cfg.exploration.at(self.step);
             let action = self.agent.act(&self.obs, epsilon, &mut self.act_rng)?;
-            let games_before = self.env.episode_stats().map(|s| s.episodes);
-            let outcome = self
+            let (outcome, game_over) = self
                 .env
-                .step(action, &mut self.next_obs)
+                .step_game(action, &mut self.next_obs)
                 .with_context(|| {
                     format!(
                         "training stopped at step {}; the last checkpoint is intact (resume with --resume)",
@@ -368,13 +367,10 @@ impl Trainer {
                 &self.next_obs,
             );
             self.step += 1;
-            let stats = self.env.episode_stats();
             // With a lost life as the end of an episode (Atari) the learner's episode
             // ends but the game goes on: only whole games are logged.
-            let game_over =
-                outcome.done() && (stats.is_none() || stats.map(|s| s.episodes) != games_before);
             if game_over {
-                let stats = stats.unwrap_or_default();
+                let stats = self.env.episode_stats().unwrap_or_default();
                 let ret = stats.last_return.unwrap_or(0.0);
                 self.episodes += 1;
                 self.train_curve.push((self.step, ret));
@@ -507,15 +503,14 @@ pub fn evaluate_in(
         let mut summed = 0.0;
         loop {
             let action = agent.act(&obs, config.eval.epsilon, &mut rng)?;
-            let games_before = env.episode_stats().map(|s| s.episodes);
-            let step = env.step(action, &mut obs)?;
+            let (step, game_over) = env.step_game(action, &mut obs)?;
             summed += f64::from(step.reward);
-            if step.done() {
+            if game_over {
                 let stats = env.episode_stats();
-                if stats.is_none() || stats.map(|s| s.episodes) != games_before {
-                    total += stats.and_then(|s| s.last_return).unwrap_or(summed);
-                    break;
-                }
+                total += stats.and_then(|s| s.last_return).unwrap_or(summed);
+                break;
+            }
+            if step.done() {
                 // A life lost: the game continues.
                 env.reset(None, &mut obs)?;
             }

@@ -63,6 +63,18 @@ pub trait Env: Send {
         None
     }
 
+    /// [`Env::step`], and whether a whole game ended with it. Where a lost life ends
+    /// the learner's episode (the Atari preset) the game goes on after the next reset;
+    /// the [`Monitor`](crate::wrappers::Monitor) counts games. Without a monitor every
+    /// episode end is a game end.
+    fn step_game(&mut self, action: usize, obs: &mut [f32]) -> Result<(Step, bool), EnvError> {
+        let games_before = self.episode_stats().map(|s| s.episodes);
+        let step = self.step(action, obs)?;
+        let games_after = self.episode_stats().map(|s| s.episodes);
+        let game_over = step.done() && (games_after.is_none() || games_after != games_before);
+        Ok((step, game_over))
+    }
+
     /// The full state (random stream included), so that a run can stop and resume
     /// exactly. Environments that cannot say so return an error.
     fn save_state(&self) -> Result<serde_json::Value, EnvError> {
@@ -129,5 +141,66 @@ pub(crate) fn check_obs_len(expected: usize, obs: &[f32]) -> Result<(), EnvError
             expected,
             got: obs.len(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cartpole::CartPole;
+    use crate::wrappers::Monitor;
+
+    /// Ends an episode every step; its monitor counts a game only every third.
+    struct Lives {
+        steps: u64,
+    }
+
+    impl Env for Lives {
+        fn id(&self) -> &str {
+            "lives"
+        }
+        fn observation_space(&self) -> ObservationSpace {
+            CartPole::new().observation_space()
+        }
+        fn action_space(&self) -> ActionSpace {
+            ActionSpace { n: 1 }
+        }
+        fn reset(&mut self, _seed: Option<u64>, _obs: &mut [f32]) -> Result<(), EnvError> {
+            Ok(())
+        }
+        fn step(&mut self, _action: usize, _obs: &mut [f32]) -> Result<Step, EnvError> {
+            self.steps += 1;
+            Ok(Step {
+                terminated: true,
+                ..Step::default()
+            })
+        }
+        fn episode_stats(&self) -> Option<EpisodeStats> {
+            Some(EpisodeStats {
+                episodes: self.steps / 3,
+                ..EpisodeStats::default()
+            })
+        }
+    }
+
+    #[test]
+    fn step_game_tells_game_ends_from_episode_ends() {
+        let mut env = Lives { steps: 0 };
+        let mut obs = [0.0f32; 4];
+        let over: Vec<bool> = (0..6)
+            .map(|_| env.step_game(0, &mut obs).unwrap().1)
+            .collect();
+        assert_eq!(over, [false, false, true, false, false, true]);
+
+        // With a plain monitor every episode end is a game end, and only those.
+        let mut env = Monitor::new(CartPole::new());
+        env.reset(Some(0), &mut obs).unwrap();
+        loop {
+            let (step, over) = env.step_game(1, &mut obs).unwrap();
+            assert_eq!(over, step.done());
+            if over {
+                break;
+            }
+        }
     }
 }
