@@ -90,19 +90,10 @@ impl BatchNorm {
         let t = t.contiguous()?;
         let (mean, var) = batch_norm_op::moments(&t)?;
         let n = values_per_unit(&t) as f64;
-        let m = self.momentum as f32;
-        let blend = |running: &Var, batch: &[f32], factor: f32| -> Result<()> {
-            let old = running.as_tensor().to_vec1::<f32>()?;
-            let new: Vec<f32> = old
-                .iter()
-                .zip(batch)
-                .map(|(r, b)| (1.0 - m) * r + m * b * factor)
-                .collect();
-            running.set(&Tensor::from_vec(new, old.len(), t.device())?)
-        };
-        blend(&self.running_mean, &mean, 1.0)?;
+        batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
         if n > 1.0 {
-            blend(&self.running_var, &var, (n / (n - 1.0)) as f32)?;
+            let unbiased = (n / (n - 1.0)) as f32;
+            batch_norm_op::update_running(&self.running_var, &var, self.momentum, unbiased)?;
         }
         let op = batch_norm_op::BatchNormTrain::new(mean, &var, self.eps);
         t.apply_op3(

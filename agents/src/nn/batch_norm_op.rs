@@ -6,7 +6,7 @@
 //! beta_u` with `inv_std_u = 1 / sqrt(var_u + eps)` (population variance). Backward:
 //! `dbeta = Σ dy`, `dgamma = Σ dy·x̂`, `dt = gamma · inv_std · (dy - Σdy/n - x̂ Σdy·x̂/n)`.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
 use super::data_conv::f32_slice;
 use super::fused::{around_dim1, with_values};
@@ -35,6 +35,25 @@ pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
             .collect();
         Ok((mean.into_iter().map(|m| m as f32).collect(), var))
     })
+}
+
+/// `running = (1 - momentum) * running + momentum * factor * batch`, on the host (the
+/// fused training paths' update of running statistics; `factor` corrects a population
+/// variance to the unbiased one).
+pub(crate) fn update_running(
+    running: &Var,
+    batch: &[f32],
+    momentum: f64,
+    factor: f32,
+) -> Result<()> {
+    let m = momentum as f32;
+    let old = running.as_tensor().to_vec1::<f32>()?;
+    let new: Vec<f32> = old
+        .iter()
+        .zip(batch)
+        .map(|(r, b)| (1.0 - m) * r + m * b * factor)
+        .collect();
+    running.set(&Tensor::from_vec(new, old.len(), running.device())?)
 }
 
 /// The normalization with given batch statistics (from [`moments`]).

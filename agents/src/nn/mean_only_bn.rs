@@ -49,15 +49,7 @@ impl MeanOnlyBn {
         if mode == Mode::Train && t.device().is_cpu() {
             let t = t.contiguous()?;
             let (mean, _) = batch_norm_op::moments(&t)?;
-            let m = self.momentum as f32;
-            let old = self.running_mean.as_tensor().to_vec1::<f32>()?;
-            let running: Vec<f32> = old
-                .iter()
-                .zip(&mean)
-                .map(|(r, b)| (1.0 - m) * r + m * b)
-                .collect();
-            self.running_mean
-                .set(&Tensor::from_vec(running, old.len(), t.device())?)?;
+            batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
             return t.apply_op1(batch_norm_op::SubtractUnitMean { mean });
         }
         self.forward_reference(t, mode)
