@@ -5,9 +5,8 @@
 //! `gym:<Gymnasium id>` starts a Python worker ([`crate::gym`]); its options are
 //! `preset=atari` (DQN's Atari preprocessing, with `noop_max`, `frame_skip`,
 //! `frame_stack`, `screen_size`, `terminal_on_life_loss`, `clip_rewards`, `fire_reset`),
-//! `python=`
-//! (the interpreter), and any other `key=value` goes to `gym.make` as a keyword argument
-//! (values are read as JSON where they parse, as strings otherwise).
+//! `python=` (the interpreter), and any other `key=value` goes to `gym.make` as a keyword
+//! argument (values are read as JSON where they parse, as strings otherwise).
 //!
 //! ```
 //! let env = normrl_envs::make("minatar/seaquest?minimal_actions=true").unwrap();

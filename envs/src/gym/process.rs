@@ -192,19 +192,22 @@ impl GymProcess {
         }
     }
 
+    /// The worker's exit status if it exits within `polls` x 10 ms.
+    fn wait_for_exit(&mut self, polls: u32) -> Option<std::process::ExitStatus> {
+        for _ in 0..polls {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        None
+    }
+
     /// An error naming the environment, with the worker's exit status and stderr tail;
     /// the process is marked dead.
     fn fail(&mut self, what: String) -> EnvError {
         // A worker that is exiting gets a moment to finish, so the status is known.
-        let mut status = None;
-        for _ in 0..50 {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                status = Some(s);
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let status = match status {
+        let status = match self.wait_for_exit(50) {
             Some(s) => format!("exited with {s}"),
             None => {
                 let _ = self.child.kill();
@@ -352,13 +355,11 @@ impl Env for GymProcess {
 
 impl Drop for GymProcess {
     fn drop(&mut self) {
-        if self.dead.is_none() && self.stdin.write_all(b"Q").is_ok() {
-            for _ in 0..100 {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
+        if self.dead.is_none()
+            && self.stdin.write_all(b"Q").is_ok()
+            && self.wait_for_exit(100).is_some()
+        {
+            return;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
