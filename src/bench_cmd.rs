@@ -36,6 +36,12 @@ pub struct BenchArgs {
     pub device: String,
     #[arg(long)]
     pub json: bool,
+    /// With `nn`: only this normalization method (e.g. `none`, `batch_norm`).
+    #[arg(long)]
+    pub method: Option<String>,
+    /// With `nn`: only cases whose name contains this text (e.g. `cnn b32`).
+    #[arg(long)]
+    pub case: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -90,7 +96,14 @@ fn random_batch(
     batch
 }
 
-fn nn_rows(iters: usize, device: &Device) -> Result<Vec<Row>> {
+fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
+    let iters = args.iters;
+    if let Some(m) = &args.method {
+        if !NormKind::ALL.iter().any(|k| k.name() == m) {
+            let known: Vec<_> = NormKind::ALL.iter().map(|k| k.name()).collect();
+            anyhow::bail!("unknown method '{m}': expected one of {}", known.join(", "));
+        }
+    }
     let mut rows = vec![];
     type Case = (&'static str, QNetworkConfig, Vec<usize>, usize, usize, bool);
     let cases: [Case; 4] = [
@@ -127,12 +140,22 @@ fn nn_rows(iters: usize, device: &Device) -> Result<Vec<Row>> {
             true,
         ),
     ];
-    for kind in NormKind::ALL {
+    let kinds = NormKind::ALL
+        .into_iter()
+        .filter(|k| args.method.as_deref().is_none_or(|m| m == k.name()));
+    let cases: Vec<&Case> = cases
+        .iter()
+        .filter(|c| args.case.as_deref().is_none_or(|f| c.0.contains(f)))
+        .collect();
+    if cases.is_empty() {
+        anyhow::bail!("no case matches --case; cases are mlp 4-64-64-2 b32, mlp 4-64-64-2 b256, minatar cnn b32, minatar cnn b256");
+    }
+    for kind in kinds {
         let norm = NormConfig {
             kind,
             ..Default::default()
         };
-        for (name, net, shape, n_actions, batch_size, binary) in &cases {
+        for (name, net, shape, n_actions, batch_size, binary) in cases.iter().copied() {
             let obs_len: usize = shape.iter().product();
             let mut dqn = Dqn::new(
                 net,
@@ -278,7 +301,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     let mut rows = vec![];
     if all || args.what == "nn" {
-        rows.extend(nn_rows(args.iters, &device)?);
+        rows.extend(nn_rows(args, &device)?);
     }
     if all || args.what == "replay" {
         rows.extend(replay_rows(args.iters)?);
