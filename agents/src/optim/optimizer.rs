@@ -62,37 +62,85 @@ struct Coefficients {
 }
 
 impl Coefficients {
-    #[inline]
+    /// One optimizer step over a variable's values. Uses AVX2 where the CPU has it:
+    /// the loop is elementwise, so the result is the same either way.
     fn update(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { self.update_avx2(p, g, s0, s1) };
+        }
+        self.update_portable(p, g, s0, s1)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn update_avx2(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
+        self.update_portable(p, g, s0, s1)
+    }
+
+    #[inline(always)]
+    fn update_portable(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
+        let values = p.iter_mut().zip(g).zip(s0.iter_mut().zip(s1.iter_mut()));
         match self.kind {
             OptimizerKind::Adam => {
                 let step = self.lr / self.bias1;
-                for i in 0..p.len() {
-                    let g = g[i] * self.grad_scale;
-                    let m = self.b1 * s0[i] + (1.0 - self.b1) * g;
-                    let v = self.b2 * s1[i] + (1.0 - self.b2) * g * g;
-                    s0[i] = m;
-                    s1[i] = v;
-                    p[i] -= step * m / (v.sqrt() / self.bias2_sqrt + self.eps);
+                let (b1, b2) = (self.b1, self.b2);
+                for ((p, &g), (m, v)) in values {
+                    let g = g * self.grad_scale;
+                    *m = b1 * *m + (1.0 - b1) * g;
+                    *v = b2 * *v + (1.0 - b2) * g * g;
+                    *p -= step * *m / (v.sqrt() / self.bias2_sqrt + self.eps);
                 }
             }
             OptimizerKind::Rmsprop => {
-                for i in 0..p.len() {
-                    let g = g[i] * self.grad_scale;
-                    let sq = self.alpha * s0[i] + (1.0 - self.alpha) * g * g;
-                    s0[i] = sq;
+                let alpha = self.alpha;
+                for ((p, &g), (sq, ga)) in values {
+                    let g = g * self.grad_scale;
+                    *sq = alpha * *sq + (1.0 - alpha) * g * g;
                     let var = if self.centered {
-                        let ga = self.alpha * s1[i] + (1.0 - self.alpha) * g;
-                        s1[i] = ga;
-                        sq - ga * ga
+                        *ga = alpha * *ga + (1.0 - alpha) * g;
+                        *sq - *ga * *ga
                     } else {
-                        sq
+                        *sq
                     };
-                    p[i] -= self.lr * g / (var.max(0.0).sqrt() + self.eps);
+                    *p -= self.lr * g / (var.max(0.0).sqrt() + self.eps);
                 }
             }
         }
     }
+}
+
+/// `sum(x^2)` in `f64`, over eight interleaved partial sums so that it vectorizes;
+/// the order of additions is fixed, so the result does not depend on the CPU.
+fn sum_of_squares(x: &[f32]) -> f64 {
+    #[inline(always)]
+    fn portable(x: &[f32]) -> f64 {
+        let mut lanes = [0f64; 8];
+        let chunks = x.chunks_exact(8);
+        let tail: f64 = chunks
+            .remainder()
+            .iter()
+            .map(|&v| f64::from(v) * f64::from(v))
+            .sum();
+        for chunk in chunks {
+            for (lane, &v) in lanes.iter_mut().zip(chunk) {
+                *lane += f64::from(v) * f64::from(v);
+            }
+        }
+        lanes.iter().sum::<f64>() + tail
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(x: &[f32]) -> f64 {
+        portable(x)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { avx2(x) };
+    }
+    portable(x)
 }
 
 /// Runs `f` on a CPU tensor's `f32` values.
@@ -191,9 +239,7 @@ impl Optimizer {
         let mut sum = 0.0f64;
         for slot in &self.slots {
             if let Some(g) = grads.get(slot.var.as_tensor()) {
-                let host = with_cpu_slice(g, |s| {
-                    s.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>()
-                })?;
+                let host = with_cpu_slice(g, sum_of_squares)?;
                 sum += match host {
                     Some(s) => s,
                     None => f64::from(g.sqr()?.sum_all()?.to_scalar::<f32>()?),
