@@ -8,7 +8,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
-use super::data_conv::f32_slice;
+use super::dense::f32_slice;
 use super::fused::{around_dim1, with_values};
 
 /// Per-unit batch mean and population variance of a contiguous CPU tensor `[B, C, ...]`.

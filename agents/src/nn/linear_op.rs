@@ -15,7 +15,7 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
-use super::data_conv::{f32_slice, matmul};
+use super::dense::{f32_slice, product, transposed, Order, View};
 
 pub(crate) struct LinearOp;
 
@@ -41,19 +41,14 @@ impl CustomOp2 for LinearOp {
                 l2.shape()
             );
         }
-        let mut y = vec![0f32; b * n_out];
-        // y [b, out] = x [b, in] * W^T [in, out]
-        matmul(
-            b,
-            n_out,
-            n_in,
-            &mut y,
-            false,
-            x,
-            (n_in as isize, 1),
-            w,
-            (1, n_in as isize),
-        );
+        let (x, w) = (View::row_major(x, b, n_in), View::row_major(w, n_out, n_in));
+        // y [b, out] = x [b, in] * W^T [in, out]. Written row-major, gemm would pack
+        // (gather) all of W; written column-major it packs x instead. Pack the smaller.
+        let y = if b < n_out {
+            transposed(&product(Order::ColMajor, x, w.t()), 1, n_out, b, 1)
+        } else {
+            product(Order::RowMajor, x, w.t())
+        };
         Ok((CpuStorage::F32(y), Shape::from((b, n_out))))
     }
 
@@ -73,34 +68,14 @@ impl CustomOp2 for LinearOp {
         let (Storage::Cpu(xc), Storage::Cpu(wc), Storage::Cpu(gc)) = (&*xs, &*ws, &*gs) else {
             candle_core::bail!("the linear op runs on the CPU only");
         };
-        let (xv, wv, gv) = (f32_slice(xc, xl)?, f32_slice(wc, wl)?, f32_slice(gc, gl)?);
+        let xv = View::row_major(f32_slice(xc, xl)?, b, n_in);
+        let wv = View::row_major(f32_slice(wc, wl)?, n_out, n_in);
+        let gv = View::row_major(f32_slice(gc, gl)?, b, n_out);
         // dW [out, in] = dy^T [out, b] * x [b, in]
-        let mut dw = vec![0f32; n_out * n_in];
-        matmul(
-            n_out,
-            n_in,
-            b,
-            &mut dw,
-            false,
-            gv,
-            (1, n_out as isize),
-            xv,
-            (n_in as isize, 1),
-        );
+        let dw = product(Order::RowMajor, gv.t(), xv);
         let dx = if x.track_op() {
             // dx [b, in] = dy [b, out] * W [out, in]
-            let mut dx = vec![0f32; b * n_in];
-            matmul(
-                b,
-                n_in,
-                n_out,
-                &mut dx,
-                false,
-                gv,
-                (n_out as isize, 1),
-                wv,
-                (n_in as isize, 1),
-            );
+            let dx = product(Order::RowMajor, gv, wv);
             Some(Tensor::from_vec(dx, (b, n_in), x.device())?)
         } else {
             None

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor, Var};
 
-use super::data_conv::f32_slice;
+use super::dense::f32_slice;
 use super::{Group, Kernel, ParamStore};
 
 pub struct WeightNorm {

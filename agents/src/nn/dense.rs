@@ -1,0 +1,142 @@
+//! Dense-matrix helpers shared by the fused CPU ops: `f32` views of candle storage,
+//! strided matrix views, a single-threaded product through the `gemm` crate, and a
+//! transposing copy.
+//!
+//! The product is where the layout matters: `gemm` works column-major and, when the
+//! destination is row-major, transposes the whole problem, so a row-major weight
+//! `[out, in]` on the left gets packed (a strided gather of every weight, each call).
+//! Callers pick the destination order that keeps their largest operand unpacked.
+
+use candle_core::{CpuStorage, Layout, Result};
+
+/// The `f32` values of a contiguous CPU storage.
+pub(crate) fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        _ => candle_core::bail!("fused CPU ops need contiguous f32 tensors"),
+    }
+}
+
+/// A `rows x cols` matrix whose element `(i, j)` is `data[i * rs + j * cs]`.
+#[derive(Clone, Copy)]
+pub(crate) struct View<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    rs: isize,
+    cs: isize,
+}
+
+impl<'a> View<'a> {
+    /// A dense row-major matrix.
+    pub(crate) fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        assert!(data.len() >= rows * cols, "matrix view out of bounds");
+        Self {
+            data,
+            rows,
+            cols,
+            rs: cols as isize,
+            cs: 1,
+        }
+    }
+
+    /// The transpose, without copying.
+    pub(crate) fn t(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// The order of a product's destination.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    RowMajor,
+    ColMajor,
+}
+
+/// `a * b` in a new buffer.
+pub(crate) fn product(order: Order, a: View, b: View) -> Vec<f32> {
+    let len = a.rows * b.cols;
+    let mut dst = Vec::with_capacity(len);
+    // SAFETY: without `accumulate`, every value of the destination is written and none
+    // is read, so the spare capacity may start uninitialized.
+    unsafe {
+        matmul_raw(dst.as_mut_ptr(), order, a, b);
+        dst.set_len(len);
+    }
+    dst
+}
+
+/// `dst = a * b`, `dst` dense in `order`, single-threaded. Never reads `dst`.
+///
+/// # Safety
+/// `dst` must be valid for writes of `a.rows * b.cols` values.
+unsafe fn matmul_raw(dst: *mut f32, order: Order, a: View, b: View) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert!(b.rows == k, "matrix product dimensions");
+    if k == 0 {
+        std::ptr::write_bytes(dst, 0, m * n);
+        return;
+    }
+    let (dst_rs, dst_cs) = match order {
+        Order::RowMajor => (n as isize, 1),
+        Order::ColMajor => (1, m as isize),
+    };
+    // SAFETY: views are dense row-major matrices (or their transposes) checked to fit
+    // their slices; the caller vouches for `dst`.
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        dst_cs,
+        dst_rs,
+        false,
+        a.data.as_ptr(),
+        a.cs,
+        a.rs,
+        b.data.as_ptr(),
+        b.cs,
+        b.rs,
+        1.0,
+        1.0,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    )
+}
+
+/// `blocks` blocks of a row-major `rows x cols` matrix of `inner`-value cells, each
+/// block with its rows and columns swapped, in a new buffer.
+pub(crate) fn transposed(
+    src: &[f32],
+    blocks: usize,
+    rows: usize,
+    cols: usize,
+    inner: usize,
+) -> Vec<f32> {
+    let block = rows * cols * inner;
+    assert!(src.len() >= blocks * block, "transpose out of bounds");
+    let mut dst = Vec::with_capacity(blocks * block);
+    for s in src.chunks_exact(block).take(blocks) {
+        if inner == 1 {
+            for c in 0..cols {
+                dst.extend((0..rows).map(|r| s[r * cols + c]));
+            }
+            continue;
+        }
+        for c in 0..cols {
+            for r in 0..rows {
+                let from = (r * cols + c) * inner;
+                dst.extend_from_slice(&s[from..from + inner]);
+            }
+        }
+    }
+    dst
+}
