@@ -819,51 +819,62 @@ fn fused_bias_and_relu_equal_tensor_ops() {
         let t = Var::from_tensor(&rng.normal(shape.clone(), 1.0, &DEV).unwrap()).unwrap();
         let b = Var::from_tensor(&rng.normal(shape[1], 1.0, &DEV).unwrap()).unwrap();
         let mut results = vec![];
-        for fused_path in [true, false] {
-            let y = if fused_path {
-                fused::relu(&fused::add_unit_bias(t.as_tensor(), b.as_tensor()).unwrap()).unwrap()
-            } else {
-                fused::add_unit_bias_reference(t.as_tensor(), b.as_tensor())
+        for path in ["bias then relu", "bias_relu", "reference"] {
+            let (t, b) = (t.as_tensor(), b.as_tensor());
+            let y = match path {
+                "bias then relu" => fused::relu(&fused::add_unit_bias(t, b).unwrap()).unwrap(),
+                "bias_relu" => fused::bias_relu(t, b).unwrap(),
+                _ => fused::add_unit_bias_reference(t, b)
                     .unwrap()
                     .relu()
-                    .unwrap()
+                    .unwrap(),
             };
             let grads = loss_of(&y, &mut InitRng::new(3)).backward().unwrap();
             results.push((
                 y,
-                grads.get(t.as_tensor()).unwrap().clone(),
-                grads.get(b.as_tensor()).unwrap().clone(),
+                grads.get(t).unwrap().clone(),
+                grads.get(b).unwrap().clone(),
             ));
         }
-        assert!(rel_err(&results[0].0, &results[1].0) < 1e-6);
-        assert!(rel_err(&results[0].1, &results[1].1) < 1e-6);
-        assert!(rel_err(&results[0].2, &results[1].2) < 1e-5);
+        for fused in &results[..2] {
+            let reference = &results[2];
+            assert!(rel_err(&fused.0, &reference.0) < 1e-6);
+            assert!(rel_err(&fused.1, &reference.1) < 1e-6);
+            assert!(rel_err(&fused.2, &reference.2) < 1e-5);
+        }
     }
 }
 
 #[test]
 fn linear_op_equals_candle_matmul_in_values_and_gradients() {
-    let kernel = Kernel::Linear { n_in: 9, n_out: 4 };
-    let mut rng = InitRng::new(41);
-    let x = Var::from_tensor(&rng.normal((6, 9), 1.0, &DEV).unwrap()).unwrap();
-    let w = Var::from_tensor(&rng.normal((4, 9), 1.0, &DEV).unwrap()).unwrap();
-    let mut results = vec![];
-    for fused in [true, false] {
-        let y = if fused {
-            kernel.apply(x.as_tensor(), w.as_tensor()).unwrap()
-        } else {
-            kernel
-                .apply_reference(x.as_tensor(), w.as_tensor())
-                .unwrap()
-        };
-        let grads = loss_of(&y, &mut InitRng::new(5)).backward().unwrap();
-        results.push((
-            y,
-            grads.get(x.as_tensor()).unwrap().clone(),
-            grads.get(w.as_tensor()).unwrap().clone(),
-        ));
+    // A batch larger than the layer and one smaller: the forward orders its product
+    // differently in the two cases.
+    for (batch, n_in, n_out) in [(6, 9, 4), (3, 9, 7)] {
+        let kernel = Kernel::Linear { n_in, n_out };
+        let mut rng = InitRng::new(41);
+        let x = Var::from_tensor(&rng.normal((batch, n_in), 1.0, &DEV).unwrap()).unwrap();
+        let w = Var::from_tensor(&rng.normal((n_out, n_in), 1.0, &DEV).unwrap()).unwrap();
+        let mut results = vec![];
+        for fused in [true, false] {
+            let y = if fused {
+                kernel.apply(x.as_tensor(), w.as_tensor()).unwrap()
+            } else {
+                kernel
+                    .apply_reference(x.as_tensor(), w.as_tensor())
+                    .unwrap()
+            };
+            let grads = loss_of(&y, &mut InitRng::new(5)).backward().unwrap();
+            results.push((
+                y,
+                grads.get(x.as_tensor()).unwrap().clone(),
+                grads.get(w.as_tensor()).unwrap().clone(),
+            ));
+        }
+        assert!(
+            rel_err(&results[0].0, &results[1].0) < 1e-6,
+            "values b={batch}"
+        );
+        assert!(rel_err(&results[0].1, &results[1].1) < 1e-6, "dx b={batch}");
+        assert!(rel_err(&results[0].2, &results[1].2) < 1e-6, "dW b={batch}");
     }
-    assert!(rel_err(&results[0].0, &results[1].0) < 1e-6);
-    assert!(rel_err(&results[0].1, &results[1].1) < 1e-6, "dx");
-    assert!(rel_err(&results[0].2, &results[1].2) < 1e-6, "dW");
 }

@@ -15,7 +15,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
-use super::data_conv::f32_slice;
+use super::dense::f32_slice;
 
 /// Runs `f` on a CPU tensor's values.
 pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
@@ -40,6 +40,15 @@ pub fn add_unit_bias_reference(t: &Tensor, b: &Tensor) -> Result<Tensor> {
     let mut shape = vec![1; t.rank()];
     shape[1] = t.dim(1)?;
     t.broadcast_add(&b.reshape(shape)?)
+}
+
+/// `max(t + b, 0)` with `b` one value per unit, in one pass.
+pub fn bias_relu(t: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if t.device().is_cpu() {
+        t.contiguous()?.apply_op2(&b.contiguous()?, BiasRelu)
+    } else {
+        add_unit_bias_reference(t, b)?.relu()
+    }
 }
 
 pub fn relu(t: &Tensor) -> Result<Tensor> {
@@ -109,6 +118,72 @@ impl CustomOp2 for UnitBias {
         })?;
         Ok((
             Some(grad),
+            Some(Tensor::from_vec(db, b.shape(), b.device())?),
+        ))
+    }
+}
+
+struct BiasRelu;
+
+impl CustomOp2 for BiasRelu {
+    fn name(&self) -> &'static str {
+        "unit-bias-relu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        let (outer, units, inner) = around_dim1(l1.shape())?;
+        if b.len() != units {
+            candle_core::bail!("bias of {} values for {units} units", b.len());
+        }
+        let mut out = Vec::with_capacity(t.len());
+        for o in 0..outer {
+            for (u, &bias) in b.iter().enumerate() {
+                let start = (o * units + u) * inner;
+                out.extend(t[start..start + inner].iter().map(|v| (v + bias).max(0.0)));
+            }
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        t: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let (outer, units, inner) = around_dim1(t.shape())?;
+        let (dt, db) = with_values(out, |y| {
+            with_values(&grad, |g| {
+                let mut db = vec![0f32; units];
+                let mut dt = Vec::with_capacity(g.len());
+                for o in 0..outer {
+                    for (u, d) in db.iter_mut().enumerate() {
+                        let range = (o * units + u) * inner..(o * units + u + 1) * inner;
+                        let start = dt.len();
+                        dt.extend(y[range.clone()].iter().zip(&g[range]).map(|(y, g)| {
+                            if *y > 0.0 {
+                                *g
+                            } else {
+                                0.0
+                            }
+                        }));
+                        *d += dt[start..].iter().sum::<f32>();
+                    }
+                }
+                Ok((dt, db))
+            })
+        })?;
+        Ok((
+            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
             Some(Tensor::from_vec(db, b.shape(), b.device())?),
         ))
     }

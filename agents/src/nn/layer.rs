@@ -240,23 +240,30 @@ impl NormLayer {
         }
     }
 
-    /// The pre-activation: kernel, normalization, bias.
-    pub fn pre_activation(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+    /// The kernel and the activation normalization, before the layer's own bias.
+    fn normalized(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
         let t = self.kernel.apply(x, &self.weight(mode)?)?;
         match &self.norm {
-            Norm::None => self.add_bias(t),
-            Norm::MeanOnly(bn) => self.add_bias(bn.forward(&t, mode)?),
+            Norm::None => Ok(t),
+            Norm::MeanOnly(bn) => bn.forward(&t, mode),
             Norm::Batch(bn) => bn.forward(&t, mode),
             Norm::Layer(ln) => ln.forward(&t),
         }
     }
 
+    /// The pre-activation: kernel, normalization, bias.
+    pub fn pre_activation(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.add_bias(self.normalized(x, mode)?)
+    }
+
     pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        let y = self.pre_activation(x, mode)?;
-        if self.relu {
-            fused::relu(&y)
-        } else {
-            Ok(y)
+        if !self.relu {
+            return self.pre_activation(x, mode);
+        }
+        let t = self.normalized(x, mode)?;
+        match &self.bias {
+            Some(b) => fused::bias_relu(&t, b.as_tensor()),
+            None => fused::relu(&t),
         }
     }
 
