@@ -847,9 +847,9 @@ fn fused_bias_and_relu_equal_tensor_ops() {
 
 #[test]
 fn linear_op_equals_candle_matmul_in_values_and_gradients() {
-    // A batch larger than the layer and one smaller: the forward orders its product
-    // differently in the two cases.
-    for (batch, n_in, n_out) in [(6, 9, 4), (3, 9, 7)] {
+    // A batch larger than the layer, and a small batch through a large weight: the
+    // forward orders its product differently in the two cases.
+    for (batch, n_in, n_out) in [(6, 9, 4), (3, 9, 7), (5, 300, 70)] {
         let kernel = Kernel::Linear { n_in, n_out };
         let mut rng = InitRng::new(41);
         let x = Var::from_tensor(&rng.normal((batch, n_in), 1.0, &DEV).unwrap()).unwrap();

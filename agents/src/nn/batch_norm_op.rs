@@ -9,24 +9,21 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
 use super::dense::f32_slice;
-use super::fused::{around_dim1, with_values};
+use super::fused::{with_values, Units};
 
 /// Per-unit batch mean and population variance of a contiguous CPU tensor `[B, C, ...]`.
 pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
-    let (outer, units, inner) = around_dim1(t.shape())?;
+    let units = Units::of(t.shape())?;
     with_values(t, |v| {
-        let mut sum = vec![0f64; units];
-        let mut sq = vec![0f64; units];
-        for o in 0..outer {
-            for u in 0..units {
-                let start = (o * units + u) * inner;
-                for &x in &v[start..start + inner] {
-                    sum[u] += f64::from(x);
-                    sq[u] += f64::from(x) * f64::from(x);
-                }
+        let mut sum = vec![0f64; units.units];
+        let mut sq = vec![0f64; units.units];
+        units.runs(|u, run| {
+            for &x in &v[run] {
+                sum[u] += f64::from(x);
+                sq[u] += f64::from(x) * f64::from(x);
             }
-        }
-        let n = (outer * inner) as f64;
+        });
+        let n = units.per_unit() as f64;
         let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
         let var = sq
             .iter()
@@ -96,16 +93,15 @@ impl CustomOp3 for BatchNormTrain {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (t, gamma, beta) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
-        let (outer, units, inner) = around_dim1(l1.shape())?;
-        let mut out = Vec::with_capacity(t.len());
-        for o in 0..outer {
-            for u in 0..units {
-                let start = (o * units + u) * inner;
+        let units = Units::of(l1.shape())?;
+        let (scale, shift): (Vec<f32>, Vec<f32>) = (0..units.units)
+            .map(|u| {
                 let scale = gamma[u] * self.inv_std[u];
-                let shift = beta[u] - self.mean[u] * scale;
-                out.extend(t[start..start + inner].iter().map(|x| x * scale + shift));
-            }
-        }
+                (scale, beta[u] - self.mean[u] * scale)
+            })
+            .unzip();
+        let affine: Vec<(f32, f32)> = scale.into_iter().zip(shift).collect();
+        let out = units.map(t, &affine, |t, (scale, shift)| t * scale + shift);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -118,41 +114,30 @@ impl CustomOp3 for BatchNormTrain {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
-        let (outer, units, inner) = around_dim1(t.shape())?;
-        let n = (outer * inner) as f32;
+        let units = Units::of(t.shape())?;
+        let n = units.per_unit() as f32;
         let gamma_values = gamma.to_vec1::<f32>()?;
+        let (m, s) = (&self.mean, &self.inv_std);
         let (dt, dgamma, dbeta) = with_values(t, |x| {
             with_values(&grad, |dy| {
-                let mut sum_dy = vec![0f32; units];
-                let mut sum_dy_xhat = vec![0f32; units];
-                for o in 0..outer {
-                    for u in 0..units {
-                        let start = (o * units + u) * inner;
-                        let (m, s) = (self.mean[u], self.inv_std[u]);
-                        for (x, g) in x[start..start + inner]
-                            .iter()
-                            .zip(&dy[start..start + inner])
-                        {
-                            sum_dy[u] += g;
-                            sum_dy_xhat[u] += g * (x - m) * s;
-                        }
-                    }
-                }
-                let mut dt = Vec::with_capacity(x.len());
-                for o in 0..outer {
-                    for u in 0..units {
-                        let start = (o * units + u) * inner;
-                        let (m, s) = (self.mean[u], self.inv_std[u]);
-                        let k = gamma_values[u] * s;
-                        let (mean_dy, mean_dy_xhat) = (sum_dy[u] / n, sum_dy_xhat[u] / n);
-                        dt.extend(
-                            x[start..start + inner]
-                                .iter()
-                                .zip(&dy[start..start + inner])
-                                .map(|(x, g)| k * (g - mean_dy - (x - m) * s * mean_dy_xhat)),
-                        );
-                    }
-                }
+                let stats: Vec<(f32, f32)> = m.iter().copied().zip(s.iter().copied()).collect();
+                let sum_dy = units.sums(dy);
+                let sum_dy_xhat = units.sums2(x, dy, &stats, |x, dy, (m, s)| dy * (x - m) * s);
+                // dt = k * (dy - mean_dy - (x - m) * s * mean_dy_xhat) per unit.
+                let per_unit: Vec<[f32; 5]> = (0..units.units)
+                    .map(|u| {
+                        let k = gamma_values[u] * s[u];
+                        [k, sum_dy[u] / n, m[u], s[u], sum_dy_xhat[u] / n]
+                    })
+                    .collect();
+                let dt = units.map2(
+                    x,
+                    dy,
+                    &per_unit,
+                    |x, dy, [k, mean_dy, m, s, mean_dy_xhat]| {
+                        k * (dy - mean_dy - (x - m) * s * mean_dy_xhat)
+                    },
+                );
                 Ok((dt, sum_dy_xhat, sum_dy))
             })
         })?;
@@ -177,38 +162,17 @@ impl CustomOp1 for SubtractUnitMean {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let t = f32_slice(s, l)?;
-        let (outer, units, inner) = around_dim1(l.shape())?;
-        let mut out = Vec::with_capacity(t.len());
-        for o in 0..outer {
-            for (u, m) in self.mean.iter().enumerate().take(units) {
-                let start = (o * units + u) * inner;
-                out.extend(t[start..start + inner].iter().map(|x| x - m));
-            }
-        }
+        let out = Units::of(l.shape())?.map(t, &self.mean, |t, m| t - m);
         Ok((CpuStorage::F32(out), l.shape().clone()))
     }
 
     fn bwd(&self, t: &Tensor, _out: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         let grad = grad.contiguous()?;
-        let (outer, units, inner) = around_dim1(t.shape())?;
-        let n = (outer * inner) as f32;
+        let units = Units::of(t.shape())?;
+        let n = units.per_unit() as f32;
         let dt = with_values(&grad, |dy| {
-            let mut mean_dy = vec![0f32; units];
-            for o in 0..outer {
-                for (u, m) in mean_dy.iter_mut().enumerate() {
-                    let start = (o * units + u) * inner;
-                    *m += dy[start..start + inner].iter().sum::<f32>();
-                }
-            }
-            mean_dy.iter_mut().for_each(|m| *m /= n);
-            let mut dt = Vec::with_capacity(dy.len());
-            for o in 0..outer {
-                for (u, m) in mean_dy.iter().enumerate() {
-                    let start = (o * units + u) * inner;
-                    dt.extend(dy[start..start + inner].iter().map(|g| g - m));
-                }
-            }
-            Ok(dt)
+            let mean_dy: Vec<f32> = units.sums(dy).iter().map(|s| s / n).collect();
+            Ok(units.map(dy, &mean_dy, |dy, m| dy - m))
         })?;
         Ok(Some(Tensor::from_vec(dt, t.shape(), t.device())?))
     }

@@ -61,13 +61,129 @@ pub fn relu(t: &Tensor) -> Result<Tensor> {
 
 struct UnitBias;
 
-/// `(outer, units, inner)`: how a contiguous tensor splits around dim 1.
-pub(crate) fn around_dim1(shape: &Shape) -> Result<(usize, usize, usize)> {
-    let dims = shape.dims();
-    if dims.len() < 2 {
-        candle_core::bail!("a per-unit bias needs a batch and a unit dimension, got {dims:?}");
+/// How a contiguous tensor's values group around dim 1 (the units: features or
+/// channels): `outer` blocks, each of `units` runs of `inner` values.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Units {
+    pub outer: usize,
+    pub units: usize,
+    pub inner: usize,
+}
+
+impl Units {
+    pub(crate) fn of(shape: &Shape) -> Result<Self> {
+        let dims = shape.dims();
+        if dims.len() < 2 {
+            candle_core::bail!("per-unit ops need a batch and a unit dimension, got {dims:?}");
+        }
+        Ok(Self {
+            outer: dims[0],
+            units: dims[1],
+            inner: dims[2..].iter().product(),
+        })
     }
-    Ok((dims[0], dims[1], dims[2..].iter().product()))
+
+    /// Values per unit.
+    pub(crate) fn per_unit(&self) -> usize {
+        self.outer * self.inner
+    }
+
+    /// Calls `f(unit, run)` for each run of one unit's indices, in memory order.
+    #[inline]
+    pub(crate) fn runs(&self, mut f: impl FnMut(usize, std::ops::Range<usize>)) {
+        for o in 0..self.outer {
+            for u in 0..self.units {
+                let start = (o * self.units + u) * self.inner;
+                f(u, start..start + self.inner);
+            }
+        }
+    }
+
+    /// `f(x, per_unit[u])` for every value `x` (of unit `u`), in memory order.
+    #[inline]
+    pub(crate) fn map<P: Copy>(
+        &self,
+        x: &[f32],
+        per_unit: &[P],
+        f: impl Fn(f32, P) -> f32,
+    ) -> Vec<f32> {
+        self.map2(x, x, per_unit, |x, _, p| f(x, p))
+    }
+
+    /// `f(x, y, per_unit[u])` for every pair of values of `x` and `y` (of unit `u`).
+    #[inline]
+    pub(crate) fn map2<P: Copy>(
+        &self,
+        x: &[f32],
+        y: &[f32],
+        per_unit: &[P],
+        f: impl Fn(f32, f32, P) -> f32,
+    ) -> Vec<f32> {
+        let (units, len) = (self.units, self.outer * self.units * self.inner);
+        let (x, y, per_unit) = (&x[..len], &y[..len], &per_unit[..units]);
+        let mut out = Vec::with_capacity(len);
+        if self.inner == 1 {
+            // Runs of one value: a whole row of units at a time.
+            for (xs, ys) in x.chunks_exact(units).zip(y.chunks_exact(units)) {
+                out.extend(
+                    xs.iter()
+                        .zip(ys)
+                        .zip(per_unit)
+                        .map(|((&x, &y), &p)| f(x, y, p)),
+                );
+            }
+        } else {
+            self.runs(|u, run| {
+                let p = per_unit[u];
+                let (xs, ys) = (&x[run.clone()], &y[run]);
+                out.extend(xs.iter().zip(ys).map(|(&x, &y)| f(x, y, p)));
+            });
+        }
+        out
+    }
+
+    /// Per-unit sums of `f(x, y, per_unit[u])` over the values of `x` and `y`.
+    #[inline]
+    pub(crate) fn sums2<P: Copy>(
+        &self,
+        x: &[f32],
+        y: &[f32],
+        per_unit: &[P],
+        f: impl Fn(f32, f32, P) -> f32,
+    ) -> Vec<f32> {
+        let (units, len) = (self.units, self.outer * self.units * self.inner);
+        let (x, y, per_unit) = (&x[..len], &y[..len], &per_unit[..units]);
+        let mut sums = vec![0f32; units];
+        if self.inner == 1 {
+            for (xs, ys) in x.chunks_exact(units).zip(y.chunks_exact(units)) {
+                for (((s, &x), &y), &p) in sums.iter_mut().zip(xs).zip(ys).zip(per_unit) {
+                    *s += f(x, y, p);
+                }
+            }
+        } else {
+            self.runs(|u, run| {
+                let p = per_unit[u];
+                let (xs, ys) = (&x[run.clone()], &y[run]);
+                sums[u] += xs.iter().zip(ys).map(|(&x, &y)| f(x, y, p)).sum::<f32>();
+            });
+        }
+        sums
+    }
+
+    /// Per-unit sums of the values of `x`.
+    #[inline]
+    pub(crate) fn sums(&self, x: &[f32]) -> Vec<f32> {
+        self.sums2(x, x, &vec![(); self.units], |x, _, _| x)
+    }
+}
+
+/// The units of `t`, checked against a bias of one value per unit.
+fn unit_bias_fits(t: &Shape, bias: &[f32]) -> Result<Units> {
+    let units = Units::of(t)?;
+    if bias.len() != units.units {
+        candle_core::bail!("bias of {} values for {} units", bias.len(), units.units);
+    }
+    Ok(units)
 }
 
 impl CustomOp2 for UnitBias {
@@ -83,17 +199,7 @@ impl CustomOp2 for UnitBias {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let (outer, units, inner) = around_dim1(l1.shape())?;
-        if b.len() != units {
-            candle_core::bail!("bias of {} values for {units} units", b.len());
-        }
-        let mut out = Vec::with_capacity(t.len());
-        for o in 0..outer {
-            for (u, &bias) in b.iter().enumerate() {
-                let start = (o * units + u) * inner;
-                out.extend(t[start..start + inner].iter().map(|v| v + bias));
-            }
-        }
+        let out = unit_bias_fits(l1.shape(), b)?.map(t, b, |t, b| t + b);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -105,17 +211,8 @@ impl CustomOp2 for UnitBias {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
-        let (outer, units, inner) = around_dim1(t.shape())?;
-        let db = with_values(&grad, |g| {
-            let mut db = vec![0f32; units];
-            for o in 0..outer {
-                for (u, d) in db.iter_mut().enumerate() {
-                    let start = (o * units + u) * inner;
-                    *d += g[start..start + inner].iter().sum::<f32>();
-                }
-            }
-            Ok(db)
-        })?;
+        let units = Units::of(t.shape())?;
+        let db = with_values(&grad, |g| Ok(units.sums(g)))?;
         Ok((
             Some(grad),
             Some(Tensor::from_vec(db, b.shape(), b.device())?),
@@ -138,17 +235,7 @@ impl CustomOp2 for BiasRelu {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let (outer, units, inner) = around_dim1(l1.shape())?;
-        if b.len() != units {
-            candle_core::bail!("bias of {} values for {units} units", b.len());
-        }
-        let mut out = Vec::with_capacity(t.len());
-        for o in 0..outer {
-            for (u, &bias) in b.iter().enumerate() {
-                let start = (o * units + u) * inner;
-                out.extend(t[start..start + inner].iter().map(|v| (v + bias).max(0.0)));
-            }
-        }
+        let out = unit_bias_fits(l1.shape(), b)?.map(t, b, |t, b| (t + b).max(0.0));
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -160,28 +247,24 @@ impl CustomOp2 for BiasRelu {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
-        let (outer, units, inner) = around_dim1(t.shape())?;
-        let (dt, db) = with_values(out, |y| {
+        let units = Units::of(t.shape())?;
+        let dt = with_values(out, |y| {
             with_values(&grad, |g| {
-                let mut db = vec![0f32; units];
-                let mut dt = Vec::with_capacity(g.len());
-                for o in 0..outer {
-                    for (u, d) in db.iter_mut().enumerate() {
-                        let range = (o * units + u) * inner..(o * units + u + 1) * inner;
-                        let start = dt.len();
-                        dt.extend(y[range.clone()].iter().zip(&g[range]).map(|(y, g)| {
-                            if *y > 0.0 {
-                                *g
-                            } else {
-                                0.0
-                            }
-                        }));
-                        *d += dt[start..].iter().sum::<f32>();
-                    }
-                }
-                Ok((dt, db))
+                Ok(units.map2(
+                    y,
+                    g,
+                    &vec![(); units.units],
+                    |y, g, _| {
+                        if y > 0.0 {
+                            g
+                        } else {
+                            0.0
+                        }
+                    },
+                ))
             })
         })?;
+        let db = units.sums(&dt);
         Ok((
             Some(Tensor::from_vec(dt, t.shape(), t.device())?),
             Some(Tensor::from_vec(db, b.shape(), b.device())?),

@@ -42,9 +42,10 @@ impl CustomOp2 for LinearOp {
             );
         }
         let (x, w) = (View::row_major(x, b, n_in), View::row_major(w, n_out, n_in));
-        // y [b, out] = x [b, in] * W^T [in, out]. Written row-major, gemm would pack
-        // (gather) all of W; written column-major it packs x instead. Pack the smaller.
-        let y = if b < n_out {
+        // y [b, out] = x [b, in] * W^T [in, out]. Written row-major, gemm packs
+        // (gathers) all of W; written column-major it packs x instead, and y then needs
+        // a transpose. That pays for large weights and small batches.
+        let y = if b < n_out && n_out * n_in >= 1 << 14 {
             transposed(&product(Order::ColMajor, x, w.t()), 1, n_out, b, 1)
         } else {
             product(Order::RowMajor, x, w.t())
