@@ -140,3 +140,38 @@ pub(crate) fn transposed(
     }
     dst
 }
+
+/// `a . b` over eight interleaved partial sums, so that it vectorizes; the order of
+/// additions is fixed, so the result does not depend on the CPU.
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[inline(always)]
+    fn portable(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut lanes = [0f32; 8];
+        let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+        let tail: f32 = ca
+            .remainder()
+            .iter()
+            .zip(cb.remainder())
+            .map(|(x, y)| x * y)
+            .sum();
+        for (xa, xb) in ca.zip(cb) {
+            for ((lane, x), y) in lanes.iter_mut().zip(xa).zip(xb) {
+                *lane += x * y;
+            }
+        }
+        lanes.iter().sum::<f32>() + tail
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(a: &[f32], b: &[f32]) -> f32 {
+        portable(a, b)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { avx2(a, b) };
+    }
+    portable(a, b)
+}

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor, Var};
 
-use super::dense::f32_slice;
+use super::dense::{dot, f32_slice};
 use super::{Group, Kernel, ParamStore};
 
 pub struct WeightNorm {
@@ -146,7 +146,7 @@ impl FusedWeightNorm {
     fn inverse_norms(&self, v: &[f32]) -> Vec<f32> {
         let n = v.len() / self.units;
         v.chunks_exact(n)
-            .map(|row| 1.0 / row.iter().map(|x| x * x).sum::<f32>().sqrt())
+            .map(|row| 1.0 / dot(row, row).sqrt())
             .collect()
     }
 }
@@ -201,7 +201,7 @@ impl CustomOp2 for FusedWeightNorm {
         for i in 0..self.units {
             let (row, drow) = (&vv[i * n..(i + 1) * n], &dwv[i * n..(i + 1) * n]);
             // dL/dg = dL/dw . v/||v||
-            let dgi = row.iter().zip(drow).map(|(a, b)| a * b).sum::<f32>() * inv[i];
+            let dgi = dot(row, drow) * inv[i];
             // dL/dv = g/||v|| (dL/dw - dL/dg v/||v||)
             let scale = gv[i] * inv[i];
             dv.extend(
