@@ -58,9 +58,16 @@ fn forward_backward(
 #[test]
 fn fused_batch_norm_matches_the_reference() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
-    // Linear batch 32, conv batch 8, and the batch-1 Linear case (no gradient below).
-    for shape in [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]] {
+    // Linear batch 32, conv batch 8, and the batch-1 Linear case (no gradient below in
+    // training mode); evaluation mode uses running statistics, set away from 0 and 1.
+    let cases = [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]];
+    for (shape, mode) in cases
+        .iter()
+        .flat_map(|s| [(s.clone(), Mode::Train), (s.clone(), Mode::Eval)])
+    {
         let units = shape[1];
+        let running_mean = random(&[units], &mut rng, 0.2);
+        let running_var = random(&[units], &mut rng, 2.0);
         let gamma = random(&[units], &mut rng, 1.0);
         let beta = random(&[units], &mut rng, 0.0);
         let x = random(&shape, &mut rng, 0.5);
@@ -70,11 +77,16 @@ fn fused_batch_norm_matches_the_reference() {
             let bn = BatchNorm::new(&mut store, "l", units, 0.1, 1e-5).unwrap();
             store.get("l.bn.gamma").unwrap().var.set(&gamma).unwrap();
             store.get("l.bn.beta").unwrap().var.set(&beta).unwrap();
+            let running = |name: &str, value: &Tensor| {
+                store.get(name).unwrap().var.set(value).unwrap();
+            };
+            running("l.bn.running_mean", &running_mean);
+            running("l.bn.running_var", &running_var);
             let (y, dx, grads) = forward_backward(&x, &upstream, |x| {
                 if fused {
-                    bn.forward(x, Mode::Train).unwrap()
+                    bn.forward(x, mode).unwrap()
                 } else {
-                    bn.forward_reference(x, Mode::Train).unwrap()
+                    bn.forward_reference(x, mode).unwrap()
                 }
             });
             let grad = |v: &Var| grads.get(v.as_tensor()).unwrap().clone();
@@ -104,9 +116,12 @@ fn fused_batch_norm_matches_the_reference() {
             } else {
                 1e-5
             };
-            assert!(e <= tolerance, "{shape:?} {name}: relative error {e}");
+            assert!(
+                e <= tolerance,
+                "{shape:?} {mode:?} {name}: relative error {e}"
+            );
         }
-        if shape[0] == 1 {
+        if shape[0] == 1 && mode == Mode::Train {
             let dx: Vec<f32> = fused[1].flatten_all().unwrap().to_vec1().unwrap();
             assert!(
                 dx.iter().all(|v| *v == 0.0),

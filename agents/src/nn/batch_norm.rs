@@ -78,11 +78,23 @@ impl BatchNorm {
     }
 
     pub fn forward(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
-        if mode == Mode::Train && t.device().is_cpu() {
-            self.forward_train_fused(t)
-        } else {
-            self.forward_reference(t, mode)
+        match mode {
+            _ if !t.device().is_cpu() => self.forward_reference(t, mode),
+            Mode::Train => self.forward_train_fused(t),
+            Mode::Eval => self.forward_eval_fused(t),
         }
+    }
+
+    /// Evaluation mode as one fused CPU op.
+    fn forward_eval_fused(&self, t: &Tensor) -> Result<Tensor> {
+        let mean = self.running_mean.as_tensor().to_vec1::<f32>()?;
+        let var = self.running_var.as_tensor().to_vec1::<f32>()?;
+        let op = batch_norm_op::BatchNormOp::evaluation(mean, &var, self.eps);
+        t.contiguous()?.apply_op3(
+            &self.gamma.as_tensor().contiguous()?,
+            &self.beta.as_tensor().contiguous()?,
+            op,
+        )
     }
 
     /// Training mode as one fused CPU op, running statistics updated on the host.
@@ -95,7 +107,7 @@ impl BatchNorm {
             let unbiased = (n / (n - 1.0)) as f32;
             batch_norm_op::update_running(&self.running_var, &var, self.momentum, unbiased)?;
         }
-        let op = batch_norm_op::BatchNormTrain::new(mean, &var, self.eps);
+        let op = batch_norm_op::BatchNormOp::training(mean, &var, self.eps);
         t.apply_op3(
             &self.gamma.as_tensor().contiguous()?,
             &self.beta.as_tensor().contiguous()?,

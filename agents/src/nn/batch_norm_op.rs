@@ -1,10 +1,11 @@
-//! Batch norm's and mean-only batch norm's training-mode forward and backward as fused
-//! CPU ops (candle's broadcasting reductions made them several passes and allocations
-//! each way).
+//! Batch norm's forward and backward (training and evaluation mode) and mean-only batch
+//! norm's training forward and backward as fused CPU ops (candle's broadcasting
+//! reductions made them several passes and allocations each way).
 //!
 //! Forward, per unit `u` over its `n` values: `y = gamma_u * (t - mean_u) * inv_std_u +
 //! beta_u` with `inv_std_u = 1 / sqrt(var_u + eps)` (population variance). Backward:
-//! `dbeta = Σ dy`, `dgamma = Σ dy·x̂`, `dt = gamma · inv_std · (dy - Σdy/n - x̂ Σdy·x̂/n)`.
+//! `dbeta = Σ dy`, `dgamma = Σ dy·x̂`, `dt = gamma · inv_std · (dy - Σdy/n - x̂ Σdy·x̂/n)`
+//! with batch statistics; with running statistics (constants) `dt = gamma · inv_std · dy`.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
@@ -53,16 +54,28 @@ pub(crate) fn update_running(
     running.set(&Tensor::from_vec(new, old.len(), running.device())?)
 }
 
-/// The normalization with given batch statistics (from [`moments`]).
-pub(crate) struct BatchNormTrain {
+/// The normalization with given statistics: the batch's (from [`moments`]), through
+/// which gradients flow, or running ones, which are constants.
+pub(crate) struct BatchNormOp {
     pub mean: Vec<f32>,
     /// `1 / sqrt(var + eps)`, or 0 where that is infinite (one value, eps 0): the
     /// output is then `beta` and no gradient passes below.
     pub inv_std: Vec<f32>,
+    pub batch_statistics: bool,
 }
 
-impl BatchNormTrain {
-    pub fn new(mean: Vec<f32>, var: &[f32], eps: f64) -> Self {
+impl BatchNormOp {
+    /// Training mode: `mean` and `var` are this batch's.
+    pub fn training(mean: Vec<f32>, var: &[f32], eps: f64) -> Self {
+        Self::new(mean, var, eps, true)
+    }
+
+    /// Evaluation mode: `mean` and `var` are the running statistics.
+    pub fn evaluation(mean: Vec<f32>, var: &[f32], eps: f64) -> Self {
+        Self::new(mean, var, eps, false)
+    }
+
+    fn new(mean: Vec<f32>, var: &[f32], eps: f64, batch_statistics: bool) -> Self {
         let inv_std = var
             .iter()
             .map(|&v| {
@@ -74,13 +87,17 @@ impl BatchNormTrain {
                 }
             })
             .collect();
-        Self { mean, inv_std }
+        Self {
+            mean,
+            inv_std,
+            batch_statistics,
+        }
     }
 }
 
-impl CustomOp3 for BatchNormTrain {
+impl CustomOp3 for BatchNormOp {
     fn name(&self) -> &'static str {
-        "batch-norm-train"
+        "batch-norm"
     }
 
     fn cpu_fwd(
@@ -94,14 +111,12 @@ impl CustomOp3 for BatchNormTrain {
     ) -> Result<(CpuStorage, Shape)> {
         let (t, gamma, beta) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
         let units = Units::of(l1.shape())?;
-        let (scale, shift): (Vec<f32>, Vec<f32>) = (0..units.units)
-            .map(|u| {
-                let scale = gamma[u] * self.inv_std[u];
-                (scale, beta[u] - self.mean[u] * scale)
-            })
-            .unzip();
-        let affine: Vec<(f32, f32)> = scale.into_iter().zip(shift).collect();
-        let out = units.map(t, &affine, |t, (scale, shift)| t * scale + shift);
+        // (t - mean) first: folding the mean into a shift loses precision when the
+        // scale is large (a variance near 0).
+        let per_unit: Vec<[f32; 3]> = (0..units.units)
+            .map(|u| [self.mean[u], gamma[u] * self.inv_std[u], beta[u]])
+            .collect();
+        let out = units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -123,6 +138,11 @@ impl CustomOp3 for BatchNormTrain {
                 let stats: Vec<(f32, f32)> = m.iter().copied().zip(s.iter().copied()).collect();
                 let sum_dy = units.sums(dy);
                 let sum_dy_xhat = units.sums2(x, dy, &stats, |x, dy, (m, s)| dy * (x - m) * s);
+                if !self.batch_statistics {
+                    let k: Vec<f32> = gamma_values.iter().zip(s).map(|(g, s)| g * s).collect();
+                    let dt = units.map(dy, &k, |dy, k| k * dy);
+                    return Ok((dt, sum_dy_xhat, sum_dy));
+                }
                 // dt = k * (dy - mean_dy - (x - m) * s * mean_dy_xhat) per unit.
                 let per_unit: Vec<[f32; 5]> = (0..units.units)
                     .map(|u| {
