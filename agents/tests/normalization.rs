@@ -583,10 +583,13 @@ fn fused_optimizer_equals_tensor_reference() {
                     (na - nb).abs() <= 1e-4 * nb.max(1e-12),
                     "grad norms {na} {nb}"
                 );
-            }
-            for (pa, pb) in a.store().params().iter().zip(b.store().params()) {
-                let e = rel_err(pa.var.as_tensor(), pb.var.as_tensor());
-                assert!(e < 1e-5, "{kind:?} centered={centered} {}: {e}", pa.name);
+                for (pa, pb) in a.store().params().iter().zip(b.store().params()) {
+                    let e = rel_err(pa.var.as_tensor(), pb.var.as_tensor());
+                    assert!(e < 1e-5, "{kind:?} centered={centered} {}: {e}", pa.name);
+                }
+                // Each step is compared from the same weights: rounding differences
+                // would otherwise compound through the forward passes.
+                b.store().copy_from(a.store()).unwrap();
             }
         }
     }
@@ -773,6 +776,59 @@ fn fused_weight_norm_equals_unfused_reference() {
         assert!(rel_err(&outputs[0], &outputs[1]) < 1e-6);
         assert!(rel_err(&grads[0].0, &grads[1].0) < 1e-5, "dL/dv");
         assert!(rel_err(&grads[0].1, &grads[1].1) < 1e-5, "dL/dg");
+    }
+}
+
+#[test]
+fn weight_norm_output_scaling_equals_the_unfused_reference() {
+    for (kernel, x_shape) in [linear(), conv()] {
+        // Data input (the first layer) and an input that needs its gradient.
+        for x_is_variable in [false, true] {
+            let mut rng = InitRng::new(13);
+            let mut store = ParamStore::new(DEV);
+            let v = rng.normal(kernel.weight_shape(), 0.4, &DEV).unwrap();
+            let g = rng.normal(kernel.units(), 1.0, &DEV).unwrap();
+            let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
+            let x = Var::from_tensor(&rng.normal(x_shape.clone(), 1.0, &DEV).unwrap()).unwrap();
+            let x_in = if x_is_variable {
+                x.as_tensor().clone()
+            } else {
+                x.as_tensor().detach()
+            };
+            let params = ["l.v", "l.g"].map(|n| store.get(n).unwrap().var.as_tensor().clone());
+            let mut results = vec![];
+            for fused in [true, false] {
+                let y = if fused {
+                    wn.apply(&x_in).unwrap()
+                } else {
+                    kernel
+                        .apply_reference(&x_in, &wn.weight_reference().unwrap())
+                        .unwrap()
+                };
+                let grads = loss_of(&y, &mut InitRng::new(6)).backward().unwrap();
+                let grad = |t: &Tensor| grads.get(t).map(|g| g.clone());
+                results.push([
+                    Some(y),
+                    grad(&params[0]),
+                    grad(&params[1]),
+                    grad(x.as_tensor()),
+                ]);
+            }
+            let names = ["output", "dL/dv", "dL/dg", "dL/dx"];
+            for ((name, a), b) in names.iter().zip(&results[0]).zip(&results[1]) {
+                match (a, b) {
+                    (Some(a), Some(b)) => {
+                        let e = rel_err(a, b);
+                        assert!(
+                            e < 1e-5,
+                            "{kernel:?} x variable {x_is_variable} {name}: {e}"
+                        );
+                    }
+                    (None, None) => assert!(!x_is_variable && *name == "dL/dx"),
+                    _ => panic!("{kernel:?} {name}: a gradient on one path only"),
+                }
+            }
+        }
     }
 }
 

@@ -242,7 +242,10 @@ impl NormLayer {
 
     /// The kernel and the activation normalization, before the layer's own bias.
     fn normalized(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        let t = self.kernel.apply(x, &self.weight(mode)?)?;
+        let t = match (&self.weight, mode) {
+            (WeightParam::Normed(wn), Mode::Train) => wn.apply(x)?,
+            _ => self.kernel.apply(x, &self.weight(mode)?)?,
+        };
         match &self.norm {
             Norm::None => Ok(t),
             Norm::MeanOnly(bn) => bn.forward(&t, mode),

@@ -27,9 +27,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor, Var};
 
 use super::dense::{dot, f32_slice};
+use super::fused::{with_values, Units};
 use super::{Group, Kernel, ParamStore};
 
 pub struct WeightNorm {
@@ -102,6 +103,20 @@ impl WeightNorm {
         self.weight_reference()
     }
 
+    /// The layer's kernel applied with `w` to `x`, differentiable. On the CPU `w` is
+    /// never formed: the kernel runs with `v` and each unit's output is scaled by
+    /// `g / ||v||` (one pass over the output instead of two over the weight each way).
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        if !self.v.device().is_cpu() {
+            return self.kernel.apply(x, &self.weight()?);
+        }
+        let v = self.v.as_tensor();
+        let t = self.kernel.apply(x, v)?;
+        let units = self.kernel.units();
+        let inv_norms = with_values(v, |v| Ok(inverse_norms(v, units)))?;
+        t.apply_op3(v, self.g.as_tensor(), ScaleByGain { inv_norms })
+    }
+
     /// `w` from unfused tensor ops (autodiff through each), the reference the fused
     /// path is tested against.
     pub fn weight_reference(&self) -> Result<Tensor> {
@@ -141,14 +156,11 @@ struct FusedWeightNorm {
     units: usize,
 }
 
-impl FusedWeightNorm {
-    /// `(1 / ||v_i||)` per unit.
-    fn inverse_norms(&self, v: &[f32]) -> Vec<f32> {
-        let n = v.len() / self.units;
-        v.chunks_exact(n)
-            .map(|row| 1.0 / dot(row, row).sqrt())
-            .collect()
-    }
+/// `(1 / ||v_u||)` per unit `u` of `v`'s `units` rows.
+fn inverse_norms(v: &[f32], units: usize) -> Vec<f32> {
+    v.chunks_exact(v.len() / units)
+        .map(|row| 1.0 / dot(row, row).sqrt())
+        .collect()
 }
 
 impl CustomOp2 for FusedWeightNorm {
@@ -165,7 +177,7 @@ impl CustomOp2 for FusedWeightNorm {
     ) -> Result<(CpuStorage, Shape)> {
         let (v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
         let n = v.len() / self.units;
-        let inv = self.inverse_norms(v);
+        let inv = inverse_norms(v, self.units);
         let mut w = Vec::with_capacity(v.len());
         for (i, row) in v.chunks_exact(n).enumerate() {
             let scale = g[i] * inv[i];
@@ -195,7 +207,7 @@ impl CustomOp2 for FusedWeightNorm {
             f32_slice(dw_c, dw_l)?,
         );
         let n = vv.len() / self.units;
-        let inv = self.inverse_norms(vv);
+        let inv = inverse_norms(vv, self.units);
         let mut dv = Vec::with_capacity(vv.len());
         let mut dg = Vec::with_capacity(self.units);
         for i in 0..self.units {
@@ -214,5 +226,86 @@ impl CustomOp2 for FusedWeightNorm {
         let dv = Tensor::from_vec(dv, v.shape(), v.device())?;
         let dg = Tensor::from_vec(dg, g.shape(), g.device())?;
         Ok((Some(dv), Some(dg)))
+    }
+}
+
+/// `y = t * g_u / ||v_u||` per unit, where `t` is the kernel applied with `v`. The
+/// gradient reaching `v` here is the one through its norm; the kernel adds the rest:
+///
+/// ```text
+/// dL/dt = dL/dy * g/||v||
+/// dL/dg = Σ dL/dy * t / ||v||
+/// dL/dv = -(dL/dg * g / ||v||^2) v        (plus the kernel's (dL/dt)^T x)
+/// ```
+struct ScaleByGain {
+    inv_norms: Vec<f32>,
+}
+
+impl ScaleByGain {
+    fn scales(&self, g: &[f32]) -> Vec<f32> {
+        g.iter().zip(&self.inv_norms).map(|(g, i)| g * i).collect()
+    }
+}
+
+impl CustomOp3 for ScaleByGain {
+    fn name(&self) -> &'static str {
+        "weight-norm-scale"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        _s2: &CpuStorage,
+        _l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (t, g) = (f32_slice(s1, l1)?, f32_slice(s3, l3)?);
+        let units = Units::of(l1.shape())?;
+        if g.len() != units.units || self.inv_norms.len() != units.units {
+            candle_core::bail!("weight norm: {} gains for {} units", g.len(), units.units);
+        }
+        let out = units.map(t, &self.scales(g), |t, s| t * s);
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        t: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let dy = dy.contiguous()?;
+        let units = Units::of(t.shape())?;
+        let gains = g.to_vec1::<f32>()?;
+        let (dt, dg) = with_values(t, |tv| {
+            with_values(&dy, |dyv| {
+                let dt = units.map(dyv, &self.scales(&gains), |dy, s| dy * s);
+                let dg: Vec<f32> = units
+                    .sums2(dyv, tv, &self.inv_norms, |dy, t, _| dy * t)
+                    .iter()
+                    .zip(&self.inv_norms)
+                    .map(|(sum, inv)| sum * inv)
+                    .collect();
+                Ok((dt, dg))
+            })
+        })?;
+        let dv = with_values(v, |vv| {
+            let n = vv.len() / units.units;
+            let mut dv = Vec::with_capacity(vv.len());
+            for (u, row) in vv.chunks_exact(n).enumerate() {
+                let c = -dg[u] * gains[u] * self.inv_norms[u] * self.inv_norms[u];
+                dv.extend(row.iter().map(|v| c * v));
+            }
+            Ok(dv)
+        })?;
+        Ok((
+            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
+            Some(Tensor::from_vec(dv, v.shape(), v.device())?),
+            Some(Tensor::from_vec(dg, g.shape(), g.device())?),
+        ))
     }
 }
