@@ -806,7 +806,7 @@ fn weight_norm_output_scaling_equals_the_unfused_reference() {
                         .unwrap()
                 };
                 let grads = loss_of(&y, &mut InitRng::new(6)).backward().unwrap();
-                let grad = |t: &Tensor| grads.get(t).map(|g| g.clone());
+                let grad = |t: &Tensor| grads.get(t).cloned();
                 results.push([
                     Some(y),
                     grad(&params[0]),
