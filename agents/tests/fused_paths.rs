@@ -134,18 +134,24 @@ fn fused_batch_norm_matches_the_reference() {
 #[test]
 fn fused_mean_only_batch_norm_matches_the_reference() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(4);
-    for shape in [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]] {
+    let cases = [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]];
+    for (shape, mode) in cases
+        .iter()
+        .flat_map(|s| [(s.clone(), Mode::Train), (s.clone(), Mode::Eval)])
+    {
         let units = shape[1];
         let x = random(&shape, &mut rng, 0.5);
         let upstream = random(&shape, &mut rng, 0.0);
+        let running_mean = random(&[units], &mut rng, 0.3);
         let run = |fused: bool| {
             let mut store = ParamStore::new(DEV);
             let bn = MeanOnlyBn::new(&mut store, "l", units, 0.1).unwrap();
+            bn.set_running_mean(&running_mean).unwrap();
             let (y, dx, _) = forward_backward(&x, &upstream, |x| {
                 if fused {
-                    bn.forward(x, Mode::Train).unwrap()
+                    bn.forward(x, mode).unwrap()
                 } else {
-                    bn.forward_reference(x, Mode::Train).unwrap()
+                    bn.forward_reference(x, mode).unwrap()
                 }
             });
             [y, dx, bn.running_mean().clone()]
@@ -157,7 +163,7 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
             .zip(&reference)
         {
             let e = rel_err(a, b);
-            assert!(e <= 1e-5, "{shape:?} {name}: relative error {e}");
+            assert!(e <= 1e-5, "{shape:?} {mode:?} {name}: relative error {e}");
         }
     }
 }

@@ -180,10 +180,12 @@ impl CustomOp3 for BatchNormOp {
     }
 }
 
-/// Mean-only batch norm's training forward, `y = t - mean_u`, with the backward of a
-/// batch mean: `dt = dy - mean_u(dy)`.
+/// Mean-only batch norm's forward, `y = t - mean_u`. With the batch's mean, the
+/// backward is that of a batch mean, `dt = dy - mean_u(dy)`; with the running mean (a
+/// constant), `dt = dy`.
 pub(crate) struct SubtractUnitMean {
     pub mean: Vec<f32>,
+    pub batch_statistics: bool,
 }
 
 impl CustomOp1 for SubtractUnitMean {
@@ -198,6 +200,9 @@ impl CustomOp1 for SubtractUnitMean {
     }
 
     fn bwd(&self, t: &Tensor, _out: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        if !self.batch_statistics {
+            return Ok(Some(grad.clone()));
+        }
         let grad = grad.contiguous()?;
         let units = Units::of(t.shape())?;
         let n = units.per_unit() as f32;

@@ -46,17 +46,29 @@ impl MeanOnlyBn {
     }
 
     pub fn forward(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
-        if mode == Mode::Train && t.device().is_cpu() {
-            let t = t.contiguous()?;
-            let (mean, _) = batch_norm_op::moments(&t)?;
-            batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
-            return t.apply_op1(batch_norm_op::SubtractUnitMean { mean });
+        if !t.device().is_cpu() {
+            return self.forward_reference(t, mode);
         }
-        self.forward_reference(t, mode)
+        let t = t.contiguous()?;
+        let op = match mode {
+            Mode::Train => {
+                let (mean, _) = batch_norm_op::moments(&t)?;
+                batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
+                batch_norm_op::SubtractUnitMean {
+                    mean,
+                    batch_statistics: true,
+                }
+            }
+            Mode::Eval => batch_norm_op::SubtractUnitMean {
+                mean: self.running_mean.as_tensor().to_vec1()?,
+                batch_statistics: false,
+            },
+        };
+        t.apply_op1(op)
     }
 
-    /// The layer through candle's tensor ops: evaluation mode, other devices, and the
-    /// tested reference of the fused training path.
+    /// The layer through candle's tensor ops: other devices, and the tested reference
+    /// of the fused paths.
     pub fn forward_reference(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
         match mode {
             Mode::Train => {
