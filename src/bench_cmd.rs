@@ -48,13 +48,24 @@ pub struct BenchArgs {
 struct Row {
     bench: String,
     case: String,
+    /// The median (timings) or the single measurement (throughput).
     value: f64,
+    /// The fastest timing: on a shared machine the least disturbed, the better number
+    /// for comparing two rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min: Option<f64>,
     unit: &'static str,
 }
 
-/// Median of `iters` timings of `f`, in microseconds, after a warm-up; each timing
-/// waits for `device` to finish the work queued.
-fn time_us(iters: usize, device: &Device, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+/// Median and minimum of a set of timings.
+struct Timing {
+    median: f64,
+    min: f64,
+}
+
+/// Median and minimum of `iters` timings of `f`, in microseconds, after a warm-up; each
+/// timing waits for `device` to finish the work queued.
+fn time_us(iters: usize, device: &Device, mut f: impl FnMut() -> Result<()>) -> Result<Timing> {
     for _ in 0..iters.div_ceil(10).max(3) {
         f()?;
     }
@@ -67,7 +78,10 @@ fn time_us(iters: usize, device: &Device, mut f: impl FnMut() -> Result<()>) -> 
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
     times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    Ok(Timing {
+        median: times[times.len() / 2],
+        min: times[0],
+    })
 }
 
 fn random_batch(
@@ -175,7 +189,8 @@ fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
             rows.push(Row {
                 bench: format!("update {kind}"),
                 case: name.to_string(),
-                value: us,
+                value: us.median,
+                min: Some(us.min),
                 unit: "us",
             });
             if *batch_size == 32 {
@@ -187,7 +202,8 @@ fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
                 rows.push(Row {
                     bench: format!("act {kind}"),
                     case,
-                    value: us,
+                    value: us.median,
+                    min: Some(us.min),
                     unit: "us",
                 });
             }
@@ -227,7 +243,8 @@ fn replay_rows(iters: usize) -> Result<Vec<Row>> {
         rows.push(Row {
             bench: "replay sample".into(),
             case: format!("{} b32 minatar 100k", sampler.name()),
-            value: us,
+            value: us.median,
+            min: Some(us.min),
             unit: "us",
         });
     }
@@ -280,6 +297,7 @@ fn train_rows(steps: u64, device: &str) -> Result<Vec<Row>> {
             bench: "train end-to-end".into(),
             case: name.into(),
             value: sps,
+            min: None,
             unit: "steps/s",
         });
     }
@@ -315,11 +333,19 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         }
     } else {
         println!("threads: {}, device: {:?}", args.threads, device);
-        println!("{:<26} {:<30} {:>12}", "benchmark", "case", "median");
+        println!(
+            "{:<26} {:<30} {:>12} {:>12}",
+            "benchmark", "case", "median", "min"
+        );
         for row in &rows {
+            let min = row.min.map(|m| format!("{m:>9.1} {}", row.unit));
             println!(
-                "{:<26} {:<30} {:>9.1} {}",
-                row.bench, row.case, row.value, row.unit
+                "{:<26} {:<30} {:>9.1} {:<7} {}",
+                row.bench,
+                row.case,
+                row.value,
+                row.unit,
+                min.unwrap_or_default()
             );
         }
     }
