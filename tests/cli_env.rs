@@ -151,3 +151,47 @@ fn bench_prints_a_row_per_environment() {
         assert!(out.contains(&id), "{out}");
     }
 }
+
+#[test]
+fn bench_nn_filters_by_method_and_case_and_reports_median_and_min() {
+    let (code, out, err) = normrl(&[
+        "bench",
+        "nn",
+        "--method",
+        "batch_norm",
+        "--case",
+        "mlp 4-64-64-2 b32",
+        "--iters",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} / {}", r["bench"], r["case"]))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "\"update batch_norm\" / \"mlp 4-64-64-2 b32\"",
+            "\"act batch_norm\" / \"mlp 4-64-64-2 b1\""
+        ]
+    );
+    for row in &rows {
+        let (median, min) = (row["value"].as_f64().unwrap(), row["min"].as_f64().unwrap());
+        assert!(min > 0.0 && min <= median, "{row}");
+    }
+    let (code, _, err) = normrl(&["bench", "nn", "--method", "batchnorm"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("unknown method 'batchnorm'") && err.contains("batch_norm"),
+        "{err}"
+    );
+    let (code, _, err) = normrl(&["bench", "nn", "--case", "transformer"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no case matches"), "{err}");
+}
