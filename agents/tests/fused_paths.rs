@@ -3,7 +3,7 @@
 
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor, Var};
-use normrl_agents::nn::{BatchNorm, MeanOnlyBn, Mode, ParamStore};
+use normrl_agents::nn::{BatchNorm, LayerNorm, MeanOnlyBn, Mode, ParamStore};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -164,6 +164,45 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
         {
             let e = rel_err(a, b);
             assert!(e <= 1e-5, "{shape:?} {mode:?} {name}: relative error {e}");
+        }
+    }
+}
+
+#[test]
+fn fused_layer_norm_matches_the_reference() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+    for shape in [vec![32usize, 64], vec![8, 16, 8, 8], vec![1, 5]] {
+        let features = &shape[1..];
+        let gamma = random(features, &mut rng, 1.0);
+        let beta = random(features, &mut rng, 0.0);
+        let x = random(&shape, &mut rng, 0.5);
+        let upstream = random(&shape, &mut rng, 0.0);
+        let run = |fused: bool| {
+            let mut store = ParamStore::new(DEV);
+            let ln = LayerNorm::new(&mut store, "l", features, 1e-5).unwrap();
+            store.get("l.ln.gamma").unwrap().var.set(&gamma).unwrap();
+            store.get("l.ln.beta").unwrap().var.set(&beta).unwrap();
+            let (y, dx, grads) = forward_backward(&x, &upstream, |x| {
+                if fused {
+                    ln.forward(x).unwrap()
+                } else {
+                    ln.forward_reference(x).unwrap()
+                }
+            });
+            let grad = |name: &str| {
+                let var = store.get(name).unwrap().var.clone();
+                grads.get(var.as_tensor()).unwrap().clone()
+            };
+            [y, dx, grad("l.ln.gamma"), grad("l.ln.beta")]
+        };
+        let (fused, reference) = (run(true), run(false));
+        for ((name, a), b) in ["output", "dx", "dgamma", "dbeta"]
+            .iter()
+            .zip(&fused)
+            .zip(&reference)
+        {
+            let e = rel_err(a, b);
+            assert!(e <= 1e-5, "{shape:?} {name}: relative error {e}");
         }
     }
 }
