@@ -18,23 +18,33 @@ pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
     with_values(t, |v| {
         let mut sum = vec![0f64; units.units];
         let mut sq = vec![0f64; units.units];
-        units.runs(|u, run| {
-            // Four partial sums each: independent additions pipeline.
-            let (mut s4, mut q4) = ([0f64; 4], [0f64; 4]);
-            let chunks = v[run].chunks_exact(4);
-            for &x in chunks.remainder() {
-                sum[u] += f64::from(x);
-                sq[u] += f64::from(x) * f64::from(x);
-            }
-            for c in chunks {
-                for ((s, q), &x) in s4.iter_mut().zip(q4.iter_mut()).zip(c) {
+        if units.inner == 1 {
+            // Features: row by row, each unit its own running sum.
+            for row in v.chunks_exact(units.units) {
+                for ((s, q), &x) in sum.iter_mut().zip(sq.iter_mut()).zip(row) {
                     *s += f64::from(x);
                     *q += f64::from(x) * f64::from(x);
                 }
             }
-            sum[u] += s4.iter().sum::<f64>();
-            sq[u] += q4.iter().sum::<f64>();
-        });
+        } else {
+            units.runs(|u, run| {
+                // Four partial sums each: independent additions pipeline.
+                let (mut s4, mut q4) = ([0f64; 4], [0f64; 4]);
+                let chunks = v[run].chunks_exact(4);
+                for &x in chunks.remainder() {
+                    sum[u] += f64::from(x);
+                    sq[u] += f64::from(x) * f64::from(x);
+                }
+                for c in chunks {
+                    for ((s, q), &x) in s4.iter_mut().zip(q4.iter_mut()).zip(c) {
+                        *s += f64::from(x);
+                        *q += f64::from(x) * f64::from(x);
+                    }
+                }
+                sum[u] += s4.iter().sum::<f64>();
+                sq[u] += q4.iter().sum::<f64>();
+            });
+        }
         let n = units.per_unit() as f64;
         let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
         let var = sq

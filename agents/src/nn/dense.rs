@@ -141,37 +141,39 @@ pub(crate) fn transposed(
     dst
 }
 
-/// `a . b` over eight interleaved partial sums, so that it vectorizes; the order of
-/// additions is fixed, so the result does not depend on the CPU.
+/// `a . b` over eight interleaved partial sums ([`lane_sum`]), compiled for AVX2 where
+/// the CPU has it; the order of additions is fixed, so the result does not depend on
+/// the CPU.
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    #[inline(always)]
-    fn portable(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let (a, b) = (&a[..n], &b[..n]);
-        let mut lanes = [0f32; 8];
-        let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-        let tail: f32 = ca
-            .remainder()
-            .iter()
-            .zip(cb.remainder())
-            .map(|(x, y)| x * y)
-            .sum();
-        for (xa, xb) in ca.zip(cb) {
-            for ((lane, x), y) in lanes.iter_mut().zip(xa).zip(xb) {
-                *lane += x * y;
-            }
-        }
-        lanes.iter().sum::<f32>() + tail
-    }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn avx2(a: &[f32], b: &[f32]) -> f32 {
-        portable(a, b)
+        lane_sum(a, b, |x, y| x * y)
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2, checked just above.
         return unsafe { avx2(a, b) };
     }
-    portable(a, b)
+    lane_sum(a, b, |x, y| x * y)
+}
+
+/// `Σ f(x_i, y_i)` over eight interleaved partial sums: independent additions that
+/// pipeline (one running sum waits on each addition), in a fixed order.
+#[inline(always)]
+pub(crate) fn lane_sum(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (cx, cy) = (x.chunks_exact(8), y.chunks_exact(8));
+    let tail: f32 = cx
+        .remainder()
+        .iter()
+        .zip(cy.remainder())
+        .map(|(&x, &y)| f(x, y))
+        .sum();
+    for (xs, ys) in cx.zip(cy) {
+        for ((lane, &x), &y) in lanes.iter_mut().zip(xs).zip(ys) {
+            *lane += f(x, y);
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }

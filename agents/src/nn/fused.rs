@@ -15,7 +15,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
-use super::dense::f32_slice;
+use super::dense::{f32_slice, lane_sum};
 
 /// Runs `f` on a CPU tensor's values.
 pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
@@ -175,26 +175,6 @@ impl Units {
     pub(crate) fn sums(&self, x: &[f32]) -> Vec<f32> {
         self.sums2(x, x, &vec![(); self.units], |x, _, _| x)
     }
-}
-
-/// `Σ f(x_i, y_i)` over eight interleaved partial sums: independent additions that
-/// pipeline (one running sum waits on each addition), in a fixed order.
-#[inline(always)]
-pub(crate) fn lane_sum(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (cx, cy) = (x.chunks_exact(8), y.chunks_exact(8));
-    let tail: f32 = cx
-        .remainder()
-        .iter()
-        .zip(cy.remainder())
-        .map(|(&x, &y)| f(x, y))
-        .sum();
-    for (xs, ys) in cx.zip(cy) {
-        for ((lane, &x), &y) in lanes.iter_mut().zip(xs).zip(ys) {
-            *lane += f(x, y);
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// The units of `t`, checked against a bias of one value per unit.

@@ -21,8 +21,8 @@
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
-use super::dense::f32_slice;
-use super::fused::{lane_sum, with_values};
+use super::dense::{f32_slice, lane_sum};
+use super::fused::with_values;
 use super::kernel::sample_moments;
 use super::{Group, ParamStore};
 
