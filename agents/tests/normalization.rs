@@ -902,6 +902,31 @@ fn fused_bias_and_relu_equal_tensor_ops() {
 }
 
 #[test]
+fn linear_op_reads_a_conv_output_as_flattened_rows() {
+    let kernel = Kernel::Linear { n_in: 30, n_out: 4 };
+    let mut rng = InitRng::new(42);
+    let x = Var::from_tensor(&rng.normal((3, 2, 3, 5), 1.0, &DEV).unwrap()).unwrap();
+    let w = Var::from_tensor(&rng.normal((4, 30), 1.0, &DEV).unwrap()).unwrap();
+    let mut results = vec![];
+    for flatten_first in [false, true] {
+        let input = if flatten_first {
+            x.as_tensor().flatten_from(1).unwrap()
+        } else {
+            x.as_tensor().clone()
+        };
+        let y = kernel.apply(&input, w.as_tensor()).unwrap();
+        let grads = loss_of(&y, &mut InitRng::new(7)).backward().unwrap();
+        let dx = grads.get(x.as_tensor()).unwrap().clone();
+        assert_eq!(dx.dims(), &[3, 2, 3, 5]);
+        results.push((y, dx, grads.get(w.as_tensor()).unwrap().clone()));
+    }
+    assert_eq!(results[0].0.dims(), &[3, 4]);
+    assert!(rel_err(&results[0].0, &results[1].0) < 1e-6);
+    assert!(rel_err(&results[0].1, &results[1].1) < 1e-6);
+    assert!(rel_err(&results[0].2, &results[1].2) < 1e-6);
+}
+
+#[test]
 fn linear_op_equals_candle_matmul_in_values_and_gradients() {
     // A batch larger than the layer, and a small batch through a large weight: the
     // forward orders its product differently in the two cases.

@@ -19,6 +19,15 @@ use super::dense::{f32_slice, product, transposed, Order, View};
 
 pub(crate) struct LinearOp;
 
+/// `(batch, features)` of an input `[B, ...]`: a conv output feeds a Linear layer
+/// without a flatten (a graph node whose gradient candle zero-fills and adds).
+fn rows(x: &Shape) -> Result<(usize, usize)> {
+    match x.dims() {
+        [] | [_] => candle_core::bail!("linear: input {x:?} has no batch dimension"),
+        [b, ..] => Ok((*b, x.elem_count() / (*b).max(1))),
+    }
+}
+
 impl CustomOp2 for LinearOp {
     fn name(&self) -> &'static str {
         "linear"
@@ -32,7 +41,7 @@ impl CustomOp2 for LinearOp {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (x, w) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let (b, n_in) = l1.shape().dims2()?;
+        let (b, n_in) = rows(l1.shape())?;
         let (n_out, w_in) = l2.shape().dims2()?;
         if w_in != n_in {
             candle_core::bail!(
@@ -61,7 +70,7 @@ impl CustomOp2 for LinearOp {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
-        let (b, n_in) = x.dims2()?;
+        let (b, n_in) = rows(x.shape())?;
         let n_out = w.dim(0)?;
         let (xs, xl) = x.storage_and_layout();
         let (ws, wl) = w.storage_and_layout();
@@ -77,7 +86,7 @@ impl CustomOp2 for LinearOp {
         let dx = if x.track_op() {
             // dx [b, in] = dy [b, out] * W [out, in]
             let dx = product(Order::RowMajor, gv, wv);
-            Some(Tensor::from_vec(dx, (b, n_in), x.device())?)
+            Some(Tensor::from_vec(dx, x.shape(), x.device())?)
         } else {
             None
         };

@@ -139,7 +139,10 @@ impl QNetwork {
         for layer in &self.convs {
             h = layer.forward(&h, mode)?;
         }
-        h = h.flatten_from(1)?;
+        if !h.device().is_cpu() {
+            // The CPU's linear op reads `[B, C, H, W]` as `[B, C*H*W]` itself.
+            h = h.flatten_from(1)?;
+        }
         for layer in &self.dense {
             h = layer.forward(&h, mode)?;
         }
