@@ -134,10 +134,30 @@ impl CustomOp3 for BatchNormOp {
         let units = Units::of(l1.shape())?;
         // (t - mean) first: folding the mean into a shift loses precision when the
         // scale is large (a variance near 0).
-        let per_unit: Vec<[f32; 3]> = (0..units.units)
-            .map(|u| [self.mean[u], gamma[u] * self.inv_std[u], beta[u]])
+        let scale: Vec<f32> = gamma
+            .iter()
+            .zip(&self.inv_std)
+            .map(|(g, s)| g * s)
             .collect();
-        let out = units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta);
+        let out = if units.inner == 1 {
+            // Features: the per-unit vectors read alongside each row (vectorizes).
+            let mut out = Vec::with_capacity(t.len());
+            for row in t.chunks_exact(units.units) {
+                out.extend(
+                    row.iter()
+                        .zip(&self.mean)
+                        .zip(&scale)
+                        .zip(beta)
+                        .map(|(((x, m), s), b)| (x - m) * s + b),
+                );
+            }
+            out
+        } else {
+            let per_unit: Vec<[f32; 3]> = (0..units.units)
+                .map(|u| [self.mean[u], scale[u], beta[u]])
+                .collect();
+            units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta)
+        };
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
