@@ -781,52 +781,63 @@ fn fused_weight_norm_equals_unfused_reference() {
 
 #[test]
 fn weight_norm_output_scaling_equals_the_unfused_reference() {
-    for (kernel, x_shape) in [linear(), conv()] {
-        // Data input (the first layer) and an input that needs its gradient.
-        for x_is_variable in [false, true] {
-            let mut rng = InitRng::new(13);
-            let mut store = ParamStore::new(DEV);
-            let v = rng.normal(kernel.weight_shape(), 0.4, &DEV).unwrap();
-            let g = rng.normal(kernel.units(), 1.0, &DEV).unwrap();
-            let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
-            let x = Var::from_tensor(&rng.normal(x_shape.clone(), 1.0, &DEV).unwrap()).unwrap();
-            let x_in = if x_is_variable {
-                x.as_tensor().clone()
+    // Data input (the first layer) and an input that needs its gradient; and a gain of
+    // exactly 0, whose dL/dg cannot come from the scaled output.
+    let cases = [(false, false), (true, false), (false, true)];
+    for ((kernel, x_shape), (x_is_variable, zero_gain)) in [linear(), conv()]
+        .into_iter()
+        .flat_map(|k| cases.map(|c| (k.clone(), c)))
+    {
+        let mut rng = InitRng::new(13);
+        let mut store = ParamStore::new(DEV);
+        let v = rng.normal(kernel.weight_shape(), 0.4, &DEV).unwrap();
+        let mut g: Vec<f32> = rng
+            .normal(kernel.units(), 1.0, &DEV)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        if zero_gain {
+            g[1] = 0.0;
+        }
+        let g = Tensor::new(g, &DEV).unwrap();
+        let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
+        let x = Var::from_tensor(&rng.normal(x_shape.clone(), 1.0, &DEV).unwrap()).unwrap();
+        let x_in = if x_is_variable {
+            x.as_tensor().clone()
+        } else {
+            x.as_tensor().detach()
+        };
+        let params = ["l.v", "l.g"].map(|n| store.get(n).unwrap().var.as_tensor().clone());
+        let mut results = vec![];
+        for fused in [true, false] {
+            let y = if fused {
+                wn.apply(&x_in).unwrap()
             } else {
-                x.as_tensor().detach()
+                kernel
+                    .apply_reference(&x_in, &wn.weight_reference().unwrap())
+                    .unwrap()
             };
-            let params = ["l.v", "l.g"].map(|n| store.get(n).unwrap().var.as_tensor().clone());
-            let mut results = vec![];
-            for fused in [true, false] {
-                let y = if fused {
-                    wn.apply(&x_in).unwrap()
-                } else {
-                    kernel
-                        .apply_reference(&x_in, &wn.weight_reference().unwrap())
-                        .unwrap()
-                };
-                let grads = loss_of(&y, &mut InitRng::new(6)).backward().unwrap();
-                let grad = |t: &Tensor| grads.get(t).cloned();
-                results.push([
-                    Some(y),
-                    grad(&params[0]),
-                    grad(&params[1]),
-                    grad(x.as_tensor()),
-                ]);
-            }
-            let names = ["output", "dL/dv", "dL/dg", "dL/dx"];
-            for ((name, a), b) in names.iter().zip(&results[0]).zip(&results[1]) {
-                match (a, b) {
-                    (Some(a), Some(b)) => {
-                        let e = rel_err(a, b);
-                        assert!(
-                            e < 1e-5,
-                            "{kernel:?} x variable {x_is_variable} {name}: {e}"
-                        );
-                    }
-                    (None, None) => assert!(!x_is_variable && *name == "dL/dx"),
-                    _ => panic!("{kernel:?} {name}: a gradient on one path only"),
+            let grads = loss_of(&y, &mut InitRng::new(6)).backward().unwrap();
+            let grad = |t: &Tensor| grads.get(t).cloned();
+            results.push([
+                Some(y),
+                grad(&params[0]),
+                grad(&params[1]),
+                grad(x.as_tensor()),
+            ]);
+        }
+        let names = ["output", "dL/dv", "dL/dg", "dL/dx"];
+        for ((name, a), b) in names.iter().zip(&results[0]).zip(&results[1]) {
+            match (a, b) {
+                (Some(a), Some(b)) => {
+                    let e = rel_err(a, b);
+                    assert!(
+                        e < 1e-5,
+                        "{kernel:?} x variable {x_is_variable} zero gain {zero_gain} {name}: {e}"
+                    );
                 }
+                (None, None) => assert!(!x_is_variable && *name == "dL/dx"),
+                _ => panic!("{kernel:?} {name}: a gradient on one path only"),
             }
         }
     }

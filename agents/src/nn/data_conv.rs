@@ -19,6 +19,7 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 
 use super::dense::{f32_slice, product, transposed, Order, View};
 use super::fused::with_values;
+use super::kernel_core::KernelCore;
 
 /// Shape parameters of one convolution.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +30,7 @@ pub(crate) struct DataConv2d {
 
 /// The sizes of one batch's convolution.
 #[derive(Debug, Clone, Copy)]
-struct Dims {
+pub(crate) struct Dims {
     batch: usize,
     c_in: usize,
     h: usize,
@@ -59,6 +60,12 @@ impl Dims {
 impl DataConv2d {
     /// `x (*) w` for data `x` (no gradient flows to it).
     pub(crate) fn apply(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        let (cols, d) = self.columns(x, w)?;
+        cols.apply_op2(&w.contiguous()?, ColumnConv(d))
+    }
+
+    /// The batch's im2col columns and the convolution's sizes, for weight `w`.
+    pub(crate) fn columns(&self, x: &Tensor, w: &Tensor) -> Result<(Tensor, Dims)> {
         let (batch, c_in, h, wd) = x.dims4()?;
         let (c_out, wc, kh, kw) = w.dims4()?;
         let k = self.k;
@@ -81,8 +88,10 @@ impl DataConv2d {
             ow: (wd - k) / self.stride + 1,
         };
         let cols = with_values(&x.contiguous()?, |x| Ok(im2col(&d, x)))?;
-        let cols = Tensor::from_vec(cols, (d.patch(), d.columns()), x.device())?;
-        cols.apply_op2(&w.contiguous()?, ColumnConv(d))
+        Ok((
+            Tensor::from_vec(cols, (d.patch(), d.columns()), x.device())?,
+            d,
+        ))
     }
 }
 
@@ -112,6 +121,41 @@ fn im2col(d: &Dims, x: &[f32]) -> Vec<f32> {
     cols
 }
 
+impl KernelCore for Dims {
+    fn out_shape(&self) -> Shape {
+        Shape::from((self.batch, self.c_out, self.oh, self.ow))
+    }
+
+    fn forward(&self, cols: &[f32], w: &[f32]) -> Vec<f32> {
+        // [c_out, batch * positions] = w [c_out, patch] * cols [patch, batch * positions]
+        let by_channel = product(
+            Order::RowMajor,
+            View::row_major(w, self.c_out, self.patch()),
+            View::row_major(cols, self.patch(), self.columns()),
+        );
+        transposed(&by_channel, 1, self.c_out, self.batch, self.positions())
+    }
+
+    fn backward(
+        &self,
+        cols: &[f32],
+        _w: &[f32],
+        dy: &[f32],
+        _input_gradient: bool,
+    ) -> (Vec<f32>, Option<Vec<f32>>) {
+        let by_channel = transposed(dy, 1, self.batch, self.c_out, self.positions());
+        // dW [c_out, patch] = grad [c_out, batch * positions] * cols^T, computed
+        // transposed so that the long operands are read in place.
+        let dw_t = product(
+            Order::ColMajor,
+            View::row_major(&by_channel, self.c_out, self.columns()),
+            View::row_major(cols, self.patch(), self.columns()).t(),
+        );
+        // The columns are data: no gradient flows to them.
+        (transposed(&dw_t, 1, self.patch(), self.c_out, 1), None)
+    }
+}
+
 /// The convolution as one product of the weight with the batch's columns.
 struct ColumnConv(Dims);
 
@@ -127,19 +171,8 @@ impl CustomOp2 for ColumnConv {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let d = self.0;
-        let (cols, w) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        // [c_out, batch * positions] = w [c_out, patch] * cols [patch, batch * positions]
-        let by_channel = product(
-            Order::RowMajor,
-            View::row_major(w, d.c_out, d.patch()),
-            View::row_major(cols, d.patch(), d.columns()),
-        );
-        let out = transposed(&by_channel, 1, d.c_out, d.batch, d.positions());
-        Ok((
-            CpuStorage::F32(out),
-            Shape::from((d.batch, d.c_out, d.oh, d.ow)),
-        ))
+        let out = self.0.forward(f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        Ok((CpuStorage::F32(out), self.0.out_shape()))
     }
 
     fn bwd(
@@ -149,21 +182,11 @@ impl CustomOp2 for ColumnConv {
         _out: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let d = self.0;
-        let by_channel = with_values(&grad.contiguous()?, |g| {
-            Ok(transposed(g, 1, d.batch, d.c_out, d.positions()))
+        let (dw, _) = with_values(cols, |cols| {
+            with_values(&grad.contiguous()?, |g| {
+                Ok(self.0.backward(cols, &[], g, false))
+            })
         })?;
-        // dW [c_out, patch] = grad [c_out, batch * positions] * cols^T, computed
-        // transposed so that the long operands are read in place.
-        let dw_t = with_values(cols, |cols| {
-            Ok(product(
-                Order::ColMajor,
-                View::row_major(&by_channel, d.c_out, d.columns()),
-                View::row_major(cols, d.patch(), d.columns()).t(),
-            ))
-        })?;
-        let dw = transposed(&dw_t, 1, d.patch(), d.c_out, 1);
-        // The columns are data: no gradient flows to them.
         Ok((None, Some(Tensor::from_vec(dw, w.shape(), w.device())?)))
     }
 }

@@ -13,9 +13,11 @@
 //! assert_eq!(fc.apply(&x, &w).unwrap().to_vec2::<f32>().unwrap(), vec![vec![11.0]]);
 //! ```
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 
 use super::dense::{f32_slice, product, transposed, Order, View};
+use super::fused::with_values;
+use super::kernel_core::KernelCore;
 
 pub(crate) struct LinearOp;
 
@@ -25,6 +27,61 @@ fn rows(x: &Shape) -> Result<(usize, usize)> {
     match x.dims() {
         [] | [_] => candle_core::bail!("linear: input {x:?} has no batch dimension"),
         [b, ..] => Ok((*b, x.elem_count() / (*b).max(1))),
+    }
+}
+
+/// The sizes of one linear product: `x [b, n_in] -> y [b, n_out]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinearCore {
+    b: usize,
+    n_in: usize,
+    n_out: usize,
+}
+
+impl LinearCore {
+    pub(crate) fn of(x: &Shape, w: &Shape) -> Result<Self> {
+        let (b, n_in) = rows(x)?;
+        let (n_out, w_in) = w.dims2()?;
+        if w_in != n_in {
+            candle_core::bail!("linear: input {x:?} does not fit weight {w:?}");
+        }
+        Ok(Self { b, n_in, n_out })
+    }
+}
+
+impl KernelCore for LinearCore {
+    fn out_shape(&self) -> Shape {
+        Shape::from((self.b, self.n_out))
+    }
+
+    fn forward(&self, x: &[f32], w: &[f32]) -> Vec<f32> {
+        let (b, n_in, n_out) = (self.b, self.n_in, self.n_out);
+        let (x, w) = (View::row_major(x, b, n_in), View::row_major(w, n_out, n_in));
+        // y [b, out] = x [b, in] * W^T [in, out]. Written row-major, gemm packs
+        // (gathers) all of W; written column-major it packs x instead, and y then needs
+        // a transpose. That pays for large weights and small batches.
+        if b < n_out && n_out * n_in >= 1 << 14 {
+            transposed(&product(Order::ColMajor, x, w.t()), 1, n_out, b, 1)
+        } else {
+            product(Order::RowMajor, x, w.t())
+        }
+    }
+
+    fn backward(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        dy: &[f32],
+        input_gradient: bool,
+    ) -> (Vec<f32>, Option<Vec<f32>>) {
+        let (b, n_in, n_out) = (self.b, self.n_in, self.n_out);
+        let xv = View::row_major(x, b, n_in);
+        let wv = View::row_major(w, n_out, n_in);
+        let gv = View::row_major(dy, b, n_out);
+        // dW [out, in] = dy^T [out, b] * x [b, in]; dx [b, in] = dy [b, out] * W [out, in]
+        let dw = product(Order::RowMajor, gv.t(), xv);
+        let dx = input_gradient.then(|| product(Order::RowMajor, gv, wv));
+        (dw, dx)
     }
 }
 
@@ -40,26 +97,9 @@ impl CustomOp2 for LinearOp {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (x, w) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let (b, n_in) = rows(l1.shape())?;
-        let (n_out, w_in) = l2.shape().dims2()?;
-        if w_in != n_in {
-            candle_core::bail!(
-                "linear: input {:?} does not fit weight {:?}",
-                l1.shape(),
-                l2.shape()
-            );
-        }
-        let (x, w) = (View::row_major(x, b, n_in), View::row_major(w, n_out, n_in));
-        // y [b, out] = x [b, in] * W^T [in, out]. Written row-major, gemm packs
-        // (gathers) all of W; written column-major it packs x instead, and y then needs
-        // a transpose. That pays for large weights and small batches.
-        let y = if b < n_out && n_out * n_in >= 1 << 14 {
-            transposed(&product(Order::ColMajor, x, w.t()), 1, n_out, b, 1)
-        } else {
-            product(Order::RowMajor, x, w.t())
-        };
-        Ok((CpuStorage::F32(y), Shape::from((b, n_out))))
+        let core = LinearCore::of(l1.shape(), l2.shape())?;
+        let y = core.forward(f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        Ok((CpuStorage::F32(y), core.out_shape()))
     }
 
     fn bwd(
@@ -69,27 +109,17 @@ impl CustomOp2 for LinearOp {
         _y: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let grad = grad.contiguous()?;
-        let (b, n_in) = rows(x.shape())?;
-        let n_out = w.dim(0)?;
-        let (xs, xl) = x.storage_and_layout();
-        let (ws, wl) = w.storage_and_layout();
-        let (gs, gl) = grad.storage_and_layout();
-        let (Storage::Cpu(xc), Storage::Cpu(wc), Storage::Cpu(gc)) = (&*xs, &*ws, &*gs) else {
-            candle_core::bail!("the linear op runs on the CPU only");
-        };
-        let xv = View::row_major(f32_slice(xc, xl)?, b, n_in);
-        let wv = View::row_major(f32_slice(wc, wl)?, n_out, n_in);
-        let gv = View::row_major(f32_slice(gc, gl)?, b, n_out);
-        // dW [out, in] = dy^T [out, b] * x [b, in]
-        let dw = product(Order::RowMajor, gv.t(), xv);
-        let dx = if x.track_op() {
-            // dx [b, in] = dy [b, out] * W [out, in]
-            let dx = product(Order::RowMajor, gv, wv);
-            Some(Tensor::from_vec(dx, x.shape(), x.device())?)
-        } else {
-            None
-        };
-        Ok((dx, Some(Tensor::from_vec(dw, (n_out, n_in), w.device())?)))
+        let core = LinearCore::of(x.shape(), w.shape())?;
+        let (dw, dx) = with_values(x, |xv| {
+            with_values(w, |wv| {
+                with_values(&grad.contiguous()?, |gv| {
+                    Ok(core.backward(xv, wv, gv, x.track_op()))
+                })
+            })
+        })?;
+        let dx = dx
+            .map(|dx| Tensor::from_vec(dx, x.shape(), x.device()))
+            .transpose()?;
+        Ok((dx, Some(Tensor::from_vec(dw, w.shape(), w.device())?)))
     }
 }

@@ -9,6 +9,7 @@ mod dense;
 pub mod fused;
 pub mod init;
 mod kernel;
+mod kernel_core;
 mod layer;
 mod layer_norm;
 mod linear_op;
@@ -17,6 +18,7 @@ mod params;
 mod qnet;
 pub mod svb;
 mod weight_norm;
+mod weight_norm_op;
 
 pub use batch_norm::BatchNorm;
 pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};

@@ -27,10 +27,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor, Var};
 
+use super::data_conv::DataConv2d;
 use super::dense::{dot, f32_slice};
-use super::fused::{with_values, Units};
+use super::fused::with_values;
+use super::linear_op::LinearCore;
+use super::weight_norm_op::{NormedKernel, ScaleByGain};
 use super::{Group, Kernel, ParamStore};
 
 pub struct WeightNorm {
@@ -105,16 +108,34 @@ impl WeightNorm {
 
     /// The layer's kernel applied with `w` to `x`, differentiable. On the CPU `w` is
     /// never formed: the kernel runs with `v` and each unit's output is scaled by
-    /// `g / ||v||` (one pass over the output instead of two over the weight each way).
+    /// `g / ||v||`, in one op with the kernel where the kernel has a fused op.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         if !self.v.device().is_cpu() {
             return self.kernel.apply(x, &self.weight()?);
         }
-        let v = self.v.as_tensor();
-        let t = self.kernel.apply(x, v)?;
+        let (v, g) = (self.v.as_tensor(), self.g.as_tensor());
         let units = self.kernel.units();
         let inv_norms = with_values(v, |v| Ok(inverse_norms(v, units)))?;
-        t.apply_op3(v, self.g.as_tensor(), ScaleByGain { inv_norms })
+        match self.kernel {
+            Kernel::Linear { .. } => {
+                let x = x.contiguous()?;
+                let core = LinearCore::of(x.shape(), v.shape())?;
+                x.apply_op3(v, g, NormedKernel { core, inv_norms })
+            }
+            Kernel::Conv2d {
+                k,
+                stride,
+                padding: 0,
+                ..
+            } if !x.track_op() => {
+                let (cols, core) = DataConv2d { k, stride }.columns(x, v)?;
+                cols.apply_op3(v, g, NormedKernel { core, inv_norms })
+            }
+            Kernel::Conv2d { .. } => {
+                let t = self.kernel.apply(x, v)?;
+                t.apply_op3(v, g, ScaleByGain { inv_norms })
+            }
+        }
     }
 
     /// `w` from unfused tensor ops (autodiff through each), the reference the fused
@@ -157,7 +178,7 @@ struct FusedWeightNorm {
 }
 
 /// `(1 / ||v_u||)` per unit `u` of `v`'s `units` rows.
-fn inverse_norms(v: &[f32], units: usize) -> Vec<f32> {
+pub(crate) fn inverse_norms(v: &[f32], units: usize) -> Vec<f32> {
     v.chunks_exact(v.len() / units)
         .map(|row| 1.0 / dot(row, row).sqrt())
         .collect()
@@ -226,86 +247,5 @@ impl CustomOp2 for FusedWeightNorm {
         let dv = Tensor::from_vec(dv, v.shape(), v.device())?;
         let dg = Tensor::from_vec(dg, g.shape(), g.device())?;
         Ok((Some(dv), Some(dg)))
-    }
-}
-
-/// `y = t * g_u / ||v_u||` per unit, where `t` is the kernel applied with `v`. The
-/// gradient reaching `v` here is the one through its norm; the kernel adds the rest:
-///
-/// ```text
-/// dL/dt = dL/dy * g/||v||
-/// dL/dg = Σ dL/dy * t / ||v||
-/// dL/dv = -(dL/dg * g / ||v||^2) v        (plus the kernel's (dL/dt)^T x)
-/// ```
-struct ScaleByGain {
-    inv_norms: Vec<f32>,
-}
-
-impl ScaleByGain {
-    fn scales(&self, g: &[f32]) -> Vec<f32> {
-        g.iter().zip(&self.inv_norms).map(|(g, i)| g * i).collect()
-    }
-}
-
-impl CustomOp3 for ScaleByGain {
-    fn name(&self) -> &'static str {
-        "weight-norm-scale"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        _s2: &CpuStorage,
-        _l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (t, g) = (f32_slice(s1, l1)?, f32_slice(s3, l3)?);
-        let units = Units::of(l1.shape())?;
-        if g.len() != units.units || self.inv_norms.len() != units.units {
-            candle_core::bail!("weight norm: {} gains for {} units", g.len(), units.units);
-        }
-        let out = units.map(t, &self.scales(g), |t, s| t * s);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        t: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        _y: &Tensor,
-        dy: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dy = dy.contiguous()?;
-        let units = Units::of(t.shape())?;
-        let gains = g.to_vec1::<f32>()?;
-        let (dt, dg) = with_values(t, |tv| {
-            with_values(&dy, |dyv| {
-                let dt = units.map(dyv, &self.scales(&gains), |dy, s| dy * s);
-                let dg: Vec<f32> = units
-                    .sums2(dyv, tv, &self.inv_norms, |dy, t, _| dy * t)
-                    .iter()
-                    .zip(&self.inv_norms)
-                    .map(|(sum, inv)| sum * inv)
-                    .collect();
-                Ok((dt, dg))
-            })
-        })?;
-        let dv = with_values(v, |vv| {
-            let n = vv.len() / units.units;
-            let mut dv = Vec::with_capacity(vv.len());
-            for (u, row) in vv.chunks_exact(n).enumerate() {
-                let c = -dg[u] * gains[u] * self.inv_norms[u] * self.inv_norms[u];
-                dv.extend(row.iter().map(|v| c * v));
-            }
-            Ok(dv)
-        })?;
-        Ok((
-            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
-            Some(Tensor::from_vec(dv, v.shape(), v.device())?),
-            Some(Tensor::from_vec(dg, g.shape(), g.device())?),
-        ))
     }
 }

@@ -1,0 +1,182 @@
+//! Weight norm's training ops on the CPU, which never form `w = g v/||v||`: the kernel
+//! runs with `v` and each unit's output is scaled by `s = g/||v||`. With `t` the kernel
+//! applied with `v` and `y = s t`:
+//!
+//! ```text
+//! dL/dt = dL/dy * s
+//! dL/dg = Σ dL/dy * t / ||v||
+//! dL/dv = (kernel's weight gradient from dL/dt) - (dL/dg * g / ||v||^2) v
+//! ```
+//!
+//! [`NormedKernel`] is the kernel and the scaling in one op (Linear, and convolutions of
+//! data); [`ScaleByGain`] scales the output of any other kernel, whose own op then adds
+//! its part of `dL/dv`.
+
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+
+use super::dense::f32_slice;
+use super::fused::{with_values, Units};
+use super::kernel_core::KernelCore;
+
+/// `s_u = g_u / ||v_u||`.
+fn scales(g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
+    g.iter().zip(inv_norms).map(|(g, i)| g * i).collect()
+}
+
+/// `dv -= (dg_u * g_u / ||v_u||^2) v_u` per unit row: the gradient through the norm.
+fn add_norm_gradient(dv: &mut [f32], v: &[f32], g: &[f32], dg: &[f32], inv_norms: &[f32]) {
+    let n = v.len() / g.len().max(1);
+    for (u, (d_row, row)) in dv.chunks_exact_mut(n).zip(v.chunks_exact(n)).enumerate() {
+        let c = dg[u] * g[u] * inv_norms[u] * inv_norms[u];
+        for (d, v) in d_row.iter_mut().zip(row) {
+            *d -= c * v;
+        }
+    }
+}
+
+/// The kernel applied with `v`, each unit's output scaled by `g/||v||`: one graph node.
+pub(crate) struct NormedKernel<K> {
+    pub core: K,
+    pub inv_norms: Vec<f32>,
+}
+
+impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
+    fn name(&self) -> &'static str {
+        "weight-normed-kernel"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (input, v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
+        let shape = self.core.out_shape();
+        let units = Units::of(&shape)?;
+        if g.len() != units.units || self.inv_norms.len() != units.units {
+            candle_core::bail!("weight norm: {} gains for {} units", g.len(), units.units);
+        }
+        let t = self.core.forward(input, v);
+        let y = units.map(&t, &scales(g, &self.inv_norms), |t, s| t * s);
+        Ok((CpuStorage::F32(y), shape))
+    }
+
+    fn bwd(
+        &self,
+        input: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let dy = dy.contiguous()?;
+        let units = Units::of(y.shape())?;
+        let gains = g.to_vec1::<f32>()?;
+        let inv = &self.inv_norms;
+        let input_gradient = input.track_op();
+        let (dinput, dv, dg) = with_values(input, |input| {
+            with_values(v, |vv| {
+                with_values(&dy, |dyv| {
+                    let dt = units.map(dyv, &scales(&gains, inv), |dy, s| dy * s);
+                    // Σ dy t / ||v|| with t = y / s = y ||v|| / g; where a gain is 0
+                    // (y = 0 there) t comes from the kernel again.
+                    let dg: Vec<f32> = if gains.iter().all(|g| *g != 0.0) {
+                        let sums = with_values(y, |yv| {
+                            Ok(units.sums2(dyv, yv, &gains, |dy, y, _| dy * y))
+                        })?;
+                        sums.iter().zip(&gains).map(|(s, g)| s / g).collect()
+                    } else {
+                        let t = self.core.forward(input, vv);
+                        let sums = units.sums2(dyv, &t, &gains, |dy, t, _| dy * t);
+                        sums.iter().zip(inv).map(|(s, i)| s * i).collect()
+                    };
+                    let (mut dv, dinput) = self.core.backward(input, vv, &dt, input_gradient);
+                    add_norm_gradient(&mut dv, vv, &gains, &dg, inv);
+                    Ok((dinput, dv, dg))
+                })
+            })
+        })?;
+        Ok((
+            dinput
+                .map(|d| Tensor::from_vec(d, input.shape(), input.device()))
+                .transpose()?,
+            Some(Tensor::from_vec(dv, v.shape(), v.device())?),
+            Some(Tensor::from_vec(dg, g.shape(), g.device())?),
+        ))
+    }
+}
+
+/// `y = t * g_u / ||v_u||` per unit, where `t` is the kernel applied with `v`. The
+/// gradient reaching `v` here is the one through its norm; the kernel adds the rest:
+///
+/// ```text
+/// dL/dt = dL/dy * g/||v||
+/// dL/dg = Σ dL/dy * t / ||v||
+/// dL/dv = -(dL/dg * g / ||v||^2) v        (plus the kernel's (dL/dt)^T x)
+/// ```
+pub(crate) struct ScaleByGain {
+    pub inv_norms: Vec<f32>,
+}
+
+impl CustomOp3 for ScaleByGain {
+    fn name(&self) -> &'static str {
+        "weight-norm-scale"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        _s2: &CpuStorage,
+        _l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (t, g) = (f32_slice(s1, l1)?, f32_slice(s3, l3)?);
+        let units = Units::of(l1.shape())?;
+        if g.len() != units.units || self.inv_norms.len() != units.units {
+            candle_core::bail!("weight norm: {} gains for {} units", g.len(), units.units);
+        }
+        let out = units.map(t, &scales(g, &self.inv_norms), |t, s| t * s);
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        t: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let dy = dy.contiguous()?;
+        let units = Units::of(t.shape())?;
+        let gains = g.to_vec1::<f32>()?;
+        let (dt, dg) = with_values(t, |tv| {
+            with_values(&dy, |dyv| {
+                let dt = units.map(dyv, &scales(&gains, &self.inv_norms), |dy, s| dy * s);
+                let dg: Vec<f32> = units
+                    .sums2(dyv, tv, &self.inv_norms, |dy, t, _| dy * t)
+                    .iter()
+                    .zip(&self.inv_norms)
+                    .map(|(sum, inv)| sum * inv)
+                    .collect();
+                Ok((dt, dg))
+            })
+        })?;
+        let dv = with_values(v, |vv| {
+            let mut dv = vec![0f32; vv.len()];
+            add_norm_gradient(&mut dv, vv, &gains, &dg, &self.inv_norms);
+            Ok(dv)
+        })?;
+        Ok((
+            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
+            Some(Tensor::from_vec(dv, v.shape(), v.device())?),
+            Some(Tensor::from_vec(dg, g.shape(), g.device())?),
+        ))
+    }
+}
