@@ -65,14 +65,42 @@ pub(crate) fn update_running(
     momentum: f64,
     factor: f32,
 ) -> Result<()> {
-    let m = momentum as f32;
-    let old = running.as_tensor().to_vec1::<f32>()?;
-    let new: Vec<f32> = old
-        .iter()
-        .zip(batch)
-        .map(|(r, b)| (1.0 - m) * r + m * b * factor)
-        .collect();
-    running.set(&Tensor::from_vec(new, old.len(), running.device())?)
+    if batch.len() != running.elem_count() {
+        candle_core::bail!(
+            "running statistics of {} values for {} units",
+            running.elem_count(),
+            batch.len()
+        );
+    }
+    running.as_tensor().inplace_op1(&BlendRunning {
+        batch,
+        momentum: momentum as f32,
+        factor,
+    })
+}
+
+/// The running-statistics update in place (no copy out and back).
+struct BlendRunning<'a> {
+    batch: &'a [f32],
+    momentum: f32,
+    factor: f32,
+}
+
+impl candle_core::InplaceOp1 for BlendRunning<'_> {
+    fn name(&self) -> &'static str {
+        "blend-running-statistics"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
+        let (CpuStorage::F32(v), Some((a, b))) = (storage, layout.contiguous_offsets()) else {
+            candle_core::bail!("running statistics must be contiguous f32 values");
+        };
+        let m = self.momentum;
+        for (r, x) in v[a..b].iter_mut().zip(self.batch) {
+            *r = (1.0 - m) * *r + m * x * self.factor;
+        }
+        Ok(())
+    }
 }
 
 /// The normalization with given statistics: the batch's (from [`moments`]), through
