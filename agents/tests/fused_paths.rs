@@ -60,11 +60,15 @@ fn fused_batch_norm_matches_the_reference() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
     // Linear batch 32, conv batch 8, and the batch-1 Linear case (no gradient below in
     // training mode); evaluation mode uses running statistics, set away from 0 and 1.
+    // Each also followed by a ReLU, which the fused op applies itself.
     let cases = [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]];
-    for (shape, mode) in cases
-        .iter()
-        .flat_map(|s| [(s.clone(), Mode::Train), (s.clone(), Mode::Eval)])
-    {
+    let variants = [
+        (Mode::Train, false),
+        (Mode::Eval, false),
+        (Mode::Train, true),
+        (Mode::Eval, true),
+    ];
+    for (shape, (mode, relu)) in cases.iter().flat_map(|s| variants.map(|v| (s.clone(), v))) {
         let units = shape[1];
         let running_mean = random(&[units], &mut rng, 0.2);
         let running_var = random(&[units], &mut rng, 2.0);
@@ -82,12 +86,11 @@ fn fused_batch_norm_matches_the_reference() {
             };
             running("l.bn.running_mean", &running_mean);
             running("l.bn.running_var", &running_var);
-            let (y, dx, grads) = forward_backward(&x, &upstream, |x| {
-                if fused {
-                    bn.forward(x, mode).unwrap()
-                } else {
-                    bn.forward_reference(x, mode).unwrap()
-                }
+            let (y, dx, grads) = forward_backward(&x, &upstream, |x| match (fused, relu) {
+                (true, false) => bn.forward(x, mode).unwrap(),
+                (true, true) => bn.forward_relu(x, mode).unwrap(),
+                (false, false) => bn.forward_reference(x, mode).unwrap(),
+                (false, true) => bn.forward_reference(x, mode).unwrap().relu().unwrap(),
             });
             let grad = |v: &Var| grads.get(v.as_tensor()).unwrap().clone();
             let p = |name: &str| store.get(name).unwrap().var.clone();
@@ -118,7 +121,7 @@ fn fused_batch_norm_matches_the_reference() {
             };
             assert!(
                 e <= tolerance,
-                "{shape:?} {mode:?} {name}: relative error {e}"
+                "{shape:?} {mode:?} relu {relu} {name}: relative error {e}"
             );
         }
         if shape[0] == 1 && mode == Mode::Train {

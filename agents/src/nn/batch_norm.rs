@@ -78,18 +78,34 @@ impl BatchNorm {
     }
 
     pub fn forward(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_then(t, mode, false)
+    }
+
+    /// `relu(forward(t))`, in one op on the CPU.
+    pub fn forward_relu(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_then(t, mode, true)
+    }
+
+    fn forward_then(&self, t: &Tensor, mode: Mode, relu: bool) -> Result<Tensor> {
         match mode {
-            _ if !t.device().is_cpu() => self.forward_reference(t, mode),
-            Mode::Train => self.forward_train_fused(t),
-            Mode::Eval => self.forward_eval_fused(t),
+            _ if !t.device().is_cpu() => {
+                let y = self.forward_reference(t, mode)?;
+                if relu {
+                    y.relu()
+                } else {
+                    Ok(y)
+                }
+            }
+            Mode::Train => self.forward_train_fused(t, relu),
+            Mode::Eval => self.forward_eval_fused(t, relu),
         }
     }
 
     /// Evaluation mode as one fused CPU op.
-    fn forward_eval_fused(&self, t: &Tensor) -> Result<Tensor> {
+    fn forward_eval_fused(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
         let mean = self.running_mean.as_tensor().to_vec1::<f32>()?;
         let var = self.running_var.as_tensor().to_vec1::<f32>()?;
-        let op = batch_norm_op::BatchNormOp::evaluation(mean, &var, self.eps);
+        let op = batch_norm_op::BatchNormOp::evaluation(mean, &var, self.eps).with_relu(relu);
         t.contiguous()?.apply_op3(
             &self.gamma.as_tensor().contiguous()?,
             &self.beta.as_tensor().contiguous()?,
@@ -98,7 +114,7 @@ impl BatchNorm {
     }
 
     /// Training mode as one fused CPU op, running statistics updated on the host.
-    fn forward_train_fused(&self, t: &Tensor) -> Result<Tensor> {
+    fn forward_train_fused(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
         let t = t.contiguous()?;
         let (mean, var) = batch_norm_op::moments(&t)?;
         let n = values_per_unit(&t) as f64;
@@ -107,7 +123,7 @@ impl BatchNorm {
             let unbiased = (n / (n - 1.0)) as f32;
             batch_norm_op::update_running(&self.running_var, &var, self.momentum, unbiased)?;
         }
-        let op = batch_norm_op::BatchNormOp::training(mean, &var, self.eps);
+        let op = batch_norm_op::BatchNormOp::training(mean, &var, self.eps).with_relu(relu);
         t.apply_op3(
             &self.gamma.as_tensor().contiguous()?,
             &self.beta.as_tensor().contiguous()?,

@@ -111,6 +111,8 @@ pub(crate) struct BatchNormOp {
     /// output is then `beta` and no gradient passes below.
     pub inv_std: Vec<f32>,
     pub batch_statistics: bool,
+    /// A ReLU follows in the same op (one graph node for a hidden layer).
+    pub relu: bool,
 }
 
 impl BatchNormOp {
@@ -140,7 +142,13 @@ impl BatchNormOp {
             mean,
             inv_std,
             batch_statistics,
+            relu: false,
         }
+    }
+
+    /// The same normalization followed by a ReLU.
+    pub fn with_relu(self, relu: bool) -> Self {
+        Self { relu, ..self }
     }
 }
 
@@ -186,6 +194,11 @@ impl CustomOp3 for BatchNormOp {
                 .collect();
             units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta)
         };
+        let out = if self.relu {
+            out.into_iter().map(|v| v.max(0.0)).collect()
+        } else {
+            out
+        };
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -194,10 +207,23 @@ impl CustomOp3 for BatchNormOp {
         t: &Tensor,
         gamma: &Tensor,
         beta: &Tensor,
-        _out: &Tensor,
+        out: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let grad = grad.contiguous()?;
+        let grad = if self.relu {
+            // Through the ReLU first: no gradient where the output was clipped to 0.
+            let masked = with_values(out, |y| {
+                with_values(&grad.contiguous()?, |g| {
+                    Ok(y.iter()
+                        .zip(g)
+                        .map(|(y, g)| if *y > 0.0 { *g } else { 0.0 })
+                        .collect::<Vec<f32>>())
+                })
+            })?;
+            Tensor::from_vec(masked, grad.shape(), grad.device())?
+        } else {
+            grad.contiguous()?
+        };
         let units = Units::of(t.shape())?;
         let n = units.per_unit() as f32;
         let gamma_values = gamma.to_vec1::<f32>()?;

@@ -240,12 +240,17 @@ impl NormLayer {
         }
     }
 
+    /// The kernel applied with the layer's (possibly normalized) weight.
+    fn kernel_output(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        match (&self.weight, mode) {
+            (WeightParam::Normed(wn), Mode::Train) => wn.apply(x),
+            _ => self.kernel.apply(x, &self.weight(mode)?),
+        }
+    }
+
     /// The kernel and the activation normalization, before the layer's own bias.
     fn normalized(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        let t = match (&self.weight, mode) {
-            (WeightParam::Normed(wn), Mode::Train) => wn.apply(x)?,
-            _ => self.kernel.apply(x, &self.weight(mode)?)?,
-        };
+        let t = self.kernel_output(x, mode)?;
         match &self.norm {
             Norm::None => Ok(t),
             Norm::MeanOnly(bn) => bn.forward(&t, mode),
@@ -262,6 +267,10 @@ impl NormLayer {
     pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
         if !self.relu {
             return self.pre_activation(x, mode);
+        }
+        if let Norm::Batch(bn) = &self.norm {
+            // Batch norm carries its own shift; with the ReLU it is one op.
+            return bn.forward_relu(&self.kernel_output(x, mode)?, mode);
         }
         let t = self.normalized(x, mode)?;
         match &self.bias {
