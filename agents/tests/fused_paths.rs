@@ -174,7 +174,11 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
 #[test]
 fn fused_layer_norm_matches_the_reference() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
-    for shape in [vec![32usize, 64], vec![8, 16, 8, 8], vec![1, 5]] {
+    let cases = [vec![32usize, 64], vec![8, 16, 8, 8], vec![1, 5]];
+    for (shape, relu) in cases
+        .iter()
+        .flat_map(|s| [(s.clone(), false), (s.clone(), true)])
+    {
         let features = &shape[1..];
         let gamma = random(features, &mut rng, 1.0);
         let beta = random(features, &mut rng, 0.0);
@@ -185,12 +189,11 @@ fn fused_layer_norm_matches_the_reference() {
             let ln = LayerNorm::new(&mut store, "l", features, 1e-5).unwrap();
             store.get("l.ln.gamma").unwrap().var.set(&gamma).unwrap();
             store.get("l.ln.beta").unwrap().var.set(&beta).unwrap();
-            let (y, dx, grads) = forward_backward(&x, &upstream, |x| {
-                if fused {
-                    ln.forward(x).unwrap()
-                } else {
-                    ln.forward_reference(x).unwrap()
-                }
+            let (y, dx, grads) = forward_backward(&x, &upstream, |x| match (fused, relu) {
+                (true, false) => ln.forward(x).unwrap(),
+                (true, true) => ln.forward_relu(x).unwrap(),
+                (false, false) => ln.forward_reference(x).unwrap(),
+                (false, true) => ln.forward_reference(x).unwrap().relu().unwrap(),
             });
             let grad = |name: &str| {
                 let var = store.get(name).unwrap().var.clone();
@@ -205,7 +208,10 @@ fn fused_layer_norm_matches_the_reference() {
             .zip(&reference)
         {
             let e = rel_err(a, b);
-            assert!(e <= 1e-5, "{shape:?} {name}: relative error {e}");
+            assert!(
+                e <= 1e-5,
+                "{shape:?} relu {relu} {name}: relative error {e}"
+            );
         }
     }
 }

@@ -10,7 +10,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
 use super::dense::f32_slice;
-use super::fused::{with_values, Units};
+use super::fused::{relu_backward, with_values, Units};
 
 /// Per-unit batch mean and population variance of a contiguous CPU tensor `[B, C, ...]`.
 pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
@@ -212,15 +212,7 @@ impl CustomOp3 for BatchNormOp {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let grad = if self.relu {
             // Through the ReLU first: no gradient where the output was clipped to 0.
-            let masked = with_values(out, |y| {
-                with_values(&grad.contiguous()?, |g| {
-                    Ok(y.iter()
-                        .zip(g)
-                        .map(|(y, g)| if *y > 0.0 { *g } else { 0.0 })
-                        .collect::<Vec<f32>>())
-                })
-            })?;
-            Tensor::from_vec(masked, grad.shape(), grad.device())?
+            relu_backward(out, grad)?
         } else {
             grad.contiguous()?
         };

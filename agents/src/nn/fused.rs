@@ -288,15 +288,19 @@ impl CustomOp1 for Relu {
     }
 
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let grad = grad.contiguous()?;
-        let d = with_values(res, |r| {
-            with_values(&grad, |g| {
-                Ok(r.iter()
-                    .zip(g)
-                    .map(|(r, g)| if *r > 0.0 { *g } else { 0.0 })
-                    .collect::<Vec<f32>>())
-            })
-        })?;
-        Ok(Some(Tensor::from_vec(d, res.shape(), res.device())?))
+        relu_backward(res, grad).map(Some)
     }
+}
+
+/// The gradient through a ReLU whose output was `y`: `dy` where `y > 0`, else 0.
+pub(crate) fn relu_backward(y: &Tensor, dy: &Tensor) -> Result<Tensor> {
+    let d = with_values(y, |y| {
+        with_values(&dy.contiguous()?, |g| {
+            Ok(y.iter()
+                .zip(g)
+                .map(|(y, g)| if *y > 0.0 { *g } else { 0.0 })
+                .collect::<Vec<f32>>())
+        })
+    })?;
+    Tensor::from_vec(d, y.shape(), y.device())
 }

@@ -268,9 +268,11 @@ impl NormLayer {
         if !self.relu {
             return self.pre_activation(x, mode);
         }
-        if let Norm::Batch(bn) = &self.norm {
-            // Batch norm carries its own shift; with the ReLU it is one op.
-            return bn.forward_relu(&self.kernel_output(x, mode)?, mode);
+        // Batch and layer norm carry their own shift; with the ReLU each is one op.
+        match &self.norm {
+            Norm::Batch(bn) => return bn.forward_relu(&self.kernel_output(x, mode)?, mode),
+            Norm::Layer(ln) => return ln.forward_relu(&self.kernel_output(x, mode)?),
+            _ => {}
         }
         let t = self.normalized(x, mode)?;
         match &self.bias {

@@ -22,7 +22,7 @@
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
 use super::dense::{f32_slice, lane_sum};
-use super::fused::with_values;
+use super::fused::{relu_backward, with_values};
 use super::kernel::sample_moments;
 use super::{Group, ParamStore};
 
@@ -43,13 +43,26 @@ impl LayerNorm {
     }
 
     pub fn forward(&self, t: &Tensor) -> Result<Tensor> {
+        self.forward_then(t, false)
+    }
+
+    /// `relu(forward(t))`, in one op on the CPU.
+    pub fn forward_relu(&self, t: &Tensor) -> Result<Tensor> {
+        self.forward_then(t, true)
+    }
+
+    fn forward_then(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
         if !t.device().is_cpu() {
-            return self.forward_reference(t);
+            let y = self.forward_reference(t)?;
+            return if relu { y.relu() } else { Ok(y) };
         }
         t.contiguous()?.apply_op3(
             &self.gamma.as_tensor().contiguous()?,
             &self.beta.as_tensor().contiguous()?,
-            FusedLayerNorm { eps: self.eps },
+            FusedLayerNorm {
+                eps: self.eps,
+                relu,
+            },
         )
     }
 
@@ -65,6 +78,8 @@ impl LayerNorm {
 
 struct FusedLayerNorm {
     eps: f64,
+    /// A ReLU follows in the same op.
+    relu: bool,
 }
 
 impl FusedLayerNorm {
@@ -114,6 +129,9 @@ impl CustomOp3 for FusedLayerNorm {
                     .map(|(x, (g, b))| (x - m) * inv * g + b),
             );
         }
+        if self.relu {
+            out.iter_mut().for_each(|v| *v = v.max(0.0));
+        }
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -122,10 +140,14 @@ impl CustomOp3 for FusedLayerNorm {
         t: &Tensor,
         gamma: &Tensor,
         beta: &Tensor,
-        _out: &Tensor,
+        out: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dy = dy.contiguous()?;
+        let dy = if self.relu {
+            relu_backward(out, dy)?
+        } else {
+            dy.contiguous()?
+        };
         let n = Self::features(t.shape(), gamma.shape())?;
         let gamma_values = gamma.flatten_all()?.to_vec1::<f32>()?;
         let (dt, dgamma, dbeta) = with_values(t, |t| {
