@@ -215,3 +215,47 @@ fn fused_layer_norm_matches_the_reference() {
         }
     }
 }
+
+#[test]
+fn fused_mean_only_batch_norm_with_bias_and_relu_matches_the_reference() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(6);
+    let cases = [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]];
+    for (shape, mode) in cases
+        .iter()
+        .flat_map(|s| [(s.clone(), Mode::Train), (s.clone(), Mode::Eval)])
+    {
+        let units = shape[1];
+        let x = random(&shape, &mut rng, 0.5);
+        let upstream = random(&shape, &mut rng, 0.0);
+        let running_mean = random(&[units], &mut rng, 0.3);
+        let bias = random(&[units], &mut rng, 0.1);
+        let run = |fused: bool| {
+            let mut store = ParamStore::new(DEV);
+            let bn = MeanOnlyBn::new(&mut store, "l", units, 0.1).unwrap();
+            bn.set_running_mean(&running_mean).unwrap();
+            let b = Var::from_tensor(&bias).unwrap();
+            let (y, dx, grads) = forward_backward(&x, &upstream, |x| {
+                if fused {
+                    bn.forward_bias_relu(x, b.as_tensor(), mode).unwrap()
+                } else {
+                    let t = bn.forward_reference(x, mode).unwrap();
+                    normrl_agents::nn::fused::add_unit_bias_reference(&t, b.as_tensor())
+                        .unwrap()
+                        .relu()
+                        .unwrap()
+                }
+            });
+            let db = grads.get(b.as_tensor()).unwrap().clone();
+            [y, dx, db, bn.running_mean().clone()]
+        };
+        let (fused, reference) = (run(true), run(false));
+        for ((name, a), b) in ["output", "dx", "dbias", "running mean"]
+            .iter()
+            .zip(&fused)
+            .zip(&reference)
+        {
+            let e = rel_err(a, b);
+            assert!(e <= 1e-5, "{shape:?} {mode:?} {name}: relative error {e}");
+        }
+    }
+}

@@ -7,7 +7,9 @@
 //! `dbeta = Σ dy`, `dgamma = Σ dy·x̂`, `dt = gamma · inv_std · (dy - Σdy/n - x̂ Σdy·x̂/n)`
 //! with batch statistics; with running statistics (constants) `dt = gamma · inv_std · dy`.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor, Var};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, Var,
+};
 
 use super::dense::f32_slice;
 use super::fused::{relu_backward, with_values, Units};
@@ -287,5 +289,62 @@ impl CustomOp1 for SubtractUnitMean {
             Ok(units.map(dy, &mean_dy, |dy, m| dy - m))
         })?;
         Ok(Some(Tensor::from_vec(dt, t.shape(), t.device())?))
+    }
+}
+
+/// Mean-only batch norm, the layer's bias and the ReLU in one op:
+/// `y = relu(t - mean_u + b_u)`. Backward: `d = dy` where `y > 0`, `db = Σ d`, and
+/// `dt = d - mean_u(d)` with the batch's mean, `dt = d` with the running mean.
+pub(crate) struct CenteredBiasRelu {
+    pub mean: Vec<f32>,
+    pub batch_statistics: bool,
+}
+
+impl CustomOp2 for CenteredBiasRelu {
+    fn name(&self) -> &'static str {
+        "centered-bias-relu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        let units = Units::of(l1.shape())?;
+        if b.len() != units.units || self.mean.len() != units.units {
+            candle_core::bail!("bias of {} values for {} units", b.len(), units.units);
+        }
+        let shift: Vec<f32> = b.iter().zip(&self.mean).map(|(b, m)| b - m).collect();
+        // (t - m) + b equals t + (b - m) up to rounding; one shift per unit.
+        let out = units.map(t, &shift, |t, shift| (t + shift).max(0.0));
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        t: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let d = relu_backward(out, grad)?;
+        let units = Units::of(t.shape())?;
+        let (dt, db) = with_values(&d, |d| {
+            let db = units.sums(d);
+            if !self.batch_statistics {
+                return Ok((None, db));
+            }
+            let n = units.per_unit() as f32;
+            let mean_d: Vec<f32> = db.iter().map(|s| s / n).collect();
+            Ok((Some(units.map(d, &mean_d, |d, m| d - m)), db))
+        })?;
+        let dt = match dt {
+            Some(dt) => Tensor::from_vec(dt, t.shape(), t.device())?,
+            None => d,
+        };
+        Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
     }
 }

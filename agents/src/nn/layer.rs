@@ -269,9 +269,13 @@ impl NormLayer {
             return self.pre_activation(x, mode);
         }
         // Batch and layer norm carry their own shift; with the ReLU each is one op.
-        match &self.norm {
-            Norm::Batch(bn) => return bn.forward_relu(&self.kernel_output(x, mode)?, mode),
-            Norm::Layer(ln) => return ln.forward_relu(&self.kernel_output(x, mode)?),
+        // Mean-only BN with the layer's bias, likewise.
+        match (&self.norm, &self.bias) {
+            (Norm::Batch(bn), _) => return bn.forward_relu(&self.kernel_output(x, mode)?, mode),
+            (Norm::Layer(ln), _) => return ln.forward_relu(&self.kernel_output(x, mode)?),
+            (Norm::MeanOnly(bn), Some(b)) => {
+                return bn.forward_bias_relu(&self.kernel_output(x, mode)?, b.as_tensor(), mode)
+            }
             _ => {}
         }
         let t = self.normalized(x, mode)?;

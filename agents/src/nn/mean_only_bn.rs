@@ -67,6 +67,30 @@ impl MeanOnlyBn {
         t.apply_op1(op)
     }
 
+    /// `relu(forward(t) + bias)` with `bias` one value per unit, in one op on the CPU.
+    pub fn forward_bias_relu(&self, t: &Tensor, bias: &Tensor, mode: Mode) -> Result<Tensor> {
+        if !t.device().is_cpu() {
+            return super::fused::add_unit_bias_reference(&self.forward_reference(t, mode)?, bias)?
+                .relu();
+        }
+        let t = t.contiguous()?;
+        let op = match mode {
+            Mode::Train => {
+                let (mean, _) = batch_norm_op::moments(&t)?;
+                batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
+                batch_norm_op::CenteredBiasRelu {
+                    mean,
+                    batch_statistics: true,
+                }
+            }
+            Mode::Eval => batch_norm_op::CenteredBiasRelu {
+                mean: self.running_mean.as_tensor().to_vec1()?,
+                batch_statistics: false,
+            },
+        };
+        t.apply_op2(&bias.contiguous()?, op)
+    }
+
     /// The layer through candle's tensor ops: other devices, and the tested reference
     /// of the fused paths.
     pub fn forward_reference(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
