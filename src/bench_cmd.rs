@@ -65,23 +65,47 @@ struct Timing {
 
 /// Median and minimum of `iters` timings of `f`, in microseconds, after a warm-up; each
 /// timing waits for `device` to finish the work queued.
-fn time_us(iters: usize, device: &Device, mut f: impl FnMut() -> Result<()>) -> Result<Timing> {
-    for _ in 0..iters.div_ceil(10).max(3) {
-        f()?;
+fn time_us(iters: usize, device: &Device, f: impl FnMut() -> Result<()>) -> Result<Timing> {
+    let mut fs: Vec<Box<dyn FnMut() -> Result<()> + '_>> = vec![Box::new(f)];
+    Ok(time_interleaved(iters, device, &mut fs)?.remove(0))
+}
+
+/// [`time_us`] for several functions at once, in interleaved rounds: a slow spell of a
+/// shared machine then falls on all of them alike, and their ratios hold.
+fn time_interleaved(
+    iters: usize,
+    device: &Device,
+    fs: &mut [Box<dyn FnMut() -> Result<()> + '_>],
+) -> Result<Vec<Timing>> {
+    const ROUNDS: usize = 10;
+    for f in fs.iter_mut() {
+        for _ in 0..iters.div_ceil(10).max(3) {
+            f()?;
+        }
     }
     device.synchronize()?;
-    let mut times = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        f()?;
-        device.synchronize()?;
-        times.push(t.elapsed().as_secs_f64() * 1e6);
+    let per_round = iters.div_ceil(ROUNDS).max(1);
+    let mut times = vec![Vec::with_capacity(per_round * ROUNDS); fs.len()];
+    for _ in 0..ROUNDS {
+        for (f, times) in fs.iter_mut().zip(&mut times) {
+            for _ in 0..per_round {
+                let t = Instant::now();
+                f()?;
+                device.synchronize()?;
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
     }
-    times.sort_by(f64::total_cmp);
-    Ok(Timing {
-        median: times[times.len() / 2],
-        min: times[0],
-    })
+    Ok(times
+        .into_iter()
+        .map(|mut times| {
+            times.sort_by(f64::total_cmp);
+            Timing {
+                median: times[times.len() / 2],
+                min: times[0],
+            }
+        })
+        .collect())
 }
 
 fn random_batch(
@@ -164,28 +188,43 @@ fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
     if cases.is_empty() {
         anyhow::bail!("no case matches --case; cases are mlp 4-64-64-2 b32, mlp 4-64-64-2 b256, minatar cnn b32, minatar cnn b256");
     }
-    for kind in kinds {
-        let norm = NormConfig {
-            kind,
-            ..Default::default()
-        };
-        for (name, net, shape, n_actions, batch_size, binary) in cases.iter().copied() {
-            let obs_len: usize = shape.iter().product();
-            let mut dqn = Dqn::new(
-                net,
-                &norm,
-                &OptimizerConfig::default(),
-                &DqnConfig::default(),
-                shape,
-                *n_actions,
-                0,
-                device,
-            )?;
-            let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
-            let batch = random_batch(*batch_size, obs_len, *n_actions, *binary, &mut rng);
-            let us = time_us(iters, device, || {
-                dqn.update(&batch).map(|_| ()).map_err(Into::into)
-            })?;
+    let kinds: Vec<NormKind> = kinds.collect();
+    // One list of rows per method, filled case by case: every case times all methods
+    // interleaved, so that their ratios survive a noisy machine.
+    let mut by_kind: Vec<Vec<Row>> = kinds.iter().map(|_| vec![]).collect();
+    for (name, net, shape, n_actions, batch_size, binary) in cases.iter().copied() {
+        let obs_len: usize = shape.iter().product();
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
+        let batch = random_batch(*batch_size, obs_len, *n_actions, *binary, &mut rng);
+        let mut dqns = kinds
+            .iter()
+            .map(|&kind| {
+                let norm = NormConfig {
+                    kind,
+                    ..Default::default()
+                };
+                Dqn::new(
+                    net,
+                    &norm,
+                    &OptimizerConfig::default(),
+                    &DqnConfig::default(),
+                    shape,
+                    *n_actions,
+                    0,
+                    device,
+                )
+            })
+            .collect::<candle_core::Result<Vec<Dqn>>>()?;
+        let mut updates: Vec<Box<dyn FnMut() -> Result<()> + '_>> = dqns
+            .iter_mut()
+            .map(|dqn| {
+                let batch = &batch;
+                Box::new(move || dqn.update(batch).map(|_| ()).map_err(Into::into)) as Box<_>
+            })
+            .collect();
+        let timings = time_interleaved(iters, device, &mut updates)?;
+        drop(updates);
+        for ((rows, kind), us) in by_kind.iter_mut().zip(&kinds).zip(timings) {
             rows.push(Row {
                 bench: format!("update {kind}"),
                 case: name.to_string(),
@@ -193,15 +232,21 @@ fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
                 min: Some(us.min),
                 unit: "us",
             });
-            if *batch_size == 32 {
-                let obs = batch.obs[..obs_len].to_vec();
-                let us = time_us(iters * 10, device, || {
-                    dqn.greedy_action(&obs).map(|_| ()).map_err(Into::into)
-                })?;
-                let case = name.replace(" b32", " b1");
+        }
+        if *batch_size == 32 {
+            let obs = &batch.obs[..obs_len];
+            let mut acts: Vec<Box<dyn FnMut() -> Result<()> + '_>> = dqns
+                .iter()
+                .map(|dqn| {
+                    Box::new(move || dqn.greedy_action(obs).map(|_| ()).map_err(Into::into))
+                        as Box<_>
+                })
+                .collect();
+            let timings = time_interleaved(iters * 10, device, &mut acts)?;
+            for ((rows, kind), us) in by_kind.iter_mut().zip(&kinds).zip(timings) {
                 rows.push(Row {
                     bench: format!("act {kind}"),
-                    case,
+                    case: name.replace(" b32", " b1"),
                     value: us.median,
                     min: Some(us.min),
                     unit: "us",
@@ -209,6 +254,7 @@ fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
             }
         }
     }
+    rows.extend(by_kind.into_iter().flatten());
     Ok(rows)
 }
 
