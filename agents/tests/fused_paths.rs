@@ -135,43 +135,6 @@ fn fused_batch_norm_matches_the_reference() {
 }
 
 #[test]
-fn fused_mean_only_batch_norm_matches_the_reference() {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(4);
-    let cases = [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]];
-    for (shape, mode) in cases
-        .iter()
-        .flat_map(|s| [(s.clone(), Mode::Train), (s.clone(), Mode::Eval)])
-    {
-        let units = shape[1];
-        let x = random(&shape, &mut rng, 0.5);
-        let upstream = random(&shape, &mut rng, 0.0);
-        let running_mean = random(&[units], &mut rng, 0.3);
-        let run = |fused: bool| {
-            let mut store = ParamStore::new(DEV);
-            let bn = MeanOnlyBn::new(&mut store, "l", units, 0.1).unwrap();
-            bn.set_running_mean(&running_mean).unwrap();
-            let (y, dx, _) = forward_backward(&x, &upstream, |x| {
-                if fused {
-                    bn.forward(x, mode).unwrap()
-                } else {
-                    bn.forward_reference(x, mode).unwrap()
-                }
-            });
-            [y, dx, bn.running_mean().clone()]
-        };
-        let (fused, reference) = (run(true), run(false));
-        for ((name, a), b) in ["output", "dx", "running mean"]
-            .iter()
-            .zip(&fused)
-            .zip(&reference)
-        {
-            let e = rel_err(a, b);
-            assert!(e <= 1e-5, "{shape:?} {mode:?} {name}: relative error {e}");
-        }
-    }
-}
-
-#[test]
 fn fused_layer_norm_matches_the_reference() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
     let cases = [vec![32usize, 64], vec![8, 16, 8, 8], vec![1, 5]];
@@ -217,13 +180,17 @@ fn fused_layer_norm_matches_the_reference() {
 }
 
 #[test]
-fn fused_mean_only_batch_norm_with_bias_and_relu_matches_the_reference() {
+fn fused_mean_only_batch_norm_matches_the_reference() {
+    // Alone, and with the layer's bias and the ReLU in the same op.
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(6);
     let cases = [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]];
-    for (shape, mode) in cases
-        .iter()
-        .flat_map(|s| [(s.clone(), Mode::Train), (s.clone(), Mode::Eval)])
-    {
+    let variants = [
+        (Mode::Train, false),
+        (Mode::Eval, false),
+        (Mode::Train, true),
+        (Mode::Eval, true),
+    ];
+    for (shape, (mode, bias_relu)) in cases.iter().flat_map(|s| variants.map(|v| (s.clone(), v))) {
         let units = shape[1];
         let x = random(&shape, &mut rng, 0.5);
         let upstream = random(&shape, &mut rng, 0.0);
@@ -234,10 +201,11 @@ fn fused_mean_only_batch_norm_with_bias_and_relu_matches_the_reference() {
             let bn = MeanOnlyBn::new(&mut store, "l", units, 0.1).unwrap();
             bn.set_running_mean(&running_mean).unwrap();
             let b = Var::from_tensor(&bias).unwrap();
-            let (y, dx, grads) = forward_backward(&x, &upstream, |x| {
-                if fused {
-                    bn.forward_bias_relu(x, b.as_tensor(), mode).unwrap()
-                } else {
+            let (y, dx, grads) = forward_backward(&x, &upstream, |x| match (fused, bias_relu) {
+                (true, false) => bn.forward(x, mode).unwrap(),
+                (true, true) => bn.forward_bias_relu(x, b.as_tensor(), mode).unwrap(),
+                (false, false) => bn.forward_reference(x, mode).unwrap(),
+                (false, true) => {
                     let t = bn.forward_reference(x, mode).unwrap();
                     normrl_agents::nn::fused::add_unit_bias_reference(&t, b.as_tensor())
                         .unwrap()
@@ -245,7 +213,10 @@ fn fused_mean_only_batch_norm_with_bias_and_relu_matches_the_reference() {
                         .unwrap()
                 }
             });
-            let db = grads.get(b.as_tensor()).unwrap().clone();
+            let db = match grads.get(b.as_tensor()) {
+                Some(db) => db.clone(),
+                None => b.as_tensor().zeros_like().unwrap(),
+            };
             [y, dx, db, bn.running_mean().clone()]
         };
         let (fused, reference) = (run(true), run(false));
@@ -255,7 +226,10 @@ fn fused_mean_only_batch_norm_with_bias_and_relu_matches_the_reference() {
             .zip(&reference)
         {
             let e = rel_err(a, b);
-            assert!(e <= 1e-5, "{shape:?} {mode:?} {name}: relative error {e}");
+            assert!(
+                e <= 1e-5,
+                "{shape:?} {mode:?} bias+relu {bias_relu} {name}: relative error {e}"
+            );
         }
     }
 }
