@@ -12,7 +12,9 @@ use candle_core::{
 };
 
 use super::dense::f32_slice;
-use super::fused::{relu_backward, with_values, Units};
+use super::fused::{
+    gradient_through_relu, relu_backward, relu_in_place, unit_bias_fits, with_values, Units,
+};
 
 /// Per-unit batch mean and population variance of a contiguous CPU tensor `[B, C, ...]`.
 pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
@@ -177,7 +179,7 @@ impl CustomOp3 for BatchNormOp {
             .zip(&self.inv_std)
             .map(|(g, s)| g * s)
             .collect();
-        let out = if units.inner == 1 {
+        let mut out = if units.inner == 1 {
             // Features: the per-unit vectors read alongside each row (vectorizes).
             let mut out = Vec::with_capacity(t.len());
             for row in t.chunks_exact(units.units) {
@@ -196,11 +198,9 @@ impl CustomOp3 for BatchNormOp {
                 .collect();
             units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta)
         };
-        let out = if self.relu {
-            out.into_iter().map(|v| v.max(0.0)).collect()
-        } else {
-            out
-        };
+        if self.relu {
+            relu_in_place(&mut out);
+        }
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -212,12 +212,7 @@ impl CustomOp3 for BatchNormOp {
         out: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let grad = if self.relu {
-            // Through the ReLU first: no gradient where the output was clipped to 0.
-            relu_backward(out, grad)?
-        } else {
-            grad.contiguous()?
-        };
+        let grad = gradient_through_relu(self.relu, out, grad)?;
         let units = Units::of(t.shape())?;
         let n = units.per_unit() as f32;
         let gamma_values = gamma.to_vec1::<f32>()?;
@@ -313,9 +308,13 @@ impl CustomOp2 for CenteredBiasRelu {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let units = Units::of(l1.shape())?;
-        if b.len() != units.units || self.mean.len() != units.units {
-            candle_core::bail!("bias of {} values for {} units", b.len(), units.units);
+        let units = unit_bias_fits(l1.shape(), b)?;
+        if self.mean.len() != units.units {
+            candle_core::bail!(
+                "mean of {} values for {} units",
+                self.mean.len(),
+                units.units
+            );
         }
         let shift: Vec<f32> = b.iter().zip(&self.mean).map(|(b, m)| b - m).collect();
         // (t - m) + b equals t + (b - m) up to rounding; one shift per unit.

@@ -178,7 +178,7 @@ impl Units {
 }
 
 /// The units of `t`, checked against a bias of one value per unit.
-fn unit_bias_fits(t: &Shape, bias: &[f32]) -> Result<Units> {
+pub(crate) fn unit_bias_fits(t: &Shape, bias: &[f32]) -> Result<Units> {
     let units = Units::of(t)?;
     if bias.len() != units.units {
         candle_core::bail!("bias of {} values for {} units", bias.len(), units.units);
@@ -246,29 +246,10 @@ impl CustomOp2 for BiasRelu {
         out: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let grad = grad.contiguous()?;
+        let dt = relu_backward(out, grad)?;
         let units = Units::of(t.shape())?;
-        let dt = with_values(out, |y| {
-            with_values(&grad, |g| {
-                Ok(units.map2(
-                    y,
-                    g,
-                    &vec![(); units.units],
-                    |y, g, _| {
-                        if y > 0.0 {
-                            g
-                        } else {
-                            0.0
-                        }
-                    },
-                ))
-            })
-        })?;
-        let db = units.sums(&dt);
-        Ok((
-            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
-            Some(Tensor::from_vec(db, b.shape(), b.device())?),
-        ))
+        let db = with_values(&dt, |d| Ok(units.sums(d)))?;
+        Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
     }
 }
 
@@ -289,6 +270,21 @@ impl CustomOp1 for Relu {
 
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         relu_backward(res, grad).map(Some)
+    }
+}
+
+/// `max(v, 0)` for every value, in place: a ReLU that ends a fused op's forward.
+pub(crate) fn relu_in_place(values: &mut [f32]) {
+    values.iter_mut().for_each(|v| *v = v.max(0.0));
+}
+
+/// The gradient below an op that ends in a ReLU when `relu` is set (see
+/// [`relu_backward`]), else `dy` itself.
+pub(crate) fn gradient_through_relu(relu: bool, y: &Tensor, dy: &Tensor) -> Result<Tensor> {
+    if relu {
+        relu_backward(y, dy)
+    } else {
+        dy.contiguous()
     }
 }
 

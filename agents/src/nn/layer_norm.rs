@@ -22,7 +22,7 @@
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
 use super::dense::{f32_slice, lane_sum};
-use super::fused::{relu_backward, with_values};
+use super::fused::{gradient_through_relu, relu_in_place, with_values};
 use super::kernel::sample_moments;
 use super::{Group, ParamStore};
 
@@ -130,7 +130,7 @@ impl CustomOp3 for FusedLayerNorm {
             );
         }
         if self.relu {
-            out.iter_mut().for_each(|v| *v = v.max(0.0));
+            relu_in_place(&mut out);
         }
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -143,11 +143,7 @@ impl CustomOp3 for FusedLayerNorm {
         out: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dy = if self.relu {
-            relu_backward(out, dy)?
-        } else {
-            dy.contiguous()?
-        };
+        let dy = gradient_through_relu(self.relu, out, dy)?;
         let n = Self::features(t.shape(), gamma.shape())?;
         let gamma_values = gamma.flatten_all()?.to_vec1::<f32>()?;
         let (dt, dgamma, dbeta) = with_values(t, |t| {
