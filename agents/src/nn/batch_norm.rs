@@ -87,47 +87,43 @@ impl BatchNorm {
     }
 
     fn forward_then(&self, t: &Tensor, mode: Mode, relu: bool) -> Result<Tensor> {
-        match mode {
-            _ if !t.device().is_cpu() => {
-                let y = self.forward_reference(t, mode)?;
-                if relu {
-                    y.relu()
-                } else {
-                    Ok(y)
-                }
-            }
-            Mode::Train => self.forward_train_fused(t, relu),
-            Mode::Eval => self.forward_eval_fused(t, relu),
+        if !t.device().is_cpu() {
+            let y = self.forward_reference(t, mode)?;
+            return if relu { y.relu() } else { Ok(y) };
         }
+        self.forward_fused(t, mode, relu)
     }
 
-    /// Evaluation mode as one fused CPU op.
-    fn forward_eval_fused(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
-        let mean = self.running_mean.as_tensor().to_vec1::<f32>()?;
-        let var = self.running_var.as_tensor().to_vec1::<f32>()?;
-        let op = batch_norm_op::BatchNormOp::evaluation(mean, &var, self.eps).with_relu(relu);
-        t.contiguous()?.apply_op3(
-            &self.gamma.as_tensor().contiguous()?,
-            &self.beta.as_tensor().contiguous()?,
-            op,
-        )
-    }
-
-    /// Training mode as one fused CPU op, running statistics updated on the host.
-    fn forward_train_fused(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
+    /// One fused CPU op: with this batch's statistics in `Train` (running statistics
+    /// updated on the host), with the running statistics in `Eval`.
+    fn forward_fused(&self, t: &Tensor, mode: Mode, relu: bool) -> Result<Tensor> {
         let t = t.contiguous()?;
-        let (mean, var) = batch_norm_op::moments(&t)?;
-        let n = values_per_unit(&t) as f64;
-        batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
-        if n > 1.0 {
-            let unbiased = (n / (n - 1.0)) as f32;
-            batch_norm_op::update_running(&self.running_var, &var, self.momentum, unbiased)?;
-        }
-        let op = batch_norm_op::BatchNormOp::training(mean, &var, self.eps).with_relu(relu);
+        let op = match mode {
+            Mode::Train => {
+                let (mean, var) = batch_norm_op::moments(&t)?;
+                let n = values_per_unit(&t) as f64;
+                batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
+                if n > 1.0 {
+                    let unbiased = (n / (n - 1.0)) as f32;
+                    batch_norm_op::update_running(
+                        &self.running_var,
+                        &var,
+                        self.momentum,
+                        unbiased,
+                    )?;
+                }
+                batch_norm_op::BatchNormOp::training(mean, &var, self.eps)
+            }
+            Mode::Eval => {
+                let mean = self.running_mean.as_tensor().to_vec1::<f32>()?;
+                let var = self.running_var.as_tensor().to_vec1::<f32>()?;
+                batch_norm_op::BatchNormOp::evaluation(mean, &var, self.eps)
+            }
+        };
         t.apply_op3(
             &self.gamma.as_tensor().contiguous()?,
             &self.beta.as_tensor().contiguous()?,
-            op,
+            op.with_relu(relu),
         )
     }
 

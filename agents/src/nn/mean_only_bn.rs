@@ -50,21 +50,24 @@ impl MeanOnlyBn {
             return self.forward_reference(t, mode);
         }
         let t = t.contiguous()?;
-        let op = match mode {
+        let (mean, batch_statistics) = self.mean_for(&t, mode)?;
+        t.apply_op1(batch_norm_op::SubtractUnitMean {
+            mean,
+            batch_statistics,
+        })
+    }
+
+    /// The mean a fused forward subtracts, and whether it is the batch's: in `Train`
+    /// the batch mean (which also updates the running mean), in `Eval` the running mean.
+    fn mean_for(&self, t: &Tensor, mode: Mode) -> Result<(Vec<f32>, bool)> {
+        match mode {
             Mode::Train => {
-                let (mean, _) = batch_norm_op::moments(&t)?;
+                let (mean, _) = batch_norm_op::moments(t)?;
                 batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
-                batch_norm_op::SubtractUnitMean {
-                    mean,
-                    batch_statistics: true,
-                }
+                Ok((mean, true))
             }
-            Mode::Eval => batch_norm_op::SubtractUnitMean {
-                mean: self.running_mean.as_tensor().to_vec1()?,
-                batch_statistics: false,
-            },
-        };
-        t.apply_op1(op)
+            Mode::Eval => Ok((self.running_mean.as_tensor().to_vec1()?, false)),
+        }
     }
 
     /// `relu(forward(t) + bias)` with `bias` one value per unit, in one op on the CPU.
@@ -74,21 +77,14 @@ impl MeanOnlyBn {
                 .relu();
         }
         let t = t.contiguous()?;
-        let op = match mode {
-            Mode::Train => {
-                let (mean, _) = batch_norm_op::moments(&t)?;
-                batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
-                batch_norm_op::CenteredBiasRelu {
-                    mean,
-                    batch_statistics: true,
-                }
-            }
-            Mode::Eval => batch_norm_op::CenteredBiasRelu {
-                mean: self.running_mean.as_tensor().to_vec1()?,
-                batch_statistics: false,
+        let (mean, batch_statistics) = self.mean_for(&t, mode)?;
+        t.apply_op2(
+            &bias.contiguous()?,
+            batch_norm_op::CenteredBiasRelu {
+                mean,
+                batch_statistics,
             },
-        };
-        t.apply_op2(&bias.contiguous()?, op)
+        )
     }
 
     /// The layer through candle's tensor ops: other devices, and the tested reference
