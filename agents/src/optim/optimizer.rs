@@ -86,11 +86,14 @@ impl Coefficients {
             OptimizerKind::Adam => {
                 let step = self.lr / self.bias1;
                 let (b1, b2) = (self.b1, self.b2);
+                // A product instead of a second division per value: division and sqrt
+                // are the loop's cost.
+                let inv_bias2_sqrt = 1.0 / self.bias2_sqrt;
                 for ((p, &g), (m, v)) in values {
                     let g = g * self.grad_scale;
                     *m = b1 * *m + (1.0 - b1) * g;
                     *v = b2 * *v + (1.0 - b2) * g * g;
-                    *p -= step * *m / (v.sqrt() / self.bias2_sqrt + self.eps);
+                    *p -= step * *m / (v.sqrt() * inv_bias2_sqrt + self.eps);
                 }
             }
             OptimizerKind::Rmsprop => {
