@@ -12,6 +12,7 @@
 //! assert_eq!(net.forward(&x, Mode::Eval).unwrap().dims(), &[3, 2]);
 //! ```
 
+mod avx2;
 mod check;
 pub mod dqn;
 mod metric;

@@ -141,21 +141,12 @@ pub(crate) fn transposed(
     dst
 }
 
-/// `a . b` over eight interleaved partial sums ([`lane_sum`]), compiled for AVX2 where
-/// the CPU has it; the order of additions is fixed, so the result does not depend on
-/// the CPU.
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(a: &[f32], b: &[f32]) -> f32 {
+crate::avx2::dispatch! {
+    /// `a . b` over eight interleaved partial sums ([`lane_sum`]); the order of additions
+    /// is fixed, so the result does not depend on the CPU.
+    pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
         lane_sum(a, b, |x, y| x * y)
     }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { avx2(a, b) };
-    }
-    lane_sum(a, b, |x, y| x * y)
 }
 
 /// `Σ f(x_i, y_i)` over eight interleaved partial sums: independent additions that

@@ -61,26 +61,23 @@ struct Coefficients {
     centered: bool,
 }
 
+crate::avx2::dispatch! {
+    /// One optimizer step over a variable's values, elementwise (so AVX2 or not, the
+    /// result is the same).
+    fn update(
+        c: &Coefficients,
+        p: &mut [f32],
+        g: &[f32],
+        s0: &mut [f32],
+        s1: &mut [f32],
+    ) {
+        c.update_values(p, g, s0, s1)
+    }
+}
+
 impl Coefficients {
-    /// One optimizer step over a variable's values. Uses AVX2 where the CPU has it:
-    /// the loop is elementwise, so the result is the same either way.
-    fn update(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.update_avx2(p, g, s0, s1) };
-        }
-        self.update_portable(p, g, s0, s1)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn update_avx2(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
-        self.update_portable(p, g, s0, s1)
-    }
-
     #[inline(always)]
-    fn update_portable(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
+    fn update_values(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
         let values = p.iter_mut().zip(g).zip(s0.iter_mut().zip(s1.iter_mut()));
         match self.kind {
             OptimizerKind::Adam => {
@@ -114,11 +111,10 @@ impl Coefficients {
     }
 }
 
-/// `sum(x^2)` in `f64`, over eight interleaved partial sums so that it vectorizes;
-/// the order of additions is fixed, so the result does not depend on the CPU.
-fn sum_of_squares(x: &[f32]) -> f64 {
-    #[inline(always)]
-    fn portable(x: &[f32]) -> f64 {
+crate::avx2::dispatch! {
+    /// `sum(x^2)` in `f64`, over eight interleaved partial sums so that it vectorizes;
+    /// the order of additions is fixed, so the result does not depend on the CPU.
+    fn sum_of_squares(x: &[f32]) -> f64 {
         let mut lanes = [0f64; 8];
         let chunks = x.chunks_exact(8);
         let tail: f64 = chunks
@@ -133,17 +129,6 @@ fn sum_of_squares(x: &[f32]) -> f64 {
         }
         lanes.iter().sum::<f64>() + tail
     }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(x: &[f32]) -> f64 {
-        portable(x)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { avx2(x) };
-    }
-    portable(x)
 }
 
 /// Runs `f` on a CPU tensor's `f32` values.
@@ -173,7 +158,7 @@ impl candle_core::InplaceOp1 for FusedUpdate<'_> {
         };
         let mut state = self.state.borrow_mut();
         let [s0, s1] = &mut **state;
-        self.coefficients.update(&mut p[a..b], self.grad, s0, s1);
+        update(&self.coefficients, &mut p[a..b], self.grad, s0, s1);
         Ok(())
     }
 }
