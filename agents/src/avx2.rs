@@ -5,7 +5,7 @@
 //! The body is a plain function inlined into both copies; passing it a closure instead
 //! left the closure uninlined, outside the AVX2 copy (measured: no speed-up).
 //!
-//! ```ignore
+//! ```text
 //! avx2::dispatch! {
 //!     /// `Σ x_i`.
 //!     pub(crate) fn total(x: &[f32]) -> f32 {
