@@ -1,13 +1,19 @@
 //! Fused CPU paths against their tensor-op references: the same values and gradients
-//! (to 1e-5 relative). (The older fused-path tests live in normalization.rs.)
+//! (to 1e-5 relative).
+
+mod common;
+use common::*;
 
 use candle_core::backprop::GradStore;
-use candle_core::{Device, Tensor, Var};
-use normrl_agents::nn::{BatchNorm, LayerNorm, MeanOnlyBn, Mode, ParamStore};
+use candle_core::{Tensor, Var};
+use normrl_agents::nn::init::InitRng;
+use normrl_agents::nn::{
+    BatchNorm, Kernel, LayerNorm, MeanOnlyBn, Mode, NormKind, ParamStore, QNetwork, QNetworkConfig,
+    WeightNorm,
+};
+use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-
-const DEV: Device = Device::Cpu;
 
 fn random(shape: &[usize], rng: &mut Xoshiro256PlusPlus, offset: f32) -> Tensor {
     let n: usize = shape.iter().product();
@@ -18,7 +24,7 @@ fn random(shape: &[usize], rng: &mut Xoshiro256PlusPlus, offset: f32) -> Tensor 
 }
 
 /// Max |a - b| over max |b| (0 when both are 0).
-fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
+fn max_rel_err(a: &Tensor, b: &Tensor) -> f32 {
     let max = |t: &Tensor| -> f32 {
         t.abs()
             .unwrap()
@@ -113,7 +119,7 @@ fn fused_batch_norm_matches_the_reference() {
             "running var",
         ];
         for ((name, a), b) in names.iter().zip(&fused).zip(&reference) {
-            let e = rel_err(a, b);
+            let e = max_rel_err(a, b);
             let tolerance = if shape[0] == 1 && *name == "dx" {
                 1e-4
             } else {
@@ -170,7 +176,7 @@ fn fused_layer_norm_matches_the_reference() {
             .zip(&fused)
             .zip(&reference)
         {
-            let e = rel_err(a, b);
+            let e = max_rel_err(a, b);
             assert!(
                 e <= 1e-5,
                 "{shape:?} relu {relu} {name}: relative error {e}"
@@ -225,11 +231,294 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
             .zip(&fused)
             .zip(&reference)
         {
-            let e = rel_err(a, b);
+            let e = max_rel_err(a, b);
             assert!(
                 e <= 1e-5,
                 "{shape:?} {mode:?} bias+relu {bias_relu} {name}: relative error {e}"
             );
         }
+    }
+}
+
+#[test]
+fn fused_optimizer_equals_tensor_reference() {
+    for kind in [OptimizerKind::Adam, OptimizerKind::Rmsprop] {
+        for centered in [true, false] {
+            let norm = config(NormKind::WeightNorm);
+            let make =
+                || QNetwork::new(&QNetworkConfig::mlp(vec![16]), &norm, &[5], 3, 7, &DEV).unwrap();
+            let (a, b) = (make(), make());
+            let cfg = OptimizerConfig {
+                kind,
+                centered,
+                lr: 0.01,
+                max_grad_norm: 0.5,
+                ..Default::default()
+            };
+            let mut fused = Optimizer::new(a.store(), &cfg, 10.0);
+            let mut reference = Optimizer::reference(b.store(), &cfg, 10.0).unwrap();
+            let mut rng = InitRng::new(1);
+            for _ in 0..10 {
+                let x = rng.normal((8, 5), 1.0, &DEV).unwrap();
+                let la = a
+                    .forward(&x, Mode::Train)
+                    .unwrap()
+                    .sqr()
+                    .unwrap()
+                    .sum_all()
+                    .unwrap();
+                let lb = b
+                    .forward(&x, Mode::Train)
+                    .unwrap()
+                    .sqr()
+                    .unwrap()
+                    .sum_all()
+                    .unwrap();
+                let na = fused
+                    .step(&la.backward().unwrap())
+                    .unwrap()
+                    .value()
+                    .unwrap();
+                let nb = reference
+                    .step(&lb.backward().unwrap())
+                    .unwrap()
+                    .value()
+                    .unwrap();
+                // The two sum in different orders: f32 rounding drifts a little.
+                assert!(
+                    (na - nb).abs() <= 1e-4 * nb.max(1e-12),
+                    "grad norms {na} {nb}"
+                );
+                for (pa, pb) in a.store().params().iter().zip(b.store().params()) {
+                    let e = rel_err(pa.var.as_tensor(), pb.var.as_tensor());
+                    assert!(e < 1e-5, "{kind:?} centered={centered} {}: {e}", pa.name);
+                }
+                // Each step is compared from the same weights: rounding differences
+                // would otherwise compound through the forward passes.
+                b.store().copy_from(a.store()).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_weight_norm_equals_unfused_reference() {
+    for (kernel, x_shape) in [linear(), conv()] {
+        let mut rng = InitRng::new(12);
+        let mut store = ParamStore::new(DEV);
+        let v = rng.normal(kernel.weight_shape(), 0.4, &DEV).unwrap();
+        let g = rng.normal(kernel.units(), 1.0, &DEV).unwrap();
+        let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
+        let x = rng.normal(x_shape, 1.0, &DEV).unwrap();
+        let v_t = store.get("l.v").unwrap().var.as_tensor().clone();
+        let g_t = store.get("l.g").unwrap().var.as_tensor().clone();
+        let mut grads = vec![];
+        let mut outputs = vec![];
+        for fused in [true, false] {
+            let w = if fused {
+                wn.weight().unwrap()
+            } else {
+                wn.weight_reference().unwrap()
+            };
+            let y = kernel.apply(&x, &w).unwrap();
+            let g = loss_of(&y, &mut InitRng::new(4)).backward().unwrap();
+            grads.push((g.get(&v_t).unwrap().clone(), g.get(&g_t).unwrap().clone()));
+            outputs.push(w);
+        }
+        assert!(rel_err(&outputs[0], &outputs[1]) < 1e-6);
+        assert!(rel_err(&grads[0].0, &grads[1].0) < 1e-5, "dL/dv");
+        assert!(rel_err(&grads[0].1, &grads[1].1) < 1e-5, "dL/dg");
+    }
+}
+
+#[test]
+fn weight_norm_output_scaling_equals_the_unfused_reference() {
+    // Data input (the first layer) and an input that needs its gradient; and a gain of
+    // exactly 0, whose dL/dg cannot come from the scaled output.
+    let cases = [(false, false), (true, false), (false, true)];
+    for ((kernel, x_shape), (x_is_variable, zero_gain)) in [linear(), conv()]
+        .into_iter()
+        .flat_map(|k| cases.map(|c| (k.clone(), c)))
+    {
+        let mut rng = InitRng::new(13);
+        let mut store = ParamStore::new(DEV);
+        let v = rng.normal(kernel.weight_shape(), 0.4, &DEV).unwrap();
+        let mut g: Vec<f32> = rng
+            .normal(kernel.units(), 1.0, &DEV)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        if zero_gain {
+            g[1] = 0.0;
+        }
+        let g = Tensor::new(g, &DEV).unwrap();
+        let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
+        let x = Var::from_tensor(&rng.normal(x_shape.clone(), 1.0, &DEV).unwrap()).unwrap();
+        let x_in = if x_is_variable {
+            x.as_tensor().clone()
+        } else {
+            x.as_tensor().detach()
+        };
+        let params = ["l.v", "l.g"].map(|n| store.get(n).unwrap().var.as_tensor().clone());
+        let mut results = vec![];
+        for fused in [true, false] {
+            let y = if fused {
+                wn.apply(&x_in).unwrap()
+            } else {
+                kernel
+                    .apply_reference(&x_in, &wn.weight_reference().unwrap())
+                    .unwrap()
+            };
+            let grads = loss_of(&y, &mut InitRng::new(6)).backward().unwrap();
+            let grad = |t: &Tensor| grads.get(t).cloned();
+            results.push([
+                Some(y),
+                grad(&params[0]),
+                grad(&params[1]),
+                grad(x.as_tensor()),
+            ]);
+        }
+        let names = ["output", "dL/dv", "dL/dg", "dL/dx"];
+        for ((name, a), b) in names.iter().zip(&results[0]).zip(&results[1]) {
+            match (a, b) {
+                (Some(a), Some(b)) => {
+                    let e = rel_err(a, b);
+                    assert!(
+                        e < 1e-5,
+                        "{kernel:?} x variable {x_is_variable} zero gain {zero_gain} {name}: {e}"
+                    );
+                }
+                (None, None) => assert!(!x_is_variable && *name == "dL/dx"),
+                _ => panic!("{kernel:?} {name}: a gradient on one path only"),
+            }
+        }
+    }
+}
+
+#[test]
+fn data_convolution_equals_candle_conv2d_in_values_and_weight_gradients() {
+    for (c_in, c_out, k, stride, side) in [(4, 16, 3, 1, 10), (4, 8, 8, 4, 36), (3, 5, 2, 2, 7)] {
+        let kernel = Kernel::Conv2d {
+            c_in,
+            c_out,
+            k,
+            stride,
+            padding: 0,
+        };
+        let mut rng = InitRng::new(21);
+        let x = rng.normal((5, c_in, side, side), 1.0, &DEV).unwrap();
+        let w = Var::from_tensor(&rng.normal(kernel.weight_shape(), 0.3, &DEV).unwrap()).unwrap();
+        let mut results = vec![];
+        for fused in [true, false] {
+            let y = if fused {
+                kernel.apply(&x, w.as_tensor()).unwrap()
+            } else {
+                kernel.apply_reference(&x, w.as_tensor()).unwrap()
+            };
+            let grads = loss_of(&y, &mut InitRng::new(2)).backward().unwrap();
+            results.push((y, grads.get(w.as_tensor()).unwrap().clone()));
+        }
+        assert_eq!(results[0].0.dims(), results[1].0.dims());
+        assert!(
+            rel_err(&results[0].0, &results[1].0) < 1e-5,
+            "values k={k} s={stride}"
+        );
+        assert!(
+            rel_err(&results[0].1, &results[1].1) < 1e-5,
+            "weight gradients k={k} s={stride}"
+        );
+    }
+}
+
+#[test]
+fn fused_bias_and_relu_equal_tensor_ops() {
+    use normrl_agents::nn::fused;
+    for shape in [vec![6, 5], vec![4, 3, 5, 5]] {
+        let mut rng = InitRng::new(31);
+        let t = Var::from_tensor(&rng.normal(shape.clone(), 1.0, &DEV).unwrap()).unwrap();
+        let b = Var::from_tensor(&rng.normal(shape[1], 1.0, &DEV).unwrap()).unwrap();
+        let mut results = vec![];
+        for path in ["bias then relu", "bias_relu", "reference"] {
+            let (t, b) = (t.as_tensor(), b.as_tensor());
+            let y = match path {
+                "bias then relu" => fused::relu(&fused::add_unit_bias(t, b).unwrap()).unwrap(),
+                "bias_relu" => fused::bias_relu(t, b).unwrap(),
+                _ => fused::add_unit_bias_reference(t, b)
+                    .unwrap()
+                    .relu()
+                    .unwrap(),
+            };
+            let grads = loss_of(&y, &mut InitRng::new(3)).backward().unwrap();
+            results.push((
+                y,
+                grads.get(t).unwrap().clone(),
+                grads.get(b).unwrap().clone(),
+            ));
+        }
+        for fused in &results[..2] {
+            let reference = &results[2];
+            assert!(rel_err(&fused.0, &reference.0) < 1e-6);
+            assert!(rel_err(&fused.1, &reference.1) < 1e-6);
+            assert!(rel_err(&fused.2, &reference.2) < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn linear_op_reads_a_conv_output_as_flattened_rows() {
+    let kernel = Kernel::Linear { n_in: 30, n_out: 4 };
+    let mut rng = InitRng::new(42);
+    let x = Var::from_tensor(&rng.normal((3, 2, 3, 5), 1.0, &DEV).unwrap()).unwrap();
+    let w = Var::from_tensor(&rng.normal((4, 30), 1.0, &DEV).unwrap()).unwrap();
+    let mut results = vec![];
+    for flatten_first in [false, true] {
+        let input = if flatten_first {
+            x.as_tensor().flatten_from(1).unwrap()
+        } else {
+            x.as_tensor().clone()
+        };
+        let y = kernel.apply(&input, w.as_tensor()).unwrap();
+        let grads = loss_of(&y, &mut InitRng::new(7)).backward().unwrap();
+        let dx = grads.get(x.as_tensor()).unwrap().clone();
+        assert_eq!(dx.dims(), &[3, 2, 3, 5]);
+        results.push((y, dx, grads.get(w.as_tensor()).unwrap().clone()));
+    }
+    assert_eq!(results[0].0.dims(), &[3, 4]);
+    assert!(rel_err(&results[0].0, &results[1].0) < 1e-6);
+    assert!(rel_err(&results[0].1, &results[1].1) < 1e-6);
+    assert!(rel_err(&results[0].2, &results[1].2) < 1e-6);
+}
+
+#[test]
+fn linear_op_equals_candle_matmul_in_values_and_gradients() {
+    // A batch larger than the layer, and a small batch through a large weight: the
+    // forward orders its product differently in the two cases.
+    for (batch, n_in, n_out) in [(6, 9, 4), (3, 9, 7), (5, 300, 70)] {
+        let kernel = Kernel::Linear { n_in, n_out };
+        let mut rng = InitRng::new(41);
+        let x = Var::from_tensor(&rng.normal((batch, n_in), 1.0, &DEV).unwrap()).unwrap();
+        let w = Var::from_tensor(&rng.normal((n_out, n_in), 1.0, &DEV).unwrap()).unwrap();
+        let mut results = vec![];
+        for fused in [true, false] {
+            let y = if fused {
+                kernel.apply(x.as_tensor(), w.as_tensor()).unwrap()
+            } else {
+                kernel
+                    .apply_reference(x.as_tensor(), w.as_tensor())
+                    .unwrap()
+            };
+            let grads = loss_of(&y, &mut InitRng::new(5)).backward().unwrap();
+            results.push((
+                y,
+                grads.get(x.as_tensor()).unwrap().clone(),
+                grads.get(w.as_tensor()).unwrap().clone(),
+            ));
+        }
+        assert!(
+            rel_err(&results[0].0, &results[1].0) < 1e-6,
+            "values b={batch}"
+        );
+        assert!(rel_err(&results[0].1, &results[1].1) < 1e-6, "dx b={batch}");
+        assert!(rel_err(&results[0].2, &results[1].2) < 1e-6, "dW b={batch}");
     }
 }

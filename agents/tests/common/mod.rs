@@ -1,0 +1,74 @@
+//! Helpers shared by the agents' integration tests.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use candle_core::{Device, Tensor};
+use normrl_agents::nn::init::InitRng;
+use normrl_agents::nn::{Kernel, NormConfig, NormKind};
+
+pub const DEV: Device = Device::Cpu;
+
+pub trait MaxAbs {
+    fn max_abs(&self) -> f32;
+}
+
+impl MaxAbs for Tensor {
+    /// The largest absolute value.
+    fn max_abs(&self) -> f32 {
+        self.abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    }
+}
+
+pub fn linear() -> (Kernel, Vec<usize>) {
+    (Kernel::Linear { n_in: 7, n_out: 5 }, vec![16, 7])
+}
+
+pub fn conv() -> (Kernel, Vec<usize>) {
+    let k = Kernel::Conv2d {
+        c_in: 3,
+        c_out: 4,
+        k: 3,
+        stride: 1,
+        padding: 0,
+    };
+    (k, vec![6, 3, 6, 6])
+}
+
+/// `||a - b|| / ||b||` (L2 over all values).
+pub fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    let diff = (a - b)
+        .unwrap()
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let norm = b
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    (f64::from(diff) / f64::from(norm).max(1e-30)).sqrt()
+}
+
+pub fn config(kind: NormKind) -> NormConfig {
+    NormConfig {
+        kind,
+        ..Default::default()
+    }
+}
+
+/// A loss with a fixed random upstream gradient: `L = sum(y * r)`.
+pub fn loss_of(y: &Tensor, rng: &mut InitRng) -> Tensor {
+    let r = rng.normal(y.shape().clone(), 1.0, &DEV).unwrap();
+    (y * r).unwrap().sum_all().unwrap()
+}
