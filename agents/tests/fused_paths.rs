@@ -522,3 +522,43 @@ fn linear_op_equals_candle_matmul_in_values_and_gradients() {
         assert!(rel_err(&results[0].2, &results[1].2) < 1e-6, "dW b={batch}");
     }
 }
+
+#[test]
+fn fused_td_loss_equals_tensor_ops() {
+    use normrl_agents::dqn::{mean_taken, td_loss, td_loss_reference, Loss};
+    let mut rng = InitRng::new(8);
+    // Q-values and targets far enough apart that some errors are past Huber's
+    // threshold of 1 and some inside it.
+    let q = Var::from_tensor(&rng.normal((9, 4), 1.5, &DEV).unwrap()).unwrap();
+    let actions: Vec<u32> = (0..9).map(|i| (i * 7 % 4) as u32).collect();
+    let targets: Vec<f32> = rng.normal(9, 1.0, &DEV).unwrap().to_vec1().unwrap();
+    let actions_t = Tensor::from_slice(&actions, (9, 1), &DEV).unwrap();
+    let targets_t = Tensor::from_slice(&targets, 9, &DEV).unwrap();
+    let q_values: Vec<Vec<f32>> = q.as_tensor().to_vec2().unwrap();
+    let errors: Vec<f32> = (0..9)
+        .map(|i| q_values[i][actions[i] as usize] - targets[i])
+        .collect();
+    assert!(errors.iter().any(|d| d.abs() > 1.0) && errors.iter().any(|d| d.abs() < 1.0));
+    for loss in [Loss::Huber, Loss::Mse] {
+        let fused = td_loss(q.as_tensor(), &actions, &targets, loss).unwrap();
+        let reference = td_loss_reference(q.as_tensor(), &actions_t, &targets_t, loss).unwrap();
+        let grad = |l: &Tensor| l.backward().unwrap().get(q.as_tensor()).unwrap().clone();
+        let (value, expected) = (
+            fused.to_scalar::<f32>().unwrap(),
+            reference.to_scalar::<f32>().unwrap(),
+        );
+        assert!(
+            (value - expected).abs() <= 1e-6 * expected.abs(),
+            "{loss:?}: {value} {expected}"
+        );
+        let e = max_rel_err(&grad(&fused), &grad(&reference));
+        assert!(e < 1e-6, "{loss:?} dL/dq: {e}");
+    }
+    let mean: f64 = errors
+        .iter()
+        .zip(&targets)
+        .map(|(d, y)| f64::from(d + y))
+        .sum::<f64>()
+        / 9.0;
+    assert!((mean_taken(q.as_tensor(), &actions).unwrap() - mean).abs() < 1e-6);
+}

@@ -21,7 +21,8 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 
-use super::{Batch, DqnConfig, Loss, TargetUpdate};
+use super::td_loss::{mean_taken, td_loss, td_loss_reference};
+use super::{Batch, DqnConfig, TargetUpdate};
 use crate::nn::{Mode, NormConfig, QNetwork, QNetworkConfig};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::Metric;
@@ -184,17 +185,18 @@ impl Dqn {
             self.initialized = true;
         }
         let target = self.td_targets(batch)?;
-        let actions = Tensor::from_slice(&batch.actions, (b, 1), &self.device)?;
         let q = self.online.forward(&obs, self.config.online_bn_mode)?;
-        let q_taken = q.gather(&actions, 1)?.squeeze(1)?;
-        let diff = (&q_taken - &target)?;
-        let loss = match self.config.loss {
-            Loss::Mse => diff.sqr()?.mean_all()?,
-            Loss::Huber => {
-                let abs = diff.abs()?;
-                let quadratic = abs.clamp(0.0, 1.0)?;
-                ((quadratic.sqr()? * 0.5)? + (abs - &quadratic)?)?.mean_all()?
-            }
+        let (loss, q_mean) = if self.device.is_cpu() {
+            let target = target.to_vec1::<f32>()?;
+            let loss = td_loss(&q, &batch.actions, &target, self.config.loss)?;
+            (loss, Metric::Host(mean_taken(&q, &batch.actions)?))
+        } else {
+            // On an accelerator the targets stay there: reading them back would wait
+            // for the device.
+            let actions = Tensor::from_slice(&batch.actions, (b, 1), &self.device)?;
+            let loss = td_loss_reference(&q, &actions, &target, self.config.loss)?;
+            let q_mean = q.gather(&actions, 1)?.mean_all()?;
+            (loss, Metric::of(&q_mean)?)
         };
         let grads = loss.backward()?;
         let grad_norm = self.optimizer.step(&grads)?;
@@ -217,7 +219,7 @@ impl Dqn {
         };
         Ok(UpdateInfo {
             td_loss: Metric::of(&loss)?,
-            q_mean: Metric::of(&q_taken.mean_all()?)?,
+            q_mean,
             grad_norm,
             projected,
             synced,

@@ -5,7 +5,7 @@ mod batch_norm;
 mod batch_norm_op;
 mod config;
 mod data_conv;
-mod dense;
+pub(crate) mod dense;
 pub mod fused;
 pub mod init;
 mod kernel;
