@@ -125,14 +125,7 @@ impl Dqn {
     }
 
     pub fn greedy_action(&self, obs: &[f32]) -> Result<usize> {
-        let q = self.q_values(obs)?;
-        let mut best = 0;
-        for (a, &v) in q.iter().enumerate() {
-            if v > q[best] {
-                best = a;
-            }
-        }
-        Ok(best)
+        Ok(first_argmax(&self.q_values(obs)?))
     }
 
     /// Epsilon-greedy: one uniform draw decides, a second picks the random action.
@@ -148,6 +141,15 @@ impl Dqn {
     /// argmax, or the online network's with Double DQN. Truncated transitions
     /// bootstrap from their final observation like any other.
     pub fn td_targets(&self, batch: &Batch) -> Result<Tensor> {
+        if self.device.is_cpu() {
+            return Tensor::from_vec(self.td_target_values(batch)?, batch.size, &self.device);
+        }
+        self.td_targets_reference(batch)
+    }
+
+    /// [`Self::td_targets`] through tensor ops on the networks' device (the path on
+    /// accelerators, and the reference the host path is tested against).
+    pub fn td_targets_reference(&self, batch: &Batch) -> Result<Tensor> {
         let b = batch.size;
         let next_obs = self.batch_tensor(&batch.next_obs, b)?;
         let rewards = Tensor::from_slice(&batch.rewards, b, &self.device)?;
@@ -172,6 +174,29 @@ impl Dqn {
             .contiguous()
     }
 
+    /// [`Self::td_targets`] on the host: the networks' Q-values are read back and the
+    /// rest is a loop, not a tensor op per term (on the CPU reading back is free).
+    fn td_target_values(&self, batch: &Batch) -> Result<Vec<f32>> {
+        let next_obs = self.batch_tensor(&batch.next_obs, batch.size)?;
+        let target_q: Vec<Vec<f32>> = self
+            .target
+            .forward(&next_obs, self.config.target_bn_mode)?
+            .to_vec2()?;
+        let chosen: Vec<usize> = if self.config.double_dqn {
+            let online_q: Vec<Vec<f32>> = self.online.forward(&next_obs, Mode::Eval)?.to_vec2()?;
+            online_q.iter().map(|q| first_argmax(q)).collect()
+        } else {
+            target_q.iter().map(|q| first_argmax(q)).collect()
+        };
+        let gamma = self.config.gamma as f32;
+        Ok(target_q
+            .iter()
+            .zip(&chosen)
+            .zip(batch.rewards.iter().zip(&batch.terminated))
+            .map(|((q, &a), (&r, &t))| r + q[a] * ((1.0 - t) * gamma))
+            .collect())
+    }
+
     /// One gradient step on `batch`. On the first call, weight norm's data-dependent
     /// init runs on this batch and the target network is synced from the result.
     pub fn update(&mut self, batch: &Batch) -> Result<UpdateInfo> {
@@ -184,19 +209,23 @@ impl Dqn {
             self.target.copy_from(&self.online)?;
             self.initialized = true;
         }
-        let target = self.td_targets(batch)?;
-        let q = self.online.forward(&obs, self.config.online_bn_mode)?;
-        let (loss, q_mean) = if self.device.is_cpu() {
-            let target = target.to_vec1::<f32>()?;
-            let loss = td_loss(&q, &batch.actions, &target, self.config.loss)?;
-            (loss, Metric::Host(mean_taken(&q, &batch.actions)?))
+        let target = if self.device.is_cpu() {
+            Targets::Host(self.td_target_values(batch)?)
         } else {
-            // On an accelerator the targets stay there: reading them back would wait
-            // for the device.
-            let actions = Tensor::from_slice(&batch.actions, (b, 1), &self.device)?;
-            let loss = td_loss_reference(&q, &actions, &target, self.config.loss)?;
-            let q_mean = q.gather(&actions, 1)?.mean_all()?;
-            (loss, Metric::of(&q_mean)?)
+            Targets::Device(self.td_targets_reference(batch)?)
+        };
+        let q = self.online.forward(&obs, self.config.online_bn_mode)?;
+        let (loss, q_mean) = match &target {
+            Targets::Host(target) => {
+                let loss = td_loss(&q, &batch.actions, target, self.config.loss)?;
+                (loss, Metric::Host(mean_taken(&q, &batch.actions)?))
+            }
+            Targets::Device(target) => {
+                let actions = Tensor::from_slice(&batch.actions, (b, 1), &self.device)?;
+                let loss = td_loss_reference(&q, &actions, target, self.config.loss)?;
+                let q_mean = q.gather(&actions, 1)?.mean_all()?;
+                (loss, Metric::of(&q_mean)?)
+            }
         };
         let grads = loss.backward()?;
         let grad_norm = self.optimizer.step(&grads)?;
@@ -225,4 +254,22 @@ impl Dqn {
             synced,
         })
     }
+}
+
+/// TD targets where the loss reads them: the host on the CPU; elsewhere the device,
+/// since reading them back would wait for it.
+enum Targets {
+    Host(Vec<f32>),
+    Device(Tensor),
+}
+
+/// The index of the first largest value (0 for an empty slice).
+fn first_argmax(values: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best
 }
