@@ -397,7 +397,16 @@ fn weight_norm_output_scaling_equals_the_unfused_reference() {
 
 #[test]
 fn data_convolution_equals_candle_conv2d_in_values_and_weight_gradients() {
-    for (c_in, c_out, k, stride, side) in [(4, 16, 3, 1, 10), (4, 8, 8, 4, 36), (3, 5, 2, 2, 7)] {
+    // Kernels smaller and larger than the image, output rows shorter and longer than a
+    // SIMD vector, channel counts that are not multiples of eight, strides 1, 2 and 4.
+    let geometries = [
+        (4, 16, 3, 1, 10),
+        (3, 11, 2, 1, 12),
+        (2, 5, 4, 1, 5),
+        (4, 8, 8, 4, 36),
+        (3, 5, 2, 2, 7),
+    ];
+    for (c_in, c_out, k, stride, side) in geometries {
         let kernel = Kernel::Conv2d {
             c_in,
             c_out,
