@@ -23,26 +23,6 @@ fn random(shape: &[usize], rng: &mut Xoshiro256PlusPlus, offset: f32) -> Tensor 
     Tensor::from_vec(v, shape, &DEV).unwrap()
 }
 
-/// Max |a - b| over max |b| (0 when both are 0).
-fn max_rel_err(a: &Tensor, b: &Tensor) -> f32 {
-    let max = |t: &Tensor| -> f32 {
-        t.abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar()
-            .unwrap()
-    };
-    let diff = max(&(a - b).unwrap());
-    if diff == 0.0 {
-        0.0
-    } else {
-        diff / max(b).max(1e-6)
-    }
-}
-
 /// `y = forward(x)` with `x` a variable, and the gradients of `sum(y * upstream)`.
 fn forward_backward(
     x: &Tensor,
@@ -260,20 +240,11 @@ fn fused_optimizer_equals_tensor_reference() {
             let mut rng = InitRng::new(1);
             for _ in 0..10 {
                 let x = rng.normal((8, 5), 1.0, &DEV).unwrap();
-                let la = a
-                    .forward(&x, Mode::Train)
-                    .unwrap()
-                    .sqr()
-                    .unwrap()
-                    .sum_all()
-                    .unwrap();
-                let lb = b
-                    .forward(&x, Mode::Train)
-                    .unwrap()
-                    .sqr()
-                    .unwrap()
-                    .sum_all()
-                    .unwrap();
+                let loss = |net: &QNetwork| {
+                    let q = net.forward(&x, Mode::Train).unwrap();
+                    q.sqr().unwrap().sum_all().unwrap()
+                };
+                let (la, lb) = (loss(&a), loss(&b));
                 let na = fused
                     .step(&la.backward().unwrap())
                     .unwrap()

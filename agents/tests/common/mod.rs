@@ -42,22 +42,27 @@ pub fn conv() -> (Kernel, Vec<usize>) {
 
 /// `||a - b|| / ||b||` (L2 over all values).
 pub fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
-    let diff = (a - b)
-        .unwrap()
-        .sqr()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    let norm = b
-        .sqr()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    (f64::from(diff) / f64::from(norm).max(1e-30)).sqrt()
+    let sum_of_squares = |t: &Tensor| -> f64 {
+        f64::from(
+            t.sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap(),
+        )
+    };
+    (sum_of_squares(&(a - b).unwrap()) / sum_of_squares(b).max(1e-30)).sqrt()
+}
+
+/// Max |a - b| over max |b| (0 when both are 0).
+pub fn max_rel_err(a: &Tensor, b: &Tensor) -> f32 {
+    let diff = (a - b).unwrap().max_abs();
+    if diff == 0.0 {
+        0.0
+    } else {
+        diff / b.max_abs().max(1e-6)
+    }
 }
 
 pub fn config(kind: NormKind) -> NormConfig {
