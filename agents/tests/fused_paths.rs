@@ -541,4 +541,10 @@ fn fused_td_loss_equals_tensor_ops() {
         .sum::<f64>()
         / 9.0;
     assert!((mean_taken(q.as_tensor(), &actions).unwrap() - mean).abs() < 1e-6);
+    // An action past the Q-values, or a batch of the wrong size, is an error.
+    let q = q.as_tensor();
+    assert!(td_loss(q, &[4; 9], &targets, Loss::Huber).is_err());
+    assert!(td_loss(q, &actions[..3], &targets, Loss::Huber).is_err());
+    assert!(mean_taken(q, &[4; 9]).is_err());
+    assert!(mean_taken(q, &actions[..3]).is_err());
 }

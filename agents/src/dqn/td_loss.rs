@@ -59,13 +59,17 @@ pub fn td_loss_reference(
 /// Mean of `q [B, A]` at the taken actions, read on the host.
 pub fn mean_taken(q: &Tensor, actions: &[u32]) -> Result<f64> {
     let (b, a) = q.dims2()?;
+    if actions.len() != b {
+        candle_core::bail!("mean Q: {} actions for a batch of {b}", actions.len());
+    }
     let values = q.flatten_all()?.to_vec1::<f32>()?;
-    let sum: f64 = actions
-        .iter()
-        .take(b)
-        .enumerate()
-        .map(|(i, &act)| f64::from(values[i * a + act as usize]))
-        .sum();
+    let mut sum = 0f64;
+    for (row, &act) in values.chunks_exact(a.max(1)).zip(actions) {
+        match row.get(act as usize) {
+            Some(&v) => sum += f64::from(v),
+            None => candle_core::bail!("mean Q: action {act} out of range for {a} actions"),
+        }
+    }
     Ok(sum / b.max(1) as f64)
 }
 
