@@ -18,9 +18,26 @@ use super::dense::f32_slice;
 use super::fused::{with_values, Units};
 use super::kernel_core::KernelCore;
 
-/// `s_u = g_u / ||v_u||`.
-fn scales(g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
-    g.iter().zip(inv_norms).map(|(g, i)| g * i).collect()
+/// The units of an output of `shape`, checked against the gains and inverse norms.
+fn units_of(shape: &Shape, g: &[f32], inv_norms: &[f32]) -> Result<Units> {
+    let units = Units::of(shape)?;
+    if g.len() != units.units || inv_norms.len() != units.units {
+        candle_core::bail!("weight norm: {} gains for {} units", g.len(), units.units);
+    }
+    Ok(units)
+}
+
+/// `x * s_u` per unit, with `s_u = g_u / ||v_u||`: the output from the kernel's, and
+/// `dL/dt` from `dL/dy`.
+fn scaled(units: &Units, x: &[f32], g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
+    let s: Vec<f32> = g.iter().zip(inv_norms).map(|(g, i)| g * i).collect();
+    units.map(x, &s, |x, s| x * s)
+}
+
+/// `dL/dg_u = Σ dL/dy * t / ||v_u||`, with `t` the kernel's output (with `v`).
+fn gain_gradient(units: &Units, dy: &[f32], t: &[f32], inv_norms: &[f32]) -> Vec<f32> {
+    let sums = units.sums2(dy, t, inv_norms, |dy, t, _| dy * t);
+    sums.iter().zip(inv_norms).map(|(s, i)| s * i).collect()
 }
 
 /// `dv -= (dg_u * g_u / ||v_u||^2) v_u` per unit row: the gradient through the norm.
@@ -56,12 +73,8 @@ impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
     ) -> Result<(CpuStorage, Shape)> {
         let (input, v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
         let shape = self.core.out_shape();
-        let units = Units::of(&shape)?;
-        if g.len() != units.units || self.inv_norms.len() != units.units {
-            candle_core::bail!("weight norm: {} gains for {} units", g.len(), units.units);
-        }
-        let t = self.core.forward(input, v);
-        let y = units.map(&t, &scales(g, &self.inv_norms), |t, s| t * s);
+        let units = units_of(&shape, g, &self.inv_norms)?;
+        let y = scaled(&units, &self.core.forward(input, v), g, &self.inv_norms);
         Ok((CpuStorage::F32(y), shape))
     }
 
@@ -81,7 +94,7 @@ impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
         let (dinput, dv, dg) = with_values(input, |input| {
             with_values(v, |vv| {
                 with_values(&dy, |dyv| {
-                    let dt = units.map(dyv, &scales(&gains, inv), |dy, s| dy * s);
+                    let dt = scaled(&units, dyv, &gains, inv);
                     // Σ dy t / ||v|| with t = y / s = y ||v|| / g; where a gain is 0
                     // (y = 0 there) t comes from the kernel again.
                     let dg: Vec<f32> = if gains.iter().all(|g| *g != 0.0) {
@@ -90,9 +103,7 @@ impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
                         })?;
                         sums.iter().zip(&gains).map(|(s, g)| s / g).collect()
                     } else {
-                        let t = self.core.forward(input, vv);
-                        let sums = units.sums2(dyv, &t, &gains, |dy, t, _| dy * t);
-                        sums.iter().zip(inv).map(|(s, i)| s * i).collect()
+                        gain_gradient(&units, dyv, &self.core.forward(input, vv), inv)
                     };
                     let (mut dv, dinput) = self.core.backward(input, vv, &dt, input_gradient);
                     add_norm_gradient(&mut dv, vv, &gains, &dg, inv);
@@ -137,11 +148,8 @@ impl CustomOp3 for ScaleByGain {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (t, g) = (f32_slice(s1, l1)?, f32_slice(s3, l3)?);
-        let units = Units::of(l1.shape())?;
-        if g.len() != units.units || self.inv_norms.len() != units.units {
-            candle_core::bail!("weight norm: {} gains for {} units", g.len(), units.units);
-        }
-        let out = units.map(t, &scales(g, &self.inv_norms), |t, s| t * s);
+        let units = units_of(l1.shape(), g, &self.inv_norms)?;
+        let out = scaled(&units, t, g, &self.inv_norms);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -158,14 +166,8 @@ impl CustomOp3 for ScaleByGain {
         let gains = g.to_vec1::<f32>()?;
         let (dt, dg) = with_values(t, |tv| {
             with_values(&dy, |dyv| {
-                let dt = units.map(dyv, &scales(&gains, &self.inv_norms), |dy, s| dy * s);
-                let dg: Vec<f32> = units
-                    .sums2(dyv, tv, &self.inv_norms, |dy, t, _| dy * t)
-                    .iter()
-                    .zip(&self.inv_norms)
-                    .map(|(sum, inv)| sum * inv)
-                    .collect();
-                Ok((dt, dg))
+                let dt = scaled(&units, dyv, &gains, &self.inv_norms);
+                Ok((dt, gain_gradient(&units, dyv, tv, &self.inv_norms)))
             })
         })?;
         let dv = with_values(v, |vv| {
