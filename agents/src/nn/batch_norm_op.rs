@@ -319,6 +319,14 @@ impl FeatureBackward<'_> {
     }
 }
 
+/// `d - mean_u(d)` per unit, given the per-unit sums of `d`: the gradient through a
+/// subtracted batch mean.
+fn centered(units: &Units, d: &[f32], sums: &[f32]) -> Vec<f32> {
+    let n = units.per_unit() as f32;
+    let means: Vec<f32> = sums.iter().map(|s| s / n).collect();
+    units.map(d, &means, |d, m| d - m)
+}
+
 /// Mean-only batch norm's forward, `y = t - mean_u`. With the batch's mean, the
 /// backward is that of a batch mean, `dt = dy - mean_u(dy)`; with the running mean (a
 /// constant), `dt = dy`.
@@ -344,11 +352,7 @@ impl CustomOp1 for SubtractUnitMean {
         }
         let grad = grad.contiguous()?;
         let units = Units::of(t.shape())?;
-        let n = units.per_unit() as f32;
-        let dt = with_values(&grad, |dy| {
-            let mean_dy: Vec<f32> = units.sums(dy).iter().map(|s| s / n).collect();
-            Ok(units.map(dy, &mean_dy, |dy, m| dy - m))
-        })?;
+        let dt = with_values(&grad, |dy| Ok(centered(&units, dy, &units.sums(dy))))?;
         Ok(Some(Tensor::from_vec(dt, t.shape(), t.device())?))
     }
 }
@@ -402,9 +406,7 @@ impl CustomOp2 for CenteredBiasRelu {
             if !self.batch_statistics {
                 return Ok((None, db));
             }
-            let n = units.per_unit() as f32;
-            let mean_d: Vec<f32> = db.iter().map(|s| s / n).collect();
-            Ok((Some(units.map(d, &mean_d, |d, m| d - m)), db))
+            Ok((Some(centered(&units, d, &db)), db))
         })?;
         let dt = match dt {
             Some(dt) => Tensor::from_vec(dt, t.shape(), t.device())?,
