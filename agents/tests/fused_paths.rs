@@ -41,6 +41,22 @@ fn forward_backward(
     (y, dx, grads)
 }
 
+/// Each fused result against its reference, by name: max relative error within
+/// `tolerance(name)`.
+fn assert_matches(
+    names: &[&str],
+    fused: &[Tensor],
+    reference: &[Tensor],
+    tolerance: impl Fn(&str) -> f32,
+    context: &str,
+) {
+    assert_eq!(names.len(), fused.len());
+    for ((name, a), b) in names.iter().zip(fused).zip(reference) {
+        let e = max_rel_err(a, b);
+        assert!(e <= tolerance(name), "{context} {name}: relative error {e}");
+    }
+}
+
 #[test]
 fn fused_batch_norm_matches_the_reference() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
@@ -98,18 +114,15 @@ fn fused_batch_norm_matches_the_reference() {
             "running mean",
             "running var",
         ];
-        for ((name, a), b) in names.iter().zip(&fused).zip(&reference) {
-            let e = max_rel_err(a, b);
-            let tolerance = if shape[0] == 1 && *name == "dx" {
+        let tolerance = |name: &str| {
+            if shape[0] == 1 && name == "dx" {
                 1e-4
             } else {
                 1e-5
-            };
-            assert!(
-                e <= tolerance,
-                "{shape:?} {mode:?} relu {relu} {name}: relative error {e}"
-            );
-        }
+            }
+        };
+        let context = format!("{shape:?} {mode:?} relu {relu}");
+        assert_matches(&names, &fused, &reference, tolerance, &context);
         if shape[0] == 1 && mode == Mode::Train {
             let dx: Vec<f32> = fused[1].flatten_all().unwrap().to_vec1().unwrap();
             assert!(
@@ -151,17 +164,9 @@ fn fused_layer_norm_matches_the_reference() {
             [y, dx, grad("l.ln.gamma"), grad("l.ln.beta")]
         };
         let (fused, reference) = (run(true), run(false));
-        for ((name, a), b) in ["output", "dx", "dgamma", "dbeta"]
-            .iter()
-            .zip(&fused)
-            .zip(&reference)
-        {
-            let e = max_rel_err(a, b);
-            assert!(
-                e <= 1e-5,
-                "{shape:?} relu {relu} {name}: relative error {e}"
-            );
-        }
+        let names = ["output", "dx", "dgamma", "dbeta"];
+        let context = format!("{shape:?} relu {relu}");
+        assert_matches(&names, &fused, &reference, |_| 1e-5, &context);
     }
 }
 
@@ -206,17 +211,9 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
             [y, dx, db, bn.running_mean().clone()]
         };
         let (fused, reference) = (run(true), run(false));
-        for ((name, a), b) in ["output", "dx", "dbias", "running mean"]
-            .iter()
-            .zip(&fused)
-            .zip(&reference)
-        {
-            let e = max_rel_err(a, b);
-            assert!(
-                e <= 1e-5,
-                "{shape:?} {mode:?} bias+relu {bias_relu} {name}: relative error {e}"
-            );
-        }
+        let names = ["output", "dx", "dbias", "running mean"];
+        let context = format!("{shape:?} {mode:?} bias+relu {bias_relu}");
+        assert_matches(&names, &fused, &reference, |_| 1e-5, &context);
     }
 }
 
