@@ -19,6 +19,7 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 use super::Loss;
 use crate::nn::dense::f32_slice;
+use crate::nn::fused::with_values;
 
 /// The mean TD loss of Q-values `q [B, A]` at the taken `actions` against `targets`
 /// (constants), differentiable with respect to `q`.
@@ -132,15 +133,17 @@ impl CustomOp1 for TdLoss {
     fn bwd(&self, q: &Tensor, _loss: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         let (b, a) = self.dims(q.shape())?;
         let scale = grad.to_scalar::<f32>()? / b.max(1) as f32;
-        let values = q.flatten_all()?.to_vec1::<f32>()?;
         let mut dq = vec![0f32; b * a];
-        for (i, d) in self.errors(&values, a).enumerate() {
-            let slope = match self.loss {
-                Loss::Mse => 2.0 * d,
-                Loss::Huber => d.clamp(-1.0, 1.0),
-            };
-            dq[i * a + self.actions[i]] = scale * slope;
-        }
+        with_values(q, |values| {
+            for (i, d) in self.errors(values, a).enumerate() {
+                let slope = match self.loss {
+                    Loss::Mse => 2.0 * d,
+                    Loss::Huber => d.clamp(-1.0, 1.0),
+                };
+                dq[i * a + self.actions[i]] = scale * slope;
+            }
+            Ok(())
+        })?;
         Ok(Some(Tensor::from_vec(dq, q.shape(), q.device())?))
     }
 }
