@@ -150,21 +150,25 @@ crate::avx2::dispatch! {
 }
 
 /// `Σ f(x_i, y_i)` over eight interleaved partial sums: independent additions that
-/// pipeline (one running sum waits on each addition), in a fixed order.
+/// pipeline (one running sum waits on each addition), in a fixed order. The sum is
+/// kept in `f`'s type (`f32`, or `f64` where precision matters).
 #[inline(always)]
-pub(crate) fn lane_sum(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut lanes = [0f32; 8];
+pub(crate) fn lane_sum<A>(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> A) -> A
+where
+    A: Copy + Default + std::ops::AddAssign + std::iter::Sum,
+{
+    let mut lanes = [A::default(); 8];
     let (cx, cy) = (x.chunks_exact(8), y.chunks_exact(8));
-    let tail: f32 = cx
-        .remainder()
-        .iter()
-        .zip(cy.remainder())
-        .map(|(&x, &y)| f(x, y))
-        .sum();
+    let mut tail = A::default();
+    for (&x, &y) in cx.remainder().iter().zip(cy.remainder()) {
+        tail += f(x, y);
+    }
     for (xs, ys) in cx.zip(cy) {
         for ((lane, &x), &y) in lanes.iter_mut().zip(xs).zip(ys) {
             *lane += f(x, y);
         }
     }
-    lanes.iter().sum::<f32>() + tail
+    let mut total: A = lanes.into_iter().sum();
+    total += tail;
+    total
 }

@@ -23,6 +23,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
 
 use super::{OptimizerConfig, OptimizerKind};
+use crate::nn::dense::lane_sum;
 use crate::nn::{Group, ParamStore};
 use crate::Metric;
 
@@ -115,19 +116,7 @@ crate::avx2::dispatch! {
     /// `sum(x^2)` in `f64`, over eight interleaved partial sums so that it vectorizes;
     /// the order of additions is fixed, so the result does not depend on the CPU.
     fn sum_of_squares(x: &[f32]) -> f64 {
-        let mut lanes = [0f64; 8];
-        let chunks = x.chunks_exact(8);
-        let tail: f64 = chunks
-            .remainder()
-            .iter()
-            .map(|&v| f64::from(v) * f64::from(v))
-            .sum();
-        for chunk in chunks {
-            for (lane, &v) in lanes.iter_mut().zip(chunk) {
-                *lane += f64::from(v) * f64::from(v);
-            }
-        }
-        lanes.iter().sum::<f64>() + tail
+        lane_sum(x, x, |v, _| f64::from(v) * f64::from(v))
     }
 }
 
