@@ -23,17 +23,7 @@ pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
         let mut sum = vec![0f64; units.units];
         let mut sq = vec![0f64; units.units];
         if units.inner == 1 {
-            // Features: row by row, each unit its own running sum.
-            let u = units.units;
-            let (sum, sq) = (&mut sum[..u], &mut sq[..u]);
-            for row in v.chunks_exact(u) {
-                let row = &row[..u];
-                for j in 0..u {
-                    let x = f64::from(row[j]);
-                    sum[j] += x;
-                    sq[j] += x * x;
-                }
-            }
+            feature_sums(v, &mut sum, &mut sq);
         } else {
             units.runs(|u, run| {
                 // Four partial sums each: independent additions pipeline.
@@ -62,6 +52,51 @@ pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
             .collect();
         Ok((mean.into_iter().map(|m| m as f32).collect(), var))
     })
+}
+
+crate::avx2::dispatch! {
+    /// Per-feature sums of `x` and `x^2` over the rows of `v` (`[B, units]`), each
+    /// feature its own running sum: the additions run across features in SIMD lanes.
+    fn feature_sums(v: &[f32], sum: &mut [f64], sq: &mut [f64]) {
+        let u = sum.len();
+        let (sum, sq) = (&mut sum[..u], &mut sq[..u]);
+        for row in v.chunks_exact(u) {
+            let row = &row[..u];
+            for j in 0..u {
+                let x = f64::from(row[j]);
+                sum[j] += x;
+                sq[j] += x * x;
+            }
+        }
+    }
+}
+
+crate::avx2::dispatch! {
+    /// `out = (t - mean) * scale + beta` per feature, row by row, and `max(out, 0)`
+    /// with `relu`, in the same pass.
+    fn normalize_features(
+        t: &[f32],
+        mean: &[f32],
+        scale: &[f32],
+        beta: &[f32],
+        relu: bool,
+        out: &mut [f32],
+    ) {
+        let u = mean.len();
+        let (m, scale, beta) = (&mean[..u], &scale[..u], &beta[..u]);
+        for (out, row) in out.chunks_exact_mut(u).zip(t.chunks_exact(u)) {
+            let (out, row) = (&mut out[..u], &row[..u]);
+            if relu {
+                for j in 0..u {
+                    out[j] = ((row[j] - m[j]) * scale[j] + beta[j]).max(0.0);
+                }
+            } else {
+                for j in 0..u {
+                    out[j] = (row[j] - m[j]) * scale[j] + beta[j];
+                }
+            }
+        }
+    }
 }
 
 /// `running = (1 - momentum) * running + momentum * factor * batch`, on the host (the
@@ -183,27 +218,23 @@ impl CustomOp3 for BatchNormOp {
             .zip(&self.inv_std)
             .map(|(g, s)| g * s)
             .collect();
-        let mut out = if units.inner == 1 {
-            // Features: the per-unit vectors read alongside each row (vectorizes).
-            let u = units.units;
-            let (m, scale, beta) = (&self.mean[..u], &scale[..u], &beta[..u]);
-            let mut out = vec![0f32; t.len()];
-            for (out, row) in out.chunks_exact_mut(u).zip(t.chunks_exact(u)) {
-                let (out, row) = (&mut out[..u], &row[..u]);
-                for j in 0..u {
-                    out[j] = (row[j] - m[j]) * scale[j] + beta[j];
-                }
+        let out = if units.inner == 1 {
+            if [self.mean.len(), scale.len(), beta.len()] != [units.units; 3] {
+                candle_core::bail!("batch norm: statistics do not fit {} units", units.units);
             }
+            let mut out = vec![0f32; t.len()];
+            normalize_features(t, &self.mean, &scale, beta, self.relu, &mut out);
             out
         } else {
             let per_unit: Vec<[f32; 3]> = (0..units.units)
                 .map(|u| [self.mean[u], scale[u], beta[u]])
                 .collect();
-            units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta)
+            let mut out = units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta);
+            if self.relu {
+                relu_in_place(&mut out);
+            }
+            out
         };
-        if self.relu {
-            relu_in_place(&mut out);
-        }
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -215,22 +246,35 @@ impl CustomOp3 for BatchNormOp {
         out: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let grad = gradient_through_relu(self.relu, out, grad)?;
         let units = Units::of(t.shape())?;
-        let n = units.per_unit() as f32;
-        let gamma_values = gamma.to_vec1::<f32>()?;
         let (m, s) = (&self.mean, &self.inv_std);
+        let gamma_values = gamma.to_vec1::<f32>()?;
+        if units.inner == 1 {
+            // Features: the ReLU's mask is applied inside the one backward pass.
+            let features = FeatureBackward {
+                gamma: &gamma_values,
+                mean: m,
+                inv_std: s,
+                batch_statistics: self.batch_statistics,
+            };
+            let (dt, dgamma, dbeta) = with_values(t, |x| {
+                with_values(&grad.contiguous()?, |dy| {
+                    if !self.relu {
+                        return Ok(feature_gradients(&features, x, dy, None));
+                    }
+                    with_values(out, |y| Ok(feature_gradients(&features, x, dy, Some(y))))
+                })
+            })?;
+            return Ok((
+                Some(Tensor::from_vec(dt, t.shape(), t.device())?),
+                Some(Tensor::from_vec(dgamma, gamma.shape(), gamma.device())?),
+                Some(Tensor::from_vec(dbeta, beta.shape(), beta.device())?),
+            ));
+        }
+        let grad = gradient_through_relu(self.relu, out, grad)?;
+        let n = units.per_unit() as f32;
         let (dt, dgamma, dbeta) = with_values(t, |x| {
             with_values(&grad, |dy| {
-                if units.inner == 1 {
-                    let features = FeatureBackward {
-                        gamma: &gamma_values,
-                        mean: m,
-                        inv_std: s,
-                        batch_statistics: self.batch_statistics,
-                    };
-                    return Ok(features.gradients(x, dy));
-                }
                 let stats: Vec<(f32, f32)> = m.iter().copied().zip(s.iter().copied()).collect();
                 let sum_dy = units.sums(dy);
                 let sum_dy_xhat = units.sums2(x, dy, &stats, |x, dy, (m, s)| dy * (x - m) * s);
@@ -275,28 +319,55 @@ struct FeatureBackward<'a> {
     batch_statistics: bool,
 }
 
+crate::avx2::dispatch! {
+    /// `(dt, dgamma, dbeta)` from the layer input `x` and the output gradient `dy`;
+    /// with `relu_out` (the op's output when a ReLU ends it), `dy` only where it is > 0.
+    fn feature_gradients(
+        fb: &FeatureBackward<'_>,
+        x: &[f32],
+        dy: &[f32],
+        relu_out: Option<&[f32]>,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        fb.gradients(x, dy, relu_out)
+    }
+}
+
 impl FeatureBackward<'_> {
-    /// `(dt, dgamma, dbeta)` from the layer input `x` and the output gradient `dy`.
-    fn gradients(&self, x: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    #[inline(always)]
+    fn gradients(
+        &self,
+        x: &[f32],
+        dy: &[f32],
+        relu_out: Option<&[f32]>,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let units = self.gamma.len();
         let (m, s) = (&self.mean[..units], &self.inv_std[..units]);
         let rows = x.len() / units.max(1);
+        // dt holds the gradient below the ReLU first, then is rewritten in place.
+        let mut dt = match relu_out {
+            Some(y) => y
+                .iter()
+                .zip(dy)
+                .map(|(y, d)| if *y > 0.0 { *d } else { 0.0 })
+                .collect(),
+            None => dy.to_vec(),
+        };
         let (mut sum_dy, mut sum_dy_xhat) = (vec![0f32; units], vec![0f32; units]);
         let (sum_dy_u, sum_dy_xhat_u) = (&mut sum_dy[..units], &mut sum_dy_xhat[..units]);
-        for (x, dy) in x.chunks_exact(units).zip(dy.chunks_exact(units)) {
-            let (x, dy) = (&x[..units], &dy[..units]);
+        for (x, d) in x.chunks_exact(units).zip(dt.chunks_exact(units)) {
+            let (x, d) = (&x[..units], &d[..units]);
             for u in 0..units {
-                sum_dy_u[u] += dy[u];
-                sum_dy_xhat_u[u] += dy[u] * (x[u] - m[u]) * s[u];
+                sum_dy_u[u] += d[u];
+                sum_dy_xhat_u[u] += d[u] * (x[u] - m[u]) * s[u];
             }
         }
         let k: Vec<f32> = self.gamma.iter().zip(s).map(|(g, s)| g * s).collect();
         let k = &k[..units];
-        let mut dt = vec![0f32; x.len()];
         if !self.batch_statistics {
-            for (dt, dy) in dt.chunks_exact_mut(units).zip(dy.chunks_exact(units)) {
+            for dt in dt.chunks_exact_mut(units) {
+                let dt = &mut dt[..units];
                 for u in 0..units {
-                    dt[u] = k[u] * dy[u];
+                    dt[u] *= k[u];
                 }
             }
             return (dt, sum_dy_xhat, sum_dy);
@@ -305,14 +376,10 @@ impl FeatureBackward<'_> {
         let mean_dy: Vec<f32> = sum_dy.iter().map(|v| v / n).collect();
         let mean_dy_xhat: Vec<f32> = sum_dy_xhat.iter().map(|v| v / n).collect();
         let (mean_dy, mean_dy_xhat) = (&mean_dy[..units], &mean_dy_xhat[..units]);
-        for ((dt, x), dy) in dt
-            .chunks_exact_mut(units)
-            .zip(x.chunks_exact(units))
-            .zip(dy.chunks_exact(units))
-        {
-            let (dt, x, dy) = (&mut dt[..units], &x[..units], &dy[..units]);
+        for (dt, x) in dt.chunks_exact_mut(units).zip(x.chunks_exact(units)) {
+            let (dt, x) = (&mut dt[..units], &x[..units]);
             for u in 0..units {
-                dt[u] = k[u] * (dy[u] - mean_dy[u] - (x[u] - m[u]) * s[u] * mean_dy_xhat[u]);
+                dt[u] = k[u] * (dt[u] - mean_dy[u] - (x[u] - m[u]) * s[u] * mean_dy_xhat[u]);
             }
         }
         (dt, sum_dy_xhat, sum_dy)
