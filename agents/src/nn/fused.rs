@@ -89,7 +89,7 @@ impl Units {
     }
 
     /// Calls `f(unit, run)` for each run of one unit's indices, in memory order.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn runs(&self, mut f: impl FnMut(usize, std::ops::Range<usize>)) {
         for o in 0..self.outer {
             for u in 0..self.units {

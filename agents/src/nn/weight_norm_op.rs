@@ -14,7 +14,7 @@
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
-use super::dense::f32_slice;
+use super::dense::{f32_slice, lane_sum};
 use super::fused::{with_values, Units};
 use super::kernel_core::KernelCore;
 
@@ -27,11 +27,59 @@ fn units_of(shape: &Shape, g: &[f32], inv_norms: &[f32]) -> Result<Units> {
     Ok(units)
 }
 
-/// `x * s_u` per unit, with `s_u = g_u / ||v_u||`: the output from the kernel's, and
-/// `dL/dt` from `dL/dy`.
+/// `s_u = g_u / ||v_u||`, the factor by which weight norm scales unit `u`'s output.
+fn unit_scales(g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
+    g.iter().zip(inv_norms).map(|(g, i)| g * i).collect()
+}
+
+crate::avx2::dispatch! {
+    /// `x *= s_u` per unit, in place: the kernel's output becomes the layer's.
+    fn scale_in_place(units: Units, x: &mut [f32], s: &[f32]) {
+        if units.inner == 1 {
+            let n = s.len();
+            for row in x.chunks_exact_mut(n) {
+                for (x, s) in row.iter_mut().zip(s) {
+                    *x *= s;
+                }
+            }
+        } else {
+            units.runs(|u, run| x[run].iter_mut().for_each(|x| *x *= s[u]));
+        }
+    }
+}
+
+crate::avx2::dispatch! {
+    /// `(dL/dt, Σ_u dL/dy * y)` in one pass: `dL/dt = dL/dy * s_u`, and the per-unit
+    /// sums of `dL/dy * y`, from which `dL/dg` follows.
+    fn scaled_gradient(units: Units, dy: &[f32], y: &[f32], s: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let mut dt = vec![0f32; dy.len()];
+        let mut sums = vec![0f32; s.len()];
+        if units.inner == 1 {
+            let n = s.len();
+            let rows = dt.chunks_exact_mut(n).zip(dy.chunks_exact(n)).zip(y.chunks_exact(n));
+            for ((dt, dy), y) in rows {
+                let (dt, dy, y, sums) = (&mut dt[..n], &dy[..n], &y[..n], &mut sums[..n]);
+                for u in 0..n {
+                    dt[u] = dy[u] * s[u];
+                    sums[u] += dy[u] * y[u];
+                }
+            }
+        } else {
+            units.runs(|u, run| {
+                let (dy, y) = (&dy[run.clone()], &y[run.clone()]);
+                dt[run].iter_mut().zip(dy).for_each(|(dt, dy)| *dt = dy * s[u]);
+                sums[u] += lane_sum(dy, y, |dy, y| dy * y);
+            });
+        }
+        (dt, sums)
+    }
+}
+
+/// `x * s_u` per unit: the output from the kernel's, and `dL/dt` from `dL/dy`.
 fn scaled(units: &Units, x: &[f32], g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
-    let s: Vec<f32> = g.iter().zip(inv_norms).map(|(g, i)| g * i).collect();
-    units.map(x, &s, |x, s| x * s)
+    let mut out = x.to_vec();
+    scale_in_place(*units, &mut out, &unit_scales(g, inv_norms));
+    out
 }
 
 /// `dL/dg_u = Σ dL/dy * t / ||v_u||`, with `t` the kernel's output (with `v`).
@@ -40,13 +88,15 @@ fn gain_gradient(units: &Units, dy: &[f32], t: &[f32], inv_norms: &[f32]) -> Vec
     sums.iter().zip(inv_norms).map(|(s, i)| s * i).collect()
 }
 
-/// `dv -= (dg_u * g_u / ||v_u||^2) v_u` per unit row: the gradient through the norm.
-fn add_norm_gradient(dv: &mut [f32], v: &[f32], g: &[f32], dg: &[f32], inv_norms: &[f32]) {
-    let n = v.len() / g.len().max(1);
-    for (u, (d_row, row)) in dv.chunks_exact_mut(n).zip(v.chunks_exact(n)).enumerate() {
-        let c = dg[u] * g[u] * inv_norms[u] * inv_norms[u];
-        for (d, v) in d_row.iter_mut().zip(row) {
-            *d -= c * v;
+crate::avx2::dispatch! {
+    /// `dv -= (dg_u * g_u / ||v_u||^2) v_u` per unit row: the gradient through the norm.
+    fn add_norm_gradient(dv: &mut [f32], v: &[f32], g: &[f32], dg: &[f32], inv_norms: &[f32]) {
+        let n = v.len() / g.len().max(1);
+        for (u, (d_row, row)) in dv.chunks_exact_mut(n).zip(v.chunks_exact(n)).enumerate() {
+            let c = dg[u] * g[u] * inv_norms[u] * inv_norms[u];
+            for (d, v) in d_row.iter_mut().zip(row) {
+                *d -= c * v;
+            }
         }
     }
 }
@@ -74,7 +124,8 @@ impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
         let (input, v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
         let shape = self.core.out_shape();
         let units = units_of(&shape, g, &self.inv_norms)?;
-        let y = scaled(&units, &self.core.forward(input, v), g, &self.inv_norms);
+        let mut y = self.core.forward(input, v);
+        scale_in_place(units, &mut y, &unit_scales(g, &self.inv_norms));
         Ok((CpuStorage::F32(y), shape))
     }
 
@@ -88,26 +139,26 @@ impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let dy = dy.contiguous()?;
         let units = Units::of(y.shape())?;
-        let gains = g.to_vec1::<f32>()?;
         let inv = &self.inv_norms;
         let input_gradient = input.track_op();
-        let (dinput, dv, dg) = with_values(input, |input| {
-            with_values(v, |vv| {
-                with_values(&dy, |dyv| {
-                    let dt = scaled(&units, dyv, &gains, inv);
-                    // Σ dy t / ||v|| with t = y / s = y ||v|| / g; where a gain is 0
-                    // (y = 0 there) t comes from the kernel again.
-                    let dg: Vec<f32> = if gains.iter().all(|g| *g != 0.0) {
-                        let sums = with_values(y, |yv| {
-                            Ok(units.sums2(dyv, yv, &gains, |dy, y, _| dy * y))
-                        })?;
-                        sums.iter().zip(&gains).map(|(s, g)| s / g).collect()
-                    } else {
-                        gain_gradient(&units, dyv, &self.core.forward(input, vv), inv)
-                    };
-                    let (mut dv, dinput) = self.core.backward(input, vv, &dt, input_gradient);
-                    add_norm_gradient(&mut dv, vv, &gains, &dg, inv);
-                    Ok((dinput, dv, dg))
+        let (dinput, dv, dg) = with_values(g, |gains| {
+            let s = unit_scales(gains, inv);
+            with_values(input, |input| {
+                with_values(v, |vv| {
+                    with_values(&dy, |dyv| {
+                        let (dt, sums) =
+                            with_values(y, |yv| Ok(scaled_gradient(units, dyv, yv, &s)))?;
+                        // Σ dy t / ||v|| with t = y / s = y ||v|| / g; where a gain is 0
+                        // (y = 0 there) t comes from the kernel again.
+                        let dg: Vec<f32> = if gains.iter().all(|g| *g != 0.0) {
+                            sums.iter().zip(gains).map(|(s, g)| s / g).collect()
+                        } else {
+                            gain_gradient(&units, dyv, &self.core.forward(input, vv), inv)
+                        };
+                        let (mut dv, dinput) = self.core.backward(input, vv, &dt, input_gradient);
+                        add_norm_gradient(&mut dv, vv, gains, &dg, inv);
+                        Ok((dinput, dv, dg))
+                    })
                 })
             })
         })?;
