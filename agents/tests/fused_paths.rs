@@ -304,7 +304,9 @@ fn weight_norm_output_scaling_equals_the_unfused_reference() {
     // Data input (the first layer) and an input that needs its gradient; and a gain of
     // exactly 0, whose dL/dg cannot come from the scaled output.
     let cases = [(false, false), (true, false), (false, true)];
-    for ((kernel, x_shape), (x_is_variable, zero_gain)) in [linear(), conv()]
+    // A batch whose output outgrows the weight, so that `apply` forms `w`.
+    let large_batch = (linear().0, vec![1000, 7]);
+    for ((kernel, x_shape), (x_is_variable, zero_gain)) in [linear(), conv(), large_batch]
         .into_iter()
         .flat_map(|k| cases.map(|c| (k.clone(), c)))
     {
@@ -329,13 +331,14 @@ fn weight_norm_output_scaling_equals_the_unfused_reference() {
         };
         let params = ["l.v", "l.g"].map(|n| store.get(n).unwrap().var.as_tensor().clone());
         let mut results = vec![];
-        for fused in [true, false] {
-            let y = if fused {
-                wn.apply(&x_in).unwrap()
-            } else {
-                kernel
+        // The reference last; `apply` scales outputs or forms `w`, whichever is smaller.
+        for path in ["output scaled", "apply", "reference"] {
+            let y = match path {
+                "output scaled" => wn.apply_output_scaled(&x_in).unwrap(),
+                "apply" => wn.apply(&x_in).unwrap(),
+                _ => kernel
                     .apply_reference(&x_in, &wn.weight_reference().unwrap())
-                    .unwrap()
+                    .unwrap(),
             };
             let grads = loss_of(&y, &mut InitRng::new(6)).backward().unwrap();
             let grad = |t: &Tensor| grads.get(t).cloned();
@@ -347,7 +350,11 @@ fn weight_norm_output_scaling_equals_the_unfused_reference() {
             ]);
         }
         let names = ["output", "dL/dv", "dL/dg", "dL/dx"];
-        for ((name, a), b) in names.iter().zip(&results[0]).zip(&results[1]) {
+        let (reference, fused) = results.split_last().unwrap();
+        let pairs = fused
+            .iter()
+            .flat_map(|f| names.iter().zip(f).zip(reference));
+        for ((name, a), b) in pairs {
             match (a, b) {
                 (Some(a), Some(b)) => {
                     let e = rel_err(a, b);

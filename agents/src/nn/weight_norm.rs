@@ -36,6 +36,10 @@ use super::linear_op::LinearCore;
 use super::weight_norm_op::{NormedKernel, ScaleByGain};
 use super::{Group, Kernel, ParamStore};
 
+/// How many more values than the weight an output must have before forming `w` (one
+/// more graph node, about a microsecond) pays for the per-output scaling it saves.
+pub const FORM_WEIGHT_MARGIN: usize = 4096;
+
 pub struct WeightNorm {
     kernel: Kernel,
     pub(crate) v: Var,
@@ -107,12 +111,42 @@ impl WeightNorm {
     }
 
     /// The layer's kernel applied with `w` to `x`, differentiable. On the CPU `w` is
-    /// never formed: the kernel runs with `v` and each unit's output is scaled by
-    /// `g / ||v||`, in one op with the kernel where the kernel has a fused op.
+    /// formed only where the output is larger than the weight by [`FORM_WEIGHT_MARGIN`]
+    /// values (a convolution's feature maps, a large batch): that is then the smaller
+    /// pass, forward and backward. Elsewhere it is never formed
+    /// ([`Self::apply_output_scaled`]), which saves a graph node.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        if !self.v.device().is_cpu() {
+        let forms_weight = match self.output_len(x) {
+            Some(out_len) => out_len >= self.v.elem_count() + FORM_WEIGHT_MARGIN,
+            None => false,
+        };
+        if !self.v.device().is_cpu() || forms_weight {
             return self.kernel.apply(x, &self.weight()?);
         }
+        self.apply_output_scaled(x)
+    }
+
+    /// Values of the kernel's output on `x`, if `x` has the kernel's rank.
+    fn output_len(&self, x: &Tensor) -> Option<usize> {
+        let dims = x.dims();
+        let rank = match self.kernel {
+            Kernel::Linear { .. } => 2,
+            Kernel::Conv2d { .. } => 4,
+        };
+        (dims.len() == rank).then(|| {
+            dims[0]
+                * self
+                    .kernel
+                    .output_shape(&dims[1..])
+                    .iter()
+                    .product::<usize>()
+        })
+    }
+
+    /// [`Self::apply`] without forming `w`: the kernel runs with `v` and each unit's
+    /// output is scaled by `g / ||v||`, in one op with the kernel where the kernel has
+    /// a fused op. CPU only.
+    pub fn apply_output_scaled(&self, x: &Tensor) -> Result<Tensor> {
         let (v, g) = (self.v.as_tensor(), self.g.as_tensor());
         let units = self.kernel.units();
         let inv_norms = with_values(v, |v| Ok(inverse_norms(v, units)))?;

@@ -43,7 +43,14 @@ crate::avx2::dispatch! {
                 }
             }
         } else {
-            units.runs(|u, run| x[run].iter_mut().for_each(|x| *x *= s[u]));
+            // Runs of `inner` values per unit; a closure here would stay outside the
+            // AVX2 copy.
+            let block = units.units * units.inner;
+            for x in x.chunks_exact_mut(block) {
+                for (x, s) in x.chunks_exact_mut(units.inner).zip(s) {
+                    x.iter_mut().for_each(|x| *x *= s);
+                }
+            }
         }
     }
 }
@@ -65,11 +72,17 @@ crate::avx2::dispatch! {
                 }
             }
         } else {
-            units.runs(|u, run| {
-                let (dy, y) = (&dy[run.clone()], &y[run.clone()]);
-                dt[run].iter_mut().zip(dy).for_each(|(dt, dy)| *dt = dy * s[u]);
-                sums[u] += lane_sum(dy, y, |dy, y| dy * y);
-            });
+            let (block, inner) = (units.units * units.inner, units.inner);
+            let blocks = dt.chunks_exact_mut(block).zip(dy.chunks_exact(block));
+            for ((dt, dy), y) in blocks.zip(y.chunks_exact(block)) {
+                let runs = dt.chunks_exact_mut(inner).zip(dy.chunks_exact(inner));
+                for (u, ((dt, dy), y)) in runs.zip(y.chunks_exact(inner)).enumerate() {
+                    for (dt, dy) in dt.iter_mut().zip(dy) {
+                        *dt = dy * s[u];
+                    }
+                    sums[u] += lane_sum(dy, y, |dy, y| dy * y);
+                }
+            }
         }
         (dt, sums)
     }
