@@ -72,30 +72,28 @@ crate::avx2::dispatch! {
 }
 
 crate::avx2::dispatch! {
-    /// `out = (t - mean) * scale + beta` per feature, row by row, and `max(out, 0)`
-    /// with `relu`, in the same pass.
+    /// `(t - mean) * scale + beta` per feature, row by row, and `max(·, 0)` with
+    /// `relu`, in the same pass (into a buffer that is written once, not zeroed first).
     fn normalize_features(
         t: &[f32],
         mean: &[f32],
         scale: &[f32],
         beta: &[f32],
         relu: bool,
-        out: &mut [f32],
-    ) {
+    ) -> Vec<f32> {
         let u = mean.len();
         let (m, scale, beta) = (&mean[..u], &scale[..u], &beta[..u]);
-        for (out, row) in out.chunks_exact_mut(u).zip(t.chunks_exact(u)) {
-            let (out, row) = (&mut out[..u], &row[..u]);
+        let mut out = Vec::with_capacity(t.len());
+        for row in t.chunks_exact(u) {
+            let values = row.iter().zip(m).zip(scale).zip(beta);
+            let normalized = values.map(|(((x, m), s), b)| (x - m) * s + b);
             if relu {
-                for j in 0..u {
-                    out[j] = ((row[j] - m[j]) * scale[j] + beta[j]).max(0.0);
-                }
+                out.extend(normalized.map(|y| y.max(0.0)));
             } else {
-                for j in 0..u {
-                    out[j] = (row[j] - m[j]) * scale[j] + beta[j];
-                }
+                out.extend(normalized);
             }
         }
+        out
     }
 }
 
@@ -222,9 +220,7 @@ impl CustomOp3 for BatchNormOp {
             if [self.mean.len(), scale.len(), beta.len()] != [units.units; 3] {
                 candle_core::bail!("batch norm: statistics do not fit {} units", units.units);
             }
-            let mut out = vec![0f32; t.len()];
-            normalize_features(t, &self.mean, &scale, beta, self.relu, &mut out);
-            out
+            normalize_features(t, &self.mean, &scale, beta, self.relu)
         } else {
             let per_unit: Vec<[f32; 3]> = (0..units.units)
                 .map(|u| [self.mean[u], scale[u], beta[u]])
