@@ -8,8 +8,8 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
-    BatchNorm, Kernel, LayerNorm, MeanOnlyBn, Mode, NormKind, ParamStore, QNetwork, QNetworkConfig,
-    WeightNorm,
+    BatchNorm, Group, Kernel, LayerNorm, MeanOnlyBn, Mode, NormKind, ParamStore, QNetwork,
+    QNetworkConfig, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use rand::{Rng, SeedableRng};
@@ -215,6 +215,43 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
         let context = format!("{shape:?} {mode:?} bias+relu {bias_relu}");
         assert_matches(&names, &fused, &reference, |_| 1e-5, &context);
     }
+}
+
+#[test]
+fn fused_optimizer_flushes_state_that_would_turn_subnormal() {
+    // One gradient of 1, then none: Adam's m decays by 0.9 a step, from 0.1 to
+    // 0.1 * 0.9^850 ~ 1e-40 (subnormal) in IEEE arithmetic; the fused loop sets it to 0
+    // once below 1e-36, and the tensor reference keeps the subnormal.
+    let mut m_after = vec![];
+    for fused in [true, false] {
+        let mut store = ParamStore::new(DEV);
+        let x = store
+            .add("x", Tensor::new(&[0.5f32], &DEV).unwrap(), Group::Weight)
+            .unwrap();
+        let cfg = OptimizerConfig {
+            max_grad_norm: 0.0,
+            ..Default::default()
+        };
+        let mut opt = if fused {
+            Optimizer::new(&store, &cfg, 1.0)
+        } else {
+            Optimizer::reference(&store, &cfg, 1.0).unwrap()
+        };
+        for step in 0..850 {
+            // A slope tensor: candle drops the gradient of a product with the scalar 0.
+            let slope = Tensor::new(&[if step == 0 { 1f32 } else { 0.0 }], &DEV).unwrap();
+            let loss = x.as_tensor().mul(&slope).unwrap().sum_all().unwrap();
+            opt.step(&loss.backward().unwrap()).unwrap();
+        }
+        let state = opt.state_tensors().unwrap();
+        m_after.push(state["x.state0"].to_vec1::<f32>().unwrap()[0]);
+    }
+    assert_eq!(m_after[0], 0.0, "fused m");
+    assert!(
+        m_after[1] > 0.0 && m_after[1] < f32::MIN_POSITIVE,
+        "reference m {}",
+        m_after[1]
+    );
 }
 
 #[test]

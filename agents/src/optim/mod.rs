@@ -3,7 +3,8 @@
 //!
 //! On the CPU one fused loop updates each variable in place from its gradient; on
 //! other devices the same arithmetic runs as tensor ops (also kept as the reference
-//! the fused loop is tested against).
+//! the fused loop is tested against). The fused loop sets state values below 1e-36 to
+//! 0 rather than let them decay through the CPU's slow subnormal range.
 
 mod config;
 mod optimizer;

@@ -76,6 +76,23 @@ crate::avx2::dispatch! {
     }
 }
 
+/// Below this, a state value (a moment estimate, a running average of squares) is set
+/// to 0. A weight whose gradient stops (an input that stays 0, a dead unit) has its
+/// state decay geometrically through the subnormal range, where every operation costs
+/// tens of times more: measured, a tenth of MinAtar Breakout's training time. Flushed
+/// there, the state moves a weight by at most `lr * 1e-36 / eps` per step.
+const STATE_FLUSH: f32 = 1e-36;
+
+/// `x`, or 0 where `|x| <` [`STATE_FLUSH`].
+#[inline(always)]
+fn flushed(x: f32) -> f32 {
+    if x.abs() < STATE_FLUSH {
+        0.0
+    } else {
+        x
+    }
+}
+
 impl Coefficients {
     #[inline(always)]
     fn update_values(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
@@ -89,8 +106,8 @@ impl Coefficients {
                 let inv_bias2_sqrt = 1.0 / self.bias2_sqrt;
                 for ((p, &g), (m, v)) in values {
                     let g = g * self.grad_scale;
-                    *m = b1 * *m + (1.0 - b1) * g;
-                    *v = b2 * *v + (1.0 - b2) * g * g;
+                    *m = flushed(b1 * *m + (1.0 - b1) * g);
+                    *v = flushed(b2 * *v + (1.0 - b2) * g * g);
                     *p -= step * *m / (v.sqrt() * inv_bias2_sqrt + self.eps);
                 }
             }
@@ -98,9 +115,9 @@ impl Coefficients {
                 let alpha = self.alpha;
                 for ((p, &g), (sq, ga)) in values {
                     let g = g * self.grad_scale;
-                    *sq = alpha * *sq + (1.0 - alpha) * g * g;
+                    *sq = flushed(alpha * *sq + (1.0 - alpha) * g * g);
                     let var = if self.centered {
-                        *ga = alpha * *ga + (1.0 - alpha) * g;
+                        *ga = flushed(alpha * *ga + (1.0 - alpha) * g);
                         *sq - *ga * *ga
                     } else {
                         *sq
