@@ -1,23 +1,32 @@
 //! A small agent actually learns: DQN on CartPole with `none` and with `weight_norm`
 //! reaches a mean evaluation return of at least 400 within 50,000 environment steps
-//! (seed 2 of `configs/cartpole.toml`).
+//! (`configs/cartpole.toml`) with two of seeds 1, 2 and 3.
+//!
+//! Two of three, because DQN on CartPole varies from seed to seed (about one seed in
+//! four stays below 400 within 50,000 steps, measured): with one seed, a change of
+//! rounding anywhere (the order of a sum) can flip the test, while a learner that is
+//! broken misses on every seed.
 
 use std::path::Path;
 
 use normrl::config::TrainConfig;
 use normrl::train::Trainer;
 
-fn best_eval(norm: &str) -> (f64, Vec<(u64, f64)>) {
+const SEEDS: [u64; 3] = [1, 2, 3];
+const TARGET: f64 = 400.0;
+
+fn best_eval(norm: &str, seed: u64) -> (f64, Vec<(u64, f64)>) {
     let overrides = vec![
         format!("norm.kind={norm}"),
-        "run.seed=2".to_string(),
+        format!("run.seed={seed}"),
         "logging.progress=false".to_string(),
         "checkpoint.interval=0".to_string(),
         "checkpoint.replay=false".to_string(),
     ];
     let config = TrainConfig::load(Path::new("configs/cartpole.toml"), &overrides).unwrap();
     assert_eq!(config.run.total_steps, 50_000);
-    let dir = std::env::temp_dir().join(format!("normrl-learn-{norm}-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("normrl-learn-{norm}-{seed}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let summary = Trainer::new(config, &dir)
         .unwrap()
@@ -33,20 +42,29 @@ fn best_eval(norm: &str) -> (f64, Vec<(u64, f64)>) {
     (best, summary.eval_curve)
 }
 
+/// Runs the seeds until two reach [`TARGET`] (or two cannot), and says which did.
+fn assert_learns(norm: &str) {
+    let mut runs = vec![];
+    for seed in SEEDS {
+        let (best, curve) = best_eval(norm, seed);
+        runs.push((seed, best, curve));
+        let reached = runs.iter().filter(|r| r.1 >= TARGET).count();
+        if reached >= 2 {
+            return;
+        }
+        if runs.len() - reached > SEEDS.len() - 2 {
+            break;
+        }
+    }
+    panic!("{norm}: fewer than two of seeds {SEEDS:?} reached a mean evaluation return of {TARGET}: (seed, best, curve) {runs:?}");
+}
+
 #[test]
 fn cartpole_learns_with_no_normalization() {
-    let (best, curve) = best_eval("none");
-    assert!(
-        best >= 400.0,
-        "best mean evaluation return {best}: {curve:?}"
-    );
+    assert_learns("none");
 }
 
 #[test]
 fn cartpole_learns_with_weight_norm() {
-    let (best, curve) = best_eval("weight_norm");
-    assert!(
-        best >= 400.0,
-        "best mean evaluation return {best}: {curve:?}"
-    );
+    assert_learns("weight_norm");
 }
