@@ -38,7 +38,7 @@ use super::{Group, Kernel, ParamStore};
 
 /// How many more values than the weight an output must have before forming `w` (one
 /// more graph node, about a microsecond) pays for the per-output scaling it saves.
-pub const FORM_WEIGHT_MARGIN: usize = 4096;
+const FORM_WEIGHT_MARGIN: usize = 4096;
 
 pub struct WeightNorm {
     kernel: Kernel,
@@ -111,9 +111,9 @@ impl WeightNorm {
     }
 
     /// The layer's kernel applied with `w` to `x`, differentiable. On the CPU `w` is
-    /// formed only where the output is larger than the weight by [`FORM_WEIGHT_MARGIN`]
-    /// values (a convolution's feature maps, a large batch): that is then the smaller
-    /// pass, forward and backward. Elsewhere it is never formed
+    /// formed only where the output has at least 4,096 values more than the weight (a
+    /// convolution's feature maps, a large batch): that is then the smaller pass,
+    /// forward and backward. Elsewhere it is never formed
     /// ([`Self::apply_output_scaled`]), which saves a graph node.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let forms_weight = match self.output_len(x) {
