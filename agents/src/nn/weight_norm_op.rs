@@ -88,16 +88,13 @@ crate::avx2::dispatch! {
     }
 }
 
-/// `x * s_u` per unit: the output from the kernel's, and `dL/dt` from `dL/dy`.
-fn scaled(units: &Units, x: &[f32], g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
-    let mut out = x.to_vec();
-    scale_in_place(*units, &mut out, &unit_scales(g, inv_norms));
-    out
-}
-
 /// `dL/dg_u = Σ dL/dy * t / ||v_u||`, with `t` the kernel's output (with `v`).
 fn gain_gradient(units: &Units, dy: &[f32], t: &[f32], inv_norms: &[f32]) -> Vec<f32> {
-    let sums = units.sums2(dy, t, inv_norms, |dy, t, _| dy * t);
+    gain_gradient_from_sums(&units.sums2(dy, t, inv_norms, |dy, t, _| dy * t), inv_norms)
+}
+
+/// `dL/dg_u` from the per-unit sums `Σ dL/dy * t`.
+fn gain_gradient_from_sums(sums: &[f32], inv_norms: &[f32]) -> Vec<f32> {
     sums.iter().zip(inv_norms).map(|(s, i)| s * i).collect()
 }
 
@@ -213,7 +210,8 @@ impl CustomOp3 for ScaleByGain {
     ) -> Result<(CpuStorage, Shape)> {
         let (t, g) = (f32_slice(s1, l1)?, f32_slice(s3, l3)?);
         let units = units_of(l1.shape(), g, &self.inv_norms)?;
-        let out = scaled(&units, t, g, &self.inv_norms);
+        let mut out = t.to_vec();
+        scale_in_place(units, &mut out, &unit_scales(g, &self.inv_norms));
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -228,12 +226,11 @@ impl CustomOp3 for ScaleByGain {
         let dy = dy.contiguous()?;
         let units = Units::of(t.shape())?;
         let gains = g.to_vec1::<f32>()?;
-        let (dt, dg) = with_values(t, |tv| {
-            with_values(&dy, |dyv| {
-                let dt = scaled(&units, dyv, &gains, &self.inv_norms);
-                Ok((dt, gain_gradient(&units, dyv, tv, &self.inv_norms)))
-            })
+        let s = unit_scales(&gains, &self.inv_norms);
+        let (dt, sums) = with_values(t, |tv| {
+            with_values(&dy, |dyv| Ok(scaled_gradient(units, dyv, tv, &s)))
         })?;
+        let dg = gain_gradient_from_sums(&sums, &self.inv_norms);
         let dv = with_values(v, |vv| {
             let mut dv = vec![0f32; vv.len()];
             add_norm_gradient(&mut dv, vv, &gains, &dg, &self.inv_norms);
