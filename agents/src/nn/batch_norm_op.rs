@@ -243,46 +243,74 @@ impl CustomOp3 for BatchNormOp {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let units = Units::of(t.shape())?;
-        let (m, s) = (&self.mean, &self.inv_std);
         let gamma_values = gamma.to_vec1::<f32>()?;
-        if units.inner == 1 {
-            // Features: the ReLU's mask is applied inside the one backward pass.
-            let features = FeatureBackward {
-                gamma: &gamma_values,
-                mean: m,
-                inv_std: s,
-                batch_statistics: self.batch_statistics,
-            };
-            let (dt, dgamma, dbeta) = with_values(t, |x| {
-                with_values(&grad.contiguous()?, |dy| {
-                    if !self.relu {
-                        return Ok(feature_gradients(&features, x, dy, None));
-                    }
-                    with_values(out, |y| Ok(feature_gradients(&features, x, dy, Some(y))))
-                })
-            })?;
-            return Ok((
-                Some(Tensor::from_vec(dt, t.shape(), t.device())?),
-                Some(Tensor::from_vec(dgamma, gamma.shape(), gamma.device())?),
-                Some(Tensor::from_vec(dbeta, beta.shape(), beta.device())?),
-            ));
-        }
+        let (dt, dgamma, dbeta) = if units.inner == 1 {
+            self.gradients_over_features(t, &gamma_values, out, grad)?
+        } else {
+            self.gradients_over_channels(&units, t, &gamma_values, out, grad)?
+        };
+        Ok((
+            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
+            Some(Tensor::from_vec(dgamma, gamma.shape(), gamma.device())?),
+            Some(Tensor::from_vec(dbeta, beta.shape(), beta.device())?),
+        ))
+    }
+}
+
+type Gradients = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+impl BatchNormOp {
+    /// `(dt, dgamma, dbeta)` over features (`[B, units]`), the ReLU's mask applied
+    /// inside the one backward pass.
+    fn gradients_over_features(
+        &self,
+        t: &Tensor,
+        gamma: &[f32],
+        out: &Tensor,
+        grad: &Tensor,
+    ) -> Result<Gradients> {
+        let features = FeatureBackward {
+            gamma,
+            mean: &self.mean,
+            inv_std: &self.inv_std,
+            batch_statistics: self.batch_statistics,
+        };
+        with_values(t, |x| {
+            with_values(&grad.contiguous()?, |dy| {
+                if !self.relu {
+                    return Ok(feature_gradients(&features, x, dy, None));
+                }
+                with_values(out, |y| Ok(feature_gradients(&features, x, dy, Some(y))))
+            })
+        })
+    }
+
+    /// `(dt, dgamma, dbeta)` over channels (`[B, C, H, W]`), per unit's runs.
+    fn gradients_over_channels(
+        &self,
+        units: &Units,
+        t: &Tensor,
+        gamma: &[f32],
+        out: &Tensor,
+        grad: &Tensor,
+    ) -> Result<Gradients> {
         let grad = gradient_through_relu(self.relu, out, grad)?;
         let n = units.per_unit() as f32;
-        let (dt, dgamma, dbeta) = with_values(t, |x| {
+        let (m, s) = (&self.mean, &self.inv_std);
+        with_values(t, |x| {
             with_values(&grad, |dy| {
                 let stats: Vec<(f32, f32)> = m.iter().copied().zip(s.iter().copied()).collect();
                 let sum_dy = units.sums(dy);
                 let sum_dy_xhat = units.sums2(x, dy, &stats, |x, dy, (m, s)| dy * (x - m) * s);
                 if !self.batch_statistics {
-                    let k: Vec<f32> = gamma_values.iter().zip(s).map(|(g, s)| g * s).collect();
+                    let k: Vec<f32> = gamma.iter().zip(s).map(|(g, s)| g * s).collect();
                     let dt = units.map(dy, &k, |dy, k| k * dy);
                     return Ok((dt, sum_dy_xhat, sum_dy));
                 }
                 // dt = k * (dy - mean_dy - (x - m) * s * mean_dy_xhat) per unit.
                 let per_unit: Vec<[f32; 5]> = (0..units.units)
                     .map(|u| {
-                        let k = gamma_values[u] * s[u];
+                        let k = gamma[u] * s[u];
                         [k, sum_dy[u] / n, m[u], s[u], sum_dy_xhat[u] / n]
                     })
                     .collect();
@@ -296,12 +324,7 @@ impl CustomOp3 for BatchNormOp {
                 );
                 Ok((dt, sum_dy_xhat, sum_dy))
             })
-        })?;
-        Ok((
-            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
-            Some(Tensor::from_vec(dgamma, gamma.shape(), gamma.device())?),
-            Some(Tensor::from_vec(dbeta, beta.shape(), beta.device())?),
-        ))
+        })
     }
 }
 
@@ -323,19 +346,14 @@ crate::avx2::dispatch! {
         x: &[f32],
         dy: &[f32],
         relu_out: Option<&[f32]>,
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    ) -> Gradients {
         fb.gradients(x, dy, relu_out)
     }
 }
 
 impl FeatureBackward<'_> {
     #[inline(always)]
-    fn gradients(
-        &self,
-        x: &[f32],
-        dy: &[f32],
-        relu_out: Option<&[f32]>,
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    fn gradients(&self, x: &[f32], dy: &[f32], relu_out: Option<&[f32]>) -> Gradients {
         let units = self.gamma.len();
         let (m, s) = (&self.mean[..units], &self.inv_std[..units]);
         let rows = x.len() / units.max(1);
