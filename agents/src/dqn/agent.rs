@@ -21,9 +21,9 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 
-use super::td_loss::{mean_taken, td_loss, td_loss_reference};
+use super::td_loss::{mean_taken, td_loss, td_loss_host, td_loss_reference};
 use super::{Batch, DqnConfig, TargetUpdate};
-use crate::nn::{Mode, NormConfig, QNetwork, QNetworkConfig};
+use crate::nn::{HostTape, Mode, NormConfig, QNetwork, QNetworkConfig};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::Metric;
 
@@ -50,6 +50,8 @@ pub struct Dqn {
     updates: u64,
     /// Data-dependent init and the first target sync have run.
     initialized: bool,
+    /// MLPs on the CPU run without a graph (see [`QNetwork::host_forward`]).
+    host_path: bool,
 }
 
 impl Dqn {
@@ -76,7 +78,20 @@ impl Dqn {
             device: device.clone(),
             updates: 0,
             initialized: false,
+            host_path: true,
         })
+    }
+
+    /// Whether acting, TD targets and updates run on host values where the network
+    /// allows it (on by default). Off, they always go through candle's graph: the
+    /// reference the host path is tested against.
+    pub fn set_host_path(&mut self, on: bool) {
+        self.host_path = on;
+    }
+
+    /// True when this agent's networks run on host values.
+    pub fn runs_on_host(&self) -> bool {
+        self.host_path && self.online.runs_on_host()
     }
 
     pub fn online(&self) -> &QNetwork {
@@ -117,6 +132,11 @@ impl Dqn {
 
     /// Q-values of one observation, as used for acting.
     pub fn q_values(&self, obs: &[f32]) -> Result<Vec<f32>> {
+        if self.runs_on_host() {
+            return self
+                .online
+                .host_forward(obs, 1, self.config.acting_bn_mode, None);
+        }
         let x = self.batch_tensor(obs, 1)?;
         self.online
             .forward(&x, self.config.acting_bn_mode)?
@@ -177,14 +197,20 @@ impl Dqn {
     /// [`Self::td_targets`] on the host: the networks' Q-values are read back and the
     /// rest is a loop, not a tensor op per term (on the CPU reading back is free).
     fn td_target_values(&self, batch: &Batch) -> Result<Vec<f32>> {
-        let next_obs = self.batch_tensor(&batch.next_obs, batch.size)?;
-        let target_q: Vec<Vec<f32>> = self
-            .target
-            .forward(&next_obs, self.config.target_bn_mode)?
-            .to_vec2()?;
+        let (b, n_actions) = (batch.size, self.online.n_actions());
+        let q_of = |net: &QNetwork, mode: Mode| -> Result<Vec<f32>> {
+            if self.runs_on_host() {
+                net.host_forward(&batch.next_obs, b, mode, None)
+            } else {
+                let next_obs = self.batch_tensor(&batch.next_obs, b)?;
+                net.forward(&next_obs, mode)?.flatten_all()?.to_vec1()
+            }
+        };
+        let target_q = q_of(&self.target, self.config.target_bn_mode)?;
+        let target_q: Vec<&[f32]> = target_q.chunks_exact(n_actions).collect();
         let chosen: Vec<usize> = if self.config.double_dqn {
-            let online_q: Vec<Vec<f32>> = self.online.forward(&next_obs, Mode::Eval)?.to_vec2()?;
-            online_q.iter().map(|q| first_argmax(q)).collect()
+            let online_q = q_of(&self.online, Mode::Eval)?;
+            online_q.chunks_exact(n_actions).map(first_argmax).collect()
         } else {
             target_q.iter().map(|q| first_argmax(q)).collect()
         };
@@ -209,6 +235,9 @@ impl Dqn {
             self.target.copy_from(&self.online)?;
             self.initialized = true;
         }
+        if self.runs_on_host() {
+            return self.host_update(batch);
+        }
         let target = if self.device.is_cpu() {
             Targets::Host(self.td_target_values(batch)?)
         } else {
@@ -229,6 +258,38 @@ impl Dqn {
         };
         let grads = loss.backward()?;
         let grad_norm = self.optimizer.step(&grads)?;
+        self.finish_update(Metric::of(&loss)?, q_mean, grad_norm)
+    }
+
+    /// [`Self::update`] on host values, for networks that run there.
+    fn host_update(&mut self, batch: &Batch) -> Result<UpdateInfo> {
+        let targets = self.td_target_values(batch)?;
+        let mut tape = HostTape::default();
+        let q = self.online.host_forward(
+            &batch.obs,
+            batch.size,
+            self.config.online_bn_mode,
+            Some(&mut tape),
+        )?;
+        let n_actions = self.online.n_actions();
+        let (loss, dq) = td_loss_host(&q, n_actions, &batch.actions, &targets, self.config.loss)?;
+        let taken = batch.actions.iter().enumerate();
+        let q_sum: f64 = taken
+            .map(|(i, &a)| f64::from(q[i * n_actions + a as usize]))
+            .sum();
+        let q_mean = Metric::Host(q_sum / batch.size.max(1) as f64);
+        let grads = self.online.host_backward(tape, &dq)?;
+        let grad_norm = self.optimizer.step_host(&grads)?;
+        self.finish_update(Metric::Host(f64::from(loss)), q_mean, grad_norm)
+    }
+
+    /// Counts the update, then projects (SVB, BBN) and syncs the target when due.
+    fn finish_update(
+        &mut self,
+        td_loss: Metric,
+        q_mean: Metric,
+        grad_norm: Metric,
+    ) -> Result<UpdateInfo> {
         self.updates += 1;
         let projected = self.online.after_optimizer_step(self.updates)?;
         let synced = match self.config.target_update {
@@ -247,7 +308,7 @@ impl Dqn {
             }
         };
         Ok(UpdateInfo {
-            td_loss: Metric::of(&loss)?,
+            td_loss,
             q_mean,
             grad_norm,
             projected,

@@ -114,7 +114,39 @@ impl CustomOp1 for TdLoss {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (b, a) = self.dims(l.shape())?;
-        let q = f32_slice(s, l)?;
+        let mean = self.value(f32_slice(s, l)?, b, a);
+        Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
+    }
+
+    fn bwd(&self, q: &Tensor, _loss: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let (b, a) = self.dims(q.shape())?;
+        let upstream = grad.to_scalar::<f32>()?;
+        let dq = with_values(q, |values| Ok(self.gradient(values, b, a, upstream)))?;
+        Ok(Some(Tensor::from_vec(dq, q.shape(), q.device())?))
+    }
+}
+
+/// The mean TD loss of host Q-values `q [B, n_actions]` and its gradient with respect
+/// to them: [`td_loss`] and its backward, without a graph.
+pub(crate) fn td_loss_host(
+    q: &[f32],
+    n_actions: usize,
+    actions: &[u32],
+    targets: &[f32],
+    loss: Loss,
+) -> Result<(f32, Vec<f32>)> {
+    let op = TdLoss {
+        actions: actions.iter().map(|&a| a as usize).collect(),
+        targets: targets.to_vec(),
+        loss,
+    };
+    let (b, a) = op.dims(&Shape::from((q.len() / n_actions.max(1), n_actions)))?;
+    Ok((op.value(q, b, a), op.gradient(q, b, a, 1.0)))
+}
+
+impl TdLoss {
+    /// The mean loss over the batch.
+    fn value(&self, q: &[f32], b: usize, a: usize) -> f32 {
         let total: f32 = self
             .errors(q, a)
             .map(|d| match self.loss {
@@ -126,24 +158,20 @@ impl CustomOp1 for TdLoss {
                 }
             })
             .sum();
-        let mean = total / b.max(1) as f32;
-        Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
+        total / b.max(1) as f32
     }
 
-    fn bwd(&self, q: &Tensor, _loss: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let (b, a) = self.dims(q.shape())?;
-        let scale = grad.to_scalar::<f32>()? / b.max(1) as f32;
+    /// The gradient of `upstream` times the mean loss with respect to `q`.
+    fn gradient(&self, q: &[f32], b: usize, a: usize, upstream: f32) -> Vec<f32> {
+        let scale = upstream / b.max(1) as f32;
         let mut dq = vec![0f32; b * a];
-        with_values(q, |values| {
-            for (i, d) in self.errors(values, a).enumerate() {
-                let slope = match self.loss {
-                    Loss::Mse => 2.0 * d,
-                    Loss::Huber => d.clamp(-1.0, 1.0),
-                };
-                dq[i * a + self.actions[i]] = scale * slope;
-            }
-            Ok(())
-        })?;
-        Ok(Some(Tensor::from_vec(dq, q.shape(), q.device())?))
+        for (i, d) in self.errors(q, a).enumerate() {
+            let slope = match self.loss {
+                Loss::Mse => 2.0 * d,
+                Loss::Huber => d.clamp(-1.0, 1.0),
+            };
+            dq[i * a + self.actions[i]] = scale * slope;
+        }
+        dq
     }
 }

@@ -7,6 +7,10 @@
 //! is what batch norm does with one sample. The running variance is then left as it
 //! is (its unbiased update is undefined); the running mean is updated. No NaN arises.
 //!
+//! Evaluation mode keeps its statistics' inverse deviations for one version of the
+//! store (see [`ParamStore::bump_version`]): whatever changes the running statistics
+//! outside a training forward, a copy, a load or an optimizer step must bump it.
+//!
 //! ```
 //! use candle_core::{Device, Tensor};
 //! use normrl_agents::nn::{BatchNorm, Mode, ParamStore};
@@ -18,9 +22,13 @@
 //! assert_eq!(y, vec![vec![-1.0], vec![1.0]]);
 //! ```
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
 use candle_core::{Result, Tensor, Var};
 
-use super::batch_norm_op;
+use super::batch_norm_op::{self, BatchNormOp};
+use super::fused::{with_values, Units};
 use super::kernel::{unit_moments, values_per_unit};
 use super::{Group, Mode, ParamStore};
 
@@ -31,6 +39,10 @@ pub struct BatchNorm {
     pub(crate) running_var: Var,
     momentum: f64,
     eps: f64,
+    version: Arc<AtomicU64>,
+    /// The evaluation-mode op (its inverse deviations computed) for one version of the
+    /// store: acting reads it on every call.
+    evaluation: Mutex<Option<(u64, Arc<BatchNormOp>)>>,
 }
 
 impl BatchNorm {
@@ -52,6 +64,8 @@ impl BatchNorm {
             running_var: store.ones(&format!("{prefix}.bn.running_var"), units, Group::Buffer)?,
             momentum,
             eps,
+            version: store.version_handle(),
+            evaluation: Mutex::new(None),
         })
     }
 
@@ -98,10 +112,22 @@ impl BatchNorm {
     /// updated on the host), with the running statistics in `Eval`.
     fn forward_fused(&self, t: &Tensor, mode: Mode, relu: bool) -> Result<Tensor> {
         let t = t.contiguous()?;
-        let op = match mode {
+        let units = Units::of(t.shape())?;
+        let op = with_values(&t, |values| self.host_op(&units, values, mode))?;
+        t.apply_op3(
+            &self.gamma.as_tensor().contiguous()?,
+            &self.beta.as_tensor().contiguous()?,
+            Arc::unwrap_or_clone(op).with_relu(relu),
+        )
+    }
+
+    /// The op normalizing host values `t` (laid out as `units` says): with their
+    /// statistics in `Train`, which also updates the running ones, else with those.
+    pub(crate) fn host_op(&self, units: &Units, t: &[f32], mode: Mode) -> Result<Arc<BatchNormOp>> {
+        match mode {
             Mode::Train => {
-                let (mean, var) = batch_norm_op::moments(&t)?;
-                let n = values_per_unit(&t) as f64;
+                let (mean, var) = batch_norm_op::moments_of(units, t);
+                let n = units.per_unit() as f64;
                 batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
                 if n > 1.0 {
                     let unbiased = (n / (n - 1.0)) as f32;
@@ -112,19 +138,27 @@ impl BatchNorm {
                         unbiased,
                     )?;
                 }
-                batch_norm_op::BatchNormOp::training(mean, &var, self.eps)
+                self.version.fetch_add(1, Ordering::AcqRel);
+                Ok(Arc::new(BatchNormOp::training(mean, &var, self.eps)))
             }
-            Mode::Eval => {
-                let mean = self.running_mean.as_tensor().to_vec1::<f32>()?;
-                let var = self.running_var.as_tensor().to_vec1::<f32>()?;
-                batch_norm_op::BatchNormOp::evaluation(mean, &var, self.eps)
+            Mode::Eval => self.evaluation_op(),
+        }
+    }
+
+    /// The evaluation-mode op, rebuilt only when the store's version changed.
+    fn evaluation_op(&self) -> Result<Arc<BatchNormOp>> {
+        let version = self.version.load(Ordering::Acquire);
+        let mut cache = self.evaluation.lock().expect("batch-norm cache poisoned");
+        if let Some((v, op)) = cache.as_ref() {
+            if *v == version {
+                return Ok(op.clone());
             }
-        };
-        t.apply_op3(
-            &self.gamma.as_tensor().contiguous()?,
-            &self.beta.as_tensor().contiguous()?,
-            op.with_relu(relu),
-        )
+        }
+        let mean = self.running_mean.as_tensor().to_vec1::<f32>()?;
+        let var = self.running_var.as_tensor().to_vec1::<f32>()?;
+        let op = Arc::new(BatchNormOp::evaluation(mean, &var, self.eps));
+        *cache = Some((version, op.clone()));
+        Ok(op)
     }
 
     /// The layer through candle's tensor ops: evaluation mode, other devices, and the
@@ -145,6 +179,7 @@ impl BatchNorm {
                         ((self.running_var.as_tensor() * (1.0 - m))? + (unbiased * m)?)?;
                     self.running_var.set(&running_var)?;
                 }
+                self.version.fetch_add(1, Ordering::AcqRel);
                 (mean, var)
             }
             Mode::Eval => (

@@ -19,7 +19,12 @@ use super::fused::{
 /// Per-unit batch mean and population variance of a contiguous CPU tensor `[B, C, ...]`.
 pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
     let units = Units::of(t.shape())?;
-    with_values(t, |v| {
+    with_values(t, |v| Ok(moments_of(&units, v)))
+}
+
+/// [`moments`] of host values laid out as `units` says.
+pub(crate) fn moments_of(units: &Units, v: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    {
         let mut sum = vec![0f64; units.units];
         let mut sq = vec![0f64; units.units];
         if units.inner == 1 {
@@ -50,8 +55,8 @@ pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
             .zip(&mean)
             .map(|(s, m)| ((s / n) - m * m).max(0.0) as f32)
             .collect();
-        Ok((mean.into_iter().map(|m| m as f32).collect(), var))
-    })
+        (mean.into_iter().map(|m| m as f32).collect(), var)
+    }
 }
 
 crate::avx2::dispatch! {
@@ -146,6 +151,7 @@ impl candle_core::InplaceOp1 for BlendRunning<'_> {
 
 /// The normalization with given statistics: the batch's (from [`moments`]), through
 /// which gradients flow, or running ones, which are constants.
+#[derive(Clone)]
 pub(crate) struct BatchNormOp {
     pub mean: Vec<f32>,
     /// `1 / sqrt(var + eps)`, or 0 where that is infinite (one value, eps 0): the
@@ -191,6 +197,41 @@ impl BatchNormOp {
     pub fn with_relu(self, relu: bool) -> Self {
         Self { relu, ..self }
     }
+
+    /// The layer's output on host values `t` laid out as `units` says, and a ReLU's
+    /// after it with `relu`.
+    pub(crate) fn normalize(
+        &self,
+        units: &Units,
+        t: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        relu: bool,
+    ) -> Result<Vec<f32>> {
+        // (t - mean) first: folding the mean into a shift loses precision when the
+        // scale is large (a variance near 0).
+        let scale: Vec<f32> = gamma
+            .iter()
+            .zip(&self.inv_std)
+            .map(|(g, s)| g * s)
+            .collect();
+        let out = if units.inner == 1 {
+            if [self.mean.len(), scale.len(), beta.len()] != [units.units; 3] {
+                candle_core::bail!("batch norm: statistics do not fit {} units", units.units);
+            }
+            normalize_features(t, &self.mean, &scale, beta, relu)
+        } else {
+            let per_unit: Vec<[f32; 3]> = (0..units.units)
+                .map(|u| [self.mean[u], scale[u], beta[u]])
+                .collect();
+            let mut out = units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta);
+            if relu {
+                relu_in_place(&mut out);
+            }
+            out
+        };
+        Ok(out)
+    }
 }
 
 impl CustomOp3 for BatchNormOp {
@@ -208,29 +249,7 @@ impl CustomOp3 for BatchNormOp {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (t, gamma, beta) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
-        let units = Units::of(l1.shape())?;
-        // (t - mean) first: folding the mean into a shift loses precision when the
-        // scale is large (a variance near 0).
-        let scale: Vec<f32> = gamma
-            .iter()
-            .zip(&self.inv_std)
-            .map(|(g, s)| g * s)
-            .collect();
-        let out = if units.inner == 1 {
-            if [self.mean.len(), scale.len(), beta.len()] != [units.units; 3] {
-                candle_core::bail!("batch norm: statistics do not fit {} units", units.units);
-            }
-            normalize_features(t, &self.mean, &scale, beta, self.relu)
-        } else {
-            let per_unit: Vec<[f32; 3]> = (0..units.units)
-                .map(|u| [self.mean[u], scale[u], beta[u]])
-                .collect();
-            let mut out = units.map(t, &per_unit, |t, [m, scale, beta]| (t - m) * scale + beta);
-            if self.relu {
-                relu_in_place(&mut out);
-            }
-            out
-        };
+        let out = self.normalize(&Units::of(l1.shape())?, t, gamma, beta, self.relu)?;
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -257,7 +276,7 @@ impl CustomOp3 for BatchNormOp {
     }
 }
 
-type Gradients = (Vec<f32>, Vec<f32>, Vec<f32>);
+pub(crate) type Gradients = (Vec<f32>, Vec<f32>, Vec<f32>);
 
 impl BatchNormOp {
     /// `(dt, dgamma, dbeta)` over features (`[B, units]`), the ReLU's mask applied
@@ -269,20 +288,32 @@ impl BatchNormOp {
         out: &Tensor,
         grad: &Tensor,
     ) -> Result<Gradients> {
+        with_values(t, |x| {
+            with_values(&grad.contiguous()?, |dy| {
+                with_values(out, |y| {
+                    Ok(self.feature_gradients(gamma, x, y, dy, self.relu))
+                })
+            })
+        })
+    }
+
+    /// `(dt, dgamma, dbeta)` over features on host values: the layer input `x`, the
+    /// output `y` (read only with `relu`, a ReLU ending the layer) and its gradient `dy`.
+    pub(crate) fn feature_gradients(
+        &self,
+        gamma: &[f32],
+        x: &[f32],
+        y: &[f32],
+        dy: &[f32],
+        relu: bool,
+    ) -> Gradients {
         let features = FeatureBackward {
             gamma,
             mean: &self.mean,
             inv_std: &self.inv_std,
             batch_statistics: self.batch_statistics,
         };
-        with_values(t, |x| {
-            with_values(&grad.contiguous()?, |dy| {
-                if !self.relu {
-                    return Ok(feature_gradients(&features, x, dy, None));
-                }
-                with_values(out, |y| Ok(feature_gradients(&features, x, dy, Some(y))))
-            })
-        })
+        feature_gradients(&features, x, dy, relu.then_some(y))
     }
 
     /// `(dt, dgamma, dbeta)` over channels (`[B, C, H, W]`), per unit's runs.

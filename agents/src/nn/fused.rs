@@ -291,12 +291,15 @@ pub(crate) fn gradient_through_relu(relu: bool, y: &Tensor, dy: &Tensor) -> Resu
 /// The gradient through a ReLU whose output was `y`: `dy` where `y > 0`, else 0.
 pub(crate) fn relu_backward(y: &Tensor, dy: &Tensor) -> Result<Tensor> {
     let d = with_values(y, |y| {
-        with_values(&dy.contiguous()?, |g| {
-            Ok(y.iter()
-                .zip(g)
-                .map(|(y, g)| if *y > 0.0 { *g } else { 0.0 })
-                .collect::<Vec<f32>>())
-        })
+        with_values(&dy.contiguous()?, |g| Ok(relu_mask(y, g)))
     })?;
     Tensor::from_vec(d, y.shape(), y.device())
+}
+
+/// [`relu_backward`] on host values.
+pub(crate) fn relu_mask(y: &[f32], dy: &[f32]) -> Vec<f32> {
+    y.iter()
+        .zip(dy)
+        .map(|(y, g)| if *y > 0.0 { *g } else { 0.0 })
+        .collect()
 }

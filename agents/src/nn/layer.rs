@@ -15,12 +15,12 @@ use super::{
 /// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
 const DDI_EPS: f64 = 1e-6;
 
-enum WeightParam {
+pub(crate) enum WeightParam {
     Plain(Var),
     Normed(WeightNorm),
 }
 
-enum Norm {
+pub(crate) enum Norm {
     None,
     MeanOnly(MeanOnlyBn),
     Batch(BatchNorm),
@@ -29,11 +29,11 @@ enum Norm {
 
 pub struct NormLayer {
     name: String,
-    kernel: Kernel,
-    weight: WeightParam,
-    bias: Option<Var>,
-    norm: Norm,
-    relu: bool,
+    pub(crate) kernel: Kernel,
+    pub(crate) weight: WeightParam,
+    pub(crate) bias: Option<Var>,
+    pub(crate) norm: Norm,
+    pub(crate) relu: bool,
     svb: bool,
 }
 

@@ -39,6 +39,11 @@ pub(crate) struct LinearCore {
 }
 
 impl LinearCore {
+    /// `x [b, n_in] -> y [b, n_out]`.
+    pub(crate) fn new(b: usize, n_in: usize, n_out: usize) -> Self {
+        Self { b, n_in, n_out }
+    }
+
     pub(crate) fn of(x: &Shape, w: &Shape) -> Result<Self> {
         let (b, n_in) = rows(x)?;
         let (n_out, w_in) = w.dims2()?;

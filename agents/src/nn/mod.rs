@@ -7,6 +7,7 @@ mod config;
 mod data_conv;
 pub(crate) mod dense;
 pub mod fused;
+mod host_mlp;
 pub mod init;
 mod kernel;
 mod kernel_core;
@@ -22,6 +23,7 @@ mod weight_norm_op;
 
 pub use batch_norm::BatchNorm;
 pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};
+pub use host_mlp::{HostGradients, HostTape};
 pub use kernel::{unit_moments, Kernel};
 pub use layer::{LayerStats, NormLayer};
 pub use layer_norm::LayerNorm;

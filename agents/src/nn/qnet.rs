@@ -22,8 +22,8 @@ pub struct QNetwork {
     store: ParamStore,
     /// Convolutional layers, then (after flattening) fully connected ones; the last
     /// layer is the head.
-    convs: Vec<NormLayer>,
-    dense: Vec<NormLayer>,
+    pub(crate) convs: Vec<NormLayer>,
+    pub(crate) dense: Vec<NormLayer>,
     norm: NormConfig,
     obs_shape: Vec<usize>,
     n_actions: usize,

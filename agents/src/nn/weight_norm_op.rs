@@ -117,6 +117,44 @@ pub(crate) struct NormedKernel<K> {
     pub inv_norms: Vec<f32>,
 }
 
+/// `(dL/dinput if asked, dL/dv, dL/dg)`.
+pub(crate) type NormedGradients = (Option<Vec<f32>>, Vec<f32>, Vec<f32>);
+
+impl<K: KernelCore> NormedKernel<K> {
+    /// The layer's output `s_u * (input (*) v)` on host values.
+    pub(crate) fn forward_values(&self, input: &[f32], v: &[f32], g: &[f32]) -> Result<Vec<f32>> {
+        let units = units_of(&self.core.out_shape(), g, &self.inv_norms)?;
+        let mut y = self.core.forward(input, v);
+        scale_in_place(units, &mut y, &unit_scales(g, &self.inv_norms));
+        Ok(y)
+    }
+
+    /// `(dL/dinput if asked, dL/dv, dL/dg)` from the output `y` and its gradient `dy`.
+    pub(crate) fn gradients(
+        &self,
+        input: &[f32],
+        v: &[f32],
+        gains: &[f32],
+        y: &[f32],
+        dy: &[f32],
+        input_gradient: bool,
+    ) -> Result<NormedGradients> {
+        let inv = &self.inv_norms;
+        let units = units_of(&self.core.out_shape(), gains, inv)?;
+        let (dt, sums) = scaled_gradient(units, dy, y, &unit_scales(gains, inv));
+        // Σ dy t / ||v|| with t = y / s = y ||v|| / g; where a gain is 0 (y = 0 there)
+        // t comes from the kernel again.
+        let dg: Vec<f32> = if gains.iter().all(|g| *g != 0.0) {
+            sums.iter().zip(gains).map(|(s, g)| s / g).collect()
+        } else {
+            gain_gradient(&units, dy, &self.core.forward(input, v), inv)
+        };
+        let (mut dv, dinput) = self.core.backward(input, v, &dt, input_gradient);
+        add_norm_gradient(&mut dv, v, gains, &dg, inv);
+        Ok((dinput, dv, dg))
+    }
+}
+
 impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
     fn name(&self) -> &'static str {
         "weight-normed-kernel"
@@ -132,11 +170,8 @@ impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (input, v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
-        let shape = self.core.out_shape();
-        let units = units_of(&shape, g, &self.inv_norms)?;
-        let mut y = self.core.forward(input, v);
-        scale_in_place(units, &mut y, &unit_scales(g, &self.inv_norms));
-        Ok((CpuStorage::F32(y), shape))
+        let y = self.forward_values(input, v, g)?;
+        Ok((CpuStorage::F32(y), self.core.out_shape()))
     }
 
     fn bwd(
@@ -148,26 +183,14 @@ impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let dy = dy.contiguous()?;
-        let units = Units::of(y.shape())?;
-        let inv = &self.inv_norms;
         let input_gradient = input.track_op();
         let (dinput, dv, dg) = with_values(g, |gains| {
-            let s = unit_scales(gains, inv);
             with_values(input, |input| {
                 with_values(v, |vv| {
                     with_values(&dy, |dyv| {
-                        let (dt, sums) =
-                            with_values(y, |yv| Ok(scaled_gradient(units, dyv, yv, &s)))?;
-                        // Σ dy t / ||v|| with t = y / s = y ||v|| / g; where a gain is 0
-                        // (y = 0 there) t comes from the kernel again.
-                        let dg: Vec<f32> = if gains.iter().all(|g| *g != 0.0) {
-                            sums.iter().zip(gains).map(|(s, g)| s / g).collect()
-                        } else {
-                            gain_gradient(&units, dyv, &self.core.forward(input, vv), inv)
-                        };
-                        let (mut dv, dinput) = self.core.backward(input, vv, &dt, input_gradient);
-                        add_norm_gradient(&mut dv, vv, gains, &dg, inv);
-                        Ok((dinput, dv, dg))
+                        with_values(y, |yv| {
+                            self.gradients(input, vv, gains, yv, dyv, input_gradient)
+                        })
                     })
                 })
             })

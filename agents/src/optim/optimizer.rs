@@ -24,7 +24,7 @@ use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
 
 use super::{OptimizerConfig, OptimizerKind};
 use crate::nn::dense::lane_sum;
-use crate::nn::{Group, ParamStore};
+use crate::nn::{Group, HostGradients, ParamStore};
 use crate::Metric;
 
 /// Per-variable state: Adam's `(m, v)` or RMSprop's `(square_avg, grad_avg)`.
@@ -284,29 +284,12 @@ impl Optimizer {
             let (norm, scale) = self.device_norm_and_scale(grads)?;
             (Metric::Device(norm), scale)
         };
-        let max = self.config.max_grad_norm;
         let grad_scale = match norm {
-            Metric::Host(norm) if max > 0.0 && norm > max => max / (norm + 1e-6),
-            _ => 1.0,
+            Metric::Host(norm) => self.clipping_scale(norm),
+            Metric::Device(_) => 1.0,
         };
-        self.steps += 1;
+        let base = self.next_coefficients(grad_scale);
         let c = &self.config;
-        let t = self.steps as i32;
-        let base = Coefficients {
-            kind: c.kind,
-            lr: c.lr as f32,
-            grad_scale: grad_scale as f32,
-            b1: c.betas.0 as f32,
-            b2: c.betas.1 as f32,
-            bias1: (1.0 - c.betas.0.powi(t)) as f32,
-            bias2_sqrt: (1.0 - c.betas.1.powi(t)).sqrt() as f32,
-            eps: match c.kind {
-                OptimizerKind::Adam => c.adam_eps as f32,
-                OptimizerKind::Rmsprop => c.rms_eps as f32,
-            },
-            alpha: c.rms_alpha as f32,
-            centered: c.centered,
-        };
         for slot in &mut self.slots {
             let Some(grad) = grads.get(slot.var.as_tensor()) else {
                 continue;
@@ -318,14 +301,8 @@ impl Optimizer {
             match &mut slot.state {
                 State::Host(state) => {
                     let grad = grad.contiguous()?;
-                    let var = slot.var.as_tensor();
-                    let done = with_cpu_slice(&grad, |g| {
-                        var.inplace_op1(&FusedUpdate {
-                            grad: g,
-                            state: RefCell::new(state),
-                            coefficients,
-                        })
-                    })?;
+                    let done =
+                        with_cpu_slice(&grad, |g| update_host(&slot.var, state, g, coefficients))?;
                     match done {
                         Some(r) => r?,
                         None => candle_core::bail!("fused optimizer: gradient is not on the CPU"),
@@ -342,6 +319,82 @@ impl Optimizer {
         }
         self.store.bump_version();
         Ok(norm)
+    }
+
+    /// One update from gradients on the host (see [`crate::nn::QNetwork::host_backward`]),
+    /// the same as [`Self::step`] with those gradients. CPU optimizers only. Returns the
+    /// gradient norm before clipping.
+    pub fn step_host(&mut self, grads: &HostGradients) -> Result<Metric> {
+        let grad_of = |var: &Var| {
+            grads
+                .iter()
+                .find(|(id, _)| *id == var.id())
+                .map(|(_, g)| g.as_slice())
+        };
+        let mut sum = 0.0f64;
+        for slot in &self.slots {
+            if let Some(g) = grad_of(&slot.var) {
+                if g.len() != slot.var.elem_count() {
+                    candle_core::bail!(
+                        "optimizer: {} gradient values for '{}' of {}",
+                        g.len(),
+                        slot.name,
+                        slot.var.elem_count()
+                    );
+                }
+                sum += sum_of_squares(g);
+            }
+        }
+        let norm = sum.sqrt();
+        let base = self.next_coefficients(self.clipping_scale(norm));
+        let lr = self.config.lr;
+        for slot in &mut self.slots {
+            let Some(g) = grad_of(&slot.var) else {
+                continue;
+            };
+            let State::Host(state) = &mut slot.state else {
+                candle_core::bail!("optimizer: host gradients for state on a device");
+            };
+            let coefficients = Coefficients {
+                lr: (lr * slot.lr_scale) as f32,
+                ..base
+            };
+            update_host(&slot.var, state, g, coefficients)?;
+        }
+        self.store.bump_version();
+        Ok(Metric::Host(norm))
+    }
+
+    /// The factor clipping gradients of global norm `norm` to `max_grad_norm`.
+    fn clipping_scale(&self, norm: f64) -> f64 {
+        let max = self.config.max_grad_norm;
+        if max > 0.0 && norm > max {
+            max / (norm + 1e-6)
+        } else {
+            1.0
+        }
+    }
+
+    /// Counts a step and returns its coefficients (the base learning rate).
+    fn next_coefficients(&mut self, grad_scale: f64) -> Coefficients {
+        self.steps += 1;
+        let c = &self.config;
+        let t = self.steps as i32;
+        Coefficients {
+            kind: c.kind,
+            lr: c.lr as f32,
+            grad_scale: grad_scale as f32,
+            b1: c.betas.0 as f32,
+            b2: c.betas.1 as f32,
+            bias1: (1.0 - c.betas.0.powi(t)) as f32,
+            bias2_sqrt: (1.0 - c.betas.1.powi(t)).sqrt() as f32,
+            eps: match c.kind {
+                OptimizerKind::Adam => c.adam_eps as f32,
+                OptimizerKind::Rmsprop => c.rms_eps as f32,
+            },
+            alpha: c.rms_alpha as f32,
+            centered: c.centered,
+        }
     }
 
     /// The optimizer's state as named tensors, for checkpoints.
@@ -387,6 +440,20 @@ impl Optimizer {
         self.steps = get("steps")?.to_vec1::<f64>()?[0] as u64;
         Ok(())
     }
+}
+
+/// The fused loop's update of `var` in place from host gradient values.
+fn update_host(
+    var: &Var,
+    state: &mut [Vec<f32>; 2],
+    grad: &[f32],
+    coefficients: Coefficients,
+) -> Result<()> {
+    var.as_tensor().inplace_op1(&FusedUpdate {
+        grad,
+        state: RefCell::new(state),
+        coefficients,
+    })
 }
 
 /// The same update as [`Coefficients::update`], in tensor ops.

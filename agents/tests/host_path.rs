@@ -1,0 +1,246 @@
+//! The host path of MLP Q-networks (no graph) against candle's graph: the same
+//! Q-values, gradients and updates (to 1e-5 relative), and the networks it declines.
+
+mod common;
+use common::*;
+
+use candle_core::Tensor;
+use normrl_agents::dqn::{Batch, Dqn, DqnConfig, Loss, TargetUpdate};
+use normrl_agents::nn::init::InitRng;
+use normrl_agents::nn::{HostTape, Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
+use normrl_agents::optim::OptimizerConfig;
+
+const HOST_KINDS: [NormKind; 5] = [
+    NormKind::None,
+    NormKind::WeightNorm,
+    NormKind::Svb,
+    NormKind::BatchNorm,
+    NormKind::Bbn,
+];
+
+fn norm(kind: NormKind) -> NormConfig {
+    NormConfig {
+        kind,
+        // A gain learning rate of its own, so that a gradient sent to the wrong
+        // variable would show.
+        g_lr_scale: 3.0,
+        svb_interval: 2,
+        ..Default::default()
+    }
+}
+
+fn random_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = InitRng::new(seed);
+    rng.normal(n, 1.0, &DEV).unwrap().to_vec1().unwrap()
+}
+
+fn relative(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs().max(1e-6)
+}
+
+/// Max relative error of two host vectors (as tensors).
+fn vec_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let t = |v: &[f32]| Tensor::from_slice(v, v.len(), &DEV).unwrap();
+    max_rel_err(&t(a), &t(b))
+}
+
+#[test]
+fn host_forward_and_backward_equal_the_graph() {
+    let (obs, actions, rows) = (5usize, 3usize, 16usize);
+    for kind in HOST_KINDS {
+        let net = QNetwork::new(
+            &QNetworkConfig::mlp(vec![24, 12]),
+            &norm(kind),
+            &[obs],
+            actions,
+            7,
+            &DEV,
+        )
+        .unwrap();
+        assert!(net.runs_on_host(), "{kind:?}");
+        let x = random_values(rows * obs, 1);
+        let upstream = random_values(rows * actions, 2);
+        for mode in [Mode::Train, Mode::Eval] {
+            let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
+            let graph = net.forward(&xt, mode).unwrap();
+            let q = net.host_forward(&x, rows, mode, None).unwrap();
+            let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
+            let e = vec_err(&q, &graph_q);
+            assert!(e <= 1e-5, "{kind:?} {mode:?} Q-values: relative error {e}");
+        }
+        let mut tape = HostTape::default();
+        let q = net
+            .host_forward(&x, rows, Mode::Train, Some(&mut tape))
+            .unwrap();
+        let host_grads = net.host_backward(tape, &upstream).unwrap();
+        let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
+        let up = Tensor::from_slice(&upstream, (rows, actions), &DEV).unwrap();
+        let graph = net.forward(&xt, Mode::Train).unwrap();
+        let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
+        assert!(vec_err(&q, &graph_q) <= 1e-5, "{kind:?} taped Q-values");
+        let grads = (graph * up).unwrap().sum_all().unwrap().backward().unwrap();
+        assert_eq!(
+            host_grads.len(),
+            net.store().trainable().count(),
+            "{kind:?}: one gradient per trainable variable"
+        );
+        for p in net.store().trainable() {
+            let expected: Vec<f32> = grads
+                .get(p.var.as_tensor())
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let (_, got) = host_grads
+                .iter()
+                .find(|(id, _)| *id == p.var.id())
+                .unwrap_or_else(|| panic!("{kind:?}: no host gradient for {}", p.name));
+            let e = vec_err(got, &expected);
+            assert!(e <= 1e-5, "{kind:?} d{}: relative error {e}", p.name);
+        }
+    }
+}
+
+fn agent(kind: NormKind, config: &DqnConfig, host: bool) -> Dqn {
+    let mut dqn = Dqn::new(
+        &QNetworkConfig::mlp(vec![32, 16]),
+        &norm(kind),
+        &OptimizerConfig {
+            max_grad_norm: 1.0,
+            ..Default::default()
+        },
+        config,
+        &[4],
+        3,
+        11,
+        &DEV,
+    )
+    .unwrap();
+    dqn.set_host_path(host);
+    dqn
+}
+
+fn batch(size: usize, seed: u64) -> Batch {
+    let mut batch = Batch::new(size, 4);
+    batch.obs = random_values(size * 4, seed);
+    batch.next_obs = random_values(size * 4, seed + 1000);
+    batch.rewards = random_values(size, seed + 2000);
+    for i in 0..size {
+        batch.actions[i] = ((i * 7 + seed as usize) % 3) as u32;
+        batch.terminated[i] = if (i + seed as usize).is_multiple_of(5) {
+            1.0
+        } else {
+            0.0
+        };
+    }
+    batch
+}
+
+#[test]
+fn host_updates_equal_graph_updates() {
+    let configs = [
+        DqnConfig {
+            target_update: TargetUpdate::Hard { every: 3 },
+            ..Default::default()
+        },
+        DqnConfig {
+            double_dqn: true,
+            loss: Loss::Mse,
+            target_update: TargetUpdate::Polyak { tau: 0.1 },
+            target_bn_mode: Mode::Train,
+            ..Default::default()
+        },
+    ];
+    for (kind, config) in HOST_KINDS
+        .into_iter()
+        .flat_map(|k| configs.iter().map(move |c| (k, c)))
+    {
+        let mut host = agent(kind, config, true);
+        let mut graph = agent(kind, config, false);
+        assert!(host.runs_on_host() && !graph.runs_on_host());
+        let context = format!("{kind:?} double {}", config.double_dqn);
+        for (step, size) in [32usize, 32, 8, 32, 1, 32].into_iter().enumerate() {
+            let b = batch(size, step as u64);
+            let targets =
+                |dqn: &Dqn| -> Vec<f32> { dqn.td_targets(&b).unwrap().to_vec1().unwrap() };
+            let e = vec_err(&targets(&host), &targets(&graph));
+            assert!(
+                e <= 1e-5,
+                "{context} step {step} targets: relative error {e}"
+            );
+            let (h, g) = (host.update(&b).unwrap(), graph.update(&b).unwrap());
+            for (name, a, e) in [
+                ("loss", &h.td_loss, &g.td_loss),
+                ("mean Q", &h.q_mean, &g.q_mean),
+                ("gradient norm", &h.grad_norm, &g.grad_norm),
+            ] {
+                let r = relative(a.value().unwrap(), e.value().unwrap());
+                assert!(
+                    r <= 1e-5,
+                    "{context} step {step} {name}: relative error {r}"
+                );
+            }
+            assert_eq!((h.projected, h.synced), (g.projected, g.synced));
+        }
+        for net in [
+            (host.online(), graph.online()),
+            (host.target(), graph.target()),
+        ] {
+            for (a, b) in net.0.store().params().iter().zip(net.1.store().params()) {
+                let e = max_rel_err(a.var.as_tensor(), b.var.as_tensor());
+                assert!(e <= 1e-5, "{context} {}: relative error {e}", a.name);
+            }
+        }
+        let obs = random_values(4, 99);
+        let e = vec_err(
+            &host.q_values(&obs).unwrap(),
+            &graph.q_values(&obs).unwrap(),
+        );
+        assert!(e <= 1e-5, "{context} acting Q-values: relative error {e}");
+    }
+}
+
+#[test]
+fn networks_outside_the_host_path_use_the_graph() {
+    for kind in [NormKind::LayerNorm, NormKind::WnMeanOnlyBn] {
+        let net =
+            QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm(kind), &[4], 2, 0, &DEV).unwrap();
+        assert!(!net.runs_on_host(), "{kind:?}");
+        let err = net
+            .host_forward(&[0.0; 4], 1, Mode::Eval, None)
+            .unwrap_err();
+        assert!(err.to_string().contains("host"), "{err}");
+    }
+    let cnn = QNetwork::new(
+        &QNetworkConfig::minatar_cnn(),
+        &norm(NormKind::None),
+        &[4, 10, 10],
+        6,
+        0,
+        &DEV,
+    )
+    .unwrap();
+    assert!(!cnn.runs_on_host());
+    // Such agents still update (through the graph).
+    let mut dqn = Dqn::new(
+        &QNetworkConfig::mlp(vec![8]),
+        &norm(NormKind::LayerNorm),
+        &OptimizerConfig::default(),
+        &DqnConfig::default(),
+        &[4],
+        3,
+        0,
+        &DEV,
+    )
+    .unwrap();
+    assert!(!dqn.runs_on_host());
+    assert!(dqn
+        .update(&batch(8, 1))
+        .unwrap()
+        .td_loss
+        .value()
+        .unwrap()
+        .is_finite());
+}
