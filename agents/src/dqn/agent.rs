@@ -21,7 +21,7 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 
-use super::td_loss::{mean_taken, td_loss, td_loss_host, td_loss_reference};
+use super::td_loss::{mean_taken, mean_taken_values, td_loss, td_loss_host, td_loss_reference};
 use super::{Batch, DqnConfig, TargetUpdate};
 use crate::nn::{HostTape, Mode, NormConfig, QNetwork, QNetworkConfig};
 use crate::optim::{Optimizer, OptimizerConfig};
@@ -273,11 +273,7 @@ impl Dqn {
         )?;
         let n_actions = self.online.n_actions();
         let (loss, dq) = td_loss_host(&q, n_actions, &batch.actions, &targets, self.config.loss)?;
-        let taken = batch.actions.iter().enumerate();
-        let q_sum: f64 = taken
-            .map(|(i, &a)| f64::from(q[i * n_actions + a as usize]))
-            .sum();
-        let q_mean = Metric::Host(q_sum / batch.size.max(1) as f64);
+        let q_mean = Metric::Host(mean_taken_values(&q, n_actions, &batch.actions)?);
         let grads = self.online.host_backward(tape, &dq)?;
         let grad_norm = self.optimizer.step_host(&grads)?;
         self.finish_update(Metric::Host(f64::from(loss)), q_mean, grad_norm)

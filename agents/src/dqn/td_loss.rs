@@ -59,13 +59,18 @@ pub fn td_loss_reference(
 
 /// Mean of `q [B, A]` at the taken actions, read on the host.
 pub fn mean_taken(q: &Tensor, actions: &[u32]) -> Result<f64> {
-    let (b, a) = q.dims2()?;
+    let (_, a) = q.dims2()?;
+    mean_taken_values(&q.flatten_all()?.to_vec1::<f32>()?, a, actions)
+}
+
+/// [`mean_taken`] of host Q-values `q [B, n_actions]` (row-major).
+pub(crate) fn mean_taken_values(q: &[f32], a: usize, actions: &[u32]) -> Result<f64> {
+    let b = q.len() / a.max(1);
     if actions.len() != b {
         candle_core::bail!("mean Q: {} actions for a batch of {b}", actions.len());
     }
-    let values = q.flatten_all()?.to_vec1::<f32>()?;
     let mut sum = 0f64;
-    for (row, &act) in values.chunks_exact(a.max(1)).zip(actions) {
+    for (row, &act) in q.chunks_exact(a.max(1)).zip(actions) {
         match row.get(act as usize) {
             Some(&v) => sum += f64::from(v),
             None => candle_core::bail!("mean Q: action {act} out of range for {a} actions"),

@@ -24,39 +24,37 @@ pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
 
 /// [`moments`] of host values laid out as `units` says.
 pub(crate) fn moments_of(units: &Units, v: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    {
-        let mut sum = vec![0f64; units.units];
-        let mut sq = vec![0f64; units.units];
-        if units.inner == 1 {
-            feature_sums(v, &mut sum, &mut sq);
-        } else {
-            units.runs(|u, run| {
-                // Four partial sums each: independent additions pipeline.
-                let (mut s4, mut q4) = ([0f64; 4], [0f64; 4]);
-                let chunks = v[run].chunks_exact(4);
-                for &x in chunks.remainder() {
-                    sum[u] += f64::from(x);
-                    sq[u] += f64::from(x) * f64::from(x);
+    let mut sum = vec![0f64; units.units];
+    let mut sq = vec![0f64; units.units];
+    if units.inner == 1 {
+        feature_sums(v, &mut sum, &mut sq);
+    } else {
+        units.runs(|u, run| {
+            // Four partial sums each: independent additions pipeline.
+            let (mut s4, mut q4) = ([0f64; 4], [0f64; 4]);
+            let chunks = v[run].chunks_exact(4);
+            for &x in chunks.remainder() {
+                sum[u] += f64::from(x);
+                sq[u] += f64::from(x) * f64::from(x);
+            }
+            for c in chunks {
+                for ((s, q), &x) in s4.iter_mut().zip(q4.iter_mut()).zip(c) {
+                    *s += f64::from(x);
+                    *q += f64::from(x) * f64::from(x);
                 }
-                for c in chunks {
-                    for ((s, q), &x) in s4.iter_mut().zip(q4.iter_mut()).zip(c) {
-                        *s += f64::from(x);
-                        *q += f64::from(x) * f64::from(x);
-                    }
-                }
-                sum[u] += s4.iter().sum::<f64>();
-                sq[u] += q4.iter().sum::<f64>();
-            });
-        }
-        let n = units.per_unit() as f64;
-        let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
-        let var = sq
-            .iter()
-            .zip(&mean)
-            .map(|(s, m)| ((s / n) - m * m).max(0.0) as f32)
-            .collect();
-        (mean.into_iter().map(|m| m as f32).collect(), var)
+            }
+            sum[u] += s4.iter().sum::<f64>();
+            sq[u] += q4.iter().sum::<f64>();
+        });
     }
+    let n = units.per_unit() as f64;
+    let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
+    let var = sq
+        .iter()
+        .zip(&mean)
+        .map(|(s, m)| ((s / n) - m * m).max(0.0) as f32)
+        .collect();
+    (mean.into_iter().map(|m| m as f32).collect(), var)
 }
 
 crate::avx2::dispatch! {
@@ -276,7 +274,7 @@ impl CustomOp3 for BatchNormOp {
     }
 }
 
-pub(crate) type Gradients = (Vec<f32>, Vec<f32>, Vec<f32>);
+type Gradients = (Vec<f32>, Vec<f32>, Vec<f32>);
 
 impl BatchNormOp {
     /// `(dt, dgamma, dbeta)` over features (`[B, units]`), the ReLU's mask applied

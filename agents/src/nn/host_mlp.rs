@@ -185,19 +185,16 @@ impl NormLayer {
                 saved.batch_norm = Some(op);
                 out
             }
-            _ => {
-                let out = match (&self.bias, self.relu) {
-                    (Some(b), true) => with_values(b.as_tensor(), |b| {
-                        Ok(units.map(&t, b, |t, b| (t + b).max(0.0)))
-                    })?,
-                    (Some(b), false) => {
-                        with_values(b.as_tensor(), |b| Ok(units.map(&t, b, |t, b| t + b)))?
-                    }
-                    (None, true) => t.iter().map(|t| t.max(0.0)).collect(),
-                    (None, false) => t.clone(),
-                };
-                out
-            }
+            _ => match (&self.bias, self.relu) {
+                (Some(b), true) => with_values(b.as_tensor(), |b| {
+                    Ok(units.map(&t, b, |t, b| (t + b).max(0.0)))
+                })?,
+                (Some(b), false) => {
+                    with_values(b.as_tensor(), |b| Ok(units.map(&t, b, |t, b| t + b)))?
+                }
+                (None, true) => t.iter().map(|t| t.max(0.0)).collect(),
+                (None, false) => t.clone(),
+            },
         };
         if keep && (saved.normed.is_some() || saved.batch_norm.is_some()) {
             saved.kernel_output = t;
