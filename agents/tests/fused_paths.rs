@@ -60,10 +60,15 @@ fn assert_matches(
 #[test]
 fn fused_batch_norm_matches_the_reference() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
-    // Linear batch 32, conv batch 8, and the batch-1 Linear case (no gradient below in
-    // training mode); evaluation mode uses running statistics, set away from 0 and 1.
+    // Linear batch 32, conv batch 8, the batch-1 Linear case (no gradient below in
+    // training mode) and 21 features (a block of 16 and five single ones); evaluation mode uses running statistics, set away from 0 and 1.
     // Each also followed by a ReLU, which the fused op applies itself.
-    let cases = [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]];
+    let cases = [
+        vec![32usize, 64],
+        vec![8, 16, 10, 10],
+        vec![1, 5],
+        vec![16, 21],
+    ];
     let variants = [
         (Mode::Train, false),
         (Mode::Eval, false),
@@ -174,7 +179,12 @@ fn fused_layer_norm_matches_the_reference() {
 fn fused_mean_only_batch_norm_matches_the_reference() {
     // Alone, and with the layer's bias and the ReLU in the same op.
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(6);
-    let cases = [vec![32usize, 64], vec![8, 16, 10, 10], vec![1, 5]];
+    let cases = [
+        vec![32usize, 64],
+        vec![8, 16, 10, 10],
+        vec![1, 5],
+        vec![16, 21],
+    ];
     let variants = [
         (Mode::Train, false),
         (Mode::Eval, false),

@@ -1,20 +1,17 @@
-//! Batch norm's forward and backward (training and evaluation mode) and mean-only batch
-//! norm's training forward and backward as fused CPU ops (candle's broadcasting
-//! reductions made them several passes and allocations each way).
+//! Batch norm's forward and backward (training and evaluation mode) as fused CPU ops
+//! (candle's broadcasting reductions made them several passes and allocations each way).
+//! Mean-only batch norm's are in `mean_only_bn_op`.
 //!
 //! Forward, per unit `u` over its `n` values: `y = gamma_u * (t - mean_u) * inv_std_u +
 //! beta_u` with `inv_std_u = 1 / sqrt(var_u + eps)` (population variance). Backward:
 //! `dbeta = Σ dy`, `dgamma = Σ dy·x̂`, `dt = gamma · inv_std · (dy - Σdy/n - x̂ Σdy·x̂/n)`
 //! with batch statistics; with running statistics (constants) `dt = gamma · inv_std · dy`.
 
-use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, Var,
-};
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
 use super::dense::f32_slice;
-use super::fused::{
-    gradient_through_relu, relu_backward, relu_in_place, unit_bias_fits, with_values, Units,
-};
+use super::feature_pass::{affine_features, affine_in_place, block, Affine, BLOCK};
+use super::fused::{gradient_through_relu, relu_in_place, with_values, Units};
 
 /// Per-unit batch mean and population variance of a contiguous CPU tensor `[B, C, ...]`.
 pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
@@ -47,56 +44,51 @@ pub(crate) fn moments_of(units: &Units, v: &[f32]) -> (Vec<f32>, Vec<f32>) {
             sq[u] += q4.iter().sum::<f64>();
         });
     }
-    let n = units.per_unit() as f64;
-    let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
-    let var = sq
-        .iter()
-        .zip(&mean)
-        .map(|(s, m)| ((s / n) - m * m).max(0.0) as f32)
-        .collect();
-    (mean.into_iter().map(|m| m as f32).collect(), var)
+    moments_from_sums(&sum, &sq, units.per_unit() as f64)
+}
+
+crate::avx2::dispatch! {
+    /// `(mean, population variance)` per unit from the sums of `x` and `x^2` over `n`
+    /// values, in SIMD lanes (one at a time, the divisions cost as much as the sums).
+    fn moments_from_sums(sum: &[f64], sq: &[f64], n: f64) -> (Vec<f32>, Vec<f32>) {
+        let (mut mean, mut var) = (vec![0f32; sum.len()], vec![0f32; sum.len()]);
+        let units = mean.iter_mut().zip(var.iter_mut()).zip(sum.iter().zip(sq));
+        for ((mean, var), (sum, sq)) in units {
+            let m = sum / n;
+            *mean = m as f32;
+            *var = ((sq / n) - m * m).max(0.0) as f32;
+        }
+        (mean, var)
+    }
 }
 
 crate::avx2::dispatch! {
     /// Per-feature sums of `x` and `x^2` over the rows of `v` (`[B, units]`), each
-    /// feature its own running sum: the additions run across features in SIMD lanes.
+    /// feature its own running sum. Blocks of features ([`BLOCK`]) go down all the rows,
+    /// so that their sums stay in registers (across a whole row they did not fit).
     fn feature_sums(v: &[f32], sum: &mut [f64], sq: &mut [f64]) {
         let u = sum.len();
-        let (sum, sq) = (&mut sum[..u], &mut sq[..u]);
+        let blocks = u / BLOCK;
+        for b in 0..blocks {
+            let (mut s, mut q) = ([0f64; BLOCK], [0f64; BLOCK]);
+            for row in v.chunks_exact(u) {
+                let x = &row[b * BLOCK..][..BLOCK];
+                for j in 0..BLOCK {
+                    let x = f64::from(x[j]);
+                    s[j] += x;
+                    q[j] += x * x;
+                }
+            }
+            sum[b * BLOCK..][..BLOCK].copy_from_slice(&s);
+            sq[b * BLOCK..][..BLOCK].copy_from_slice(&q);
+        }
         for row in v.chunks_exact(u) {
-            let row = &row[..u];
-            for j in 0..u {
+            for j in blocks * BLOCK..u {
                 let x = f64::from(row[j]);
                 sum[j] += x;
                 sq[j] += x * x;
             }
         }
-    }
-}
-
-crate::avx2::dispatch! {
-    /// `(t - mean) * scale + beta` per feature, row by row, and `max(·, 0)` with
-    /// `relu`, in the same pass (into a buffer that is written once, not zeroed first).
-    fn normalize_features(
-        t: &[f32],
-        mean: &[f32],
-        scale: &[f32],
-        beta: &[f32],
-        relu: bool,
-    ) -> Vec<f32> {
-        let u = mean.len();
-        let (m, scale, beta) = (&mean[..u], &scale[..u], &beta[..u]);
-        let mut out = Vec::with_capacity(t.len());
-        for row in t.chunks_exact(u) {
-            let values = row.iter().zip(m).zip(scale).zip(beta);
-            let normalized = values.map(|(((x, m), s), b)| (x - m) * s + b);
-            if relu {
-                out.extend(normalized.map(|y| y.max(0.0)));
-            } else {
-                out.extend(normalized);
-            }
-        }
-        out
     }
 }
 
@@ -147,6 +139,24 @@ impl candle_core::InplaceOp1 for BlendRunning<'_> {
     }
 }
 
+crate::avx2::dispatch! {
+    /// `1 / sqrt(var + eps)` per unit, or 0 where that is infinite, in SIMD lanes (one
+    /// at a time, the roots and quotients cost more than a whole pass over a layer).
+    fn inverse_std(var: &[f32], eps: f64) -> Vec<f32> {
+        var.iter()
+            .map(|&v| {
+                let s = (f64::from(v) + eps).sqrt();
+                let inv = (1.0 / s) as f32;
+                if s > 0.0 {
+                    inv
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+}
+
 /// The normalization with given statistics: the batch's (from [`moments`]), through
 /// which gradients flow, or running ones, which are constants.
 #[derive(Clone)]
@@ -172,17 +182,7 @@ impl BatchNormOp {
     }
 
     fn new(mean: Vec<f32>, var: &[f32], eps: f64, batch_statistics: bool) -> Self {
-        let inv_std = var
-            .iter()
-            .map(|&v| {
-                let s = (f64::from(v) + eps).sqrt();
-                if s > 0.0 {
-                    (1.0 / s) as f32
-                } else {
-                    0.0
-                }
-            })
-            .collect();
+        let inv_std = inverse_std(var, eps);
         Self {
             mean,
             inv_std,
@@ -206,18 +206,10 @@ impl BatchNormOp {
         beta: &[f32],
         relu: bool,
     ) -> Result<Vec<f32>> {
-        // (t - mean) first: folding the mean into a shift loses precision when the
-        // scale is large (a variance near 0).
-        let scale: Vec<f32> = gamma
-            .iter()
-            .zip(&self.inv_std)
-            .map(|(g, s)| g * s)
-            .collect();
+        let scale = self.scale(gamma);
         let out = if units.inner == 1 {
-            if [self.mean.len(), scale.len(), beta.len()] != [units.units; 3] {
-                candle_core::bail!("batch norm: statistics do not fit {} units", units.units);
-            }
-            normalize_features(t, &self.mean, &scale, beta, relu)
+            let affine = self.feature_affine(units.units, &scale, beta, relu)?;
+            affine_features(t, units.units, affine)
         } else {
             let per_unit: Vec<[f32; 3]> = (0..units.units)
                 .map(|u| [self.mean[u], scale[u], beta[u]])
@@ -229,6 +221,51 @@ impl BatchNormOp {
             out
         };
         Ok(out)
+    }
+
+    /// [`Self::normalize`] of features (`[B, units]`) in place, where the input is not
+    /// kept (evaluation forwards): no buffer to allocate.
+    pub(crate) fn normalize_features_in_place(
+        &self,
+        t: &mut [f32],
+        gamma: &[f32],
+        beta: &[f32],
+        relu: bool,
+    ) -> Result<()> {
+        let scale = self.scale(gamma);
+        let units = self.mean.len();
+        affine_in_place(t, units, self.feature_affine(units, &scale, beta, relu)?);
+        Ok(())
+    }
+
+    /// `gamma_u / sqrt(var_u + eps)`.
+    fn scale(&self, gamma: &[f32]) -> Vec<f32> {
+        gamma
+            .iter()
+            .zip(&self.inv_std)
+            .map(|(g, s)| g * s)
+            .collect()
+    }
+
+    /// `relu((t - mean) * scale + beta)` over `units` features, checked against the
+    /// statistics. `(t - mean)` first: folding the mean into a shift loses precision
+    /// when the scale is large (a variance near 0).
+    fn feature_affine<'a>(
+        &'a self,
+        units: usize,
+        scale: &'a [f32],
+        beta: &'a [f32],
+        relu: bool,
+    ) -> Result<Affine<'a>> {
+        if [self.mean.len(), scale.len(), beta.len()] != [units; 3] {
+            candle_core::bail!("batch norm: statistics do not fit {units} units");
+        }
+        Ok(Affine {
+            center: Some(&self.mean),
+            scale: Some(scale),
+            bias: Some(beta),
+            relu,
+        })
     }
 }
 
@@ -289,22 +326,25 @@ impl BatchNormOp {
         with_values(t, |x| {
             with_values(&grad.contiguous()?, |dy| {
                 with_values(out, |y| {
-                    Ok(self.feature_gradients(gamma, x, y, dy, self.relu))
+                    let mut dt = dy.to_vec();
+                    let (dgamma, dbeta) = self.feature_gradients(gamma, x, y, &mut dt, self.relu);
+                    Ok((dt, dgamma, dbeta))
                 })
             })
         })
     }
 
-    /// `(dt, dgamma, dbeta)` over features on host values: the layer input `x`, the
-    /// output `y` (read only with `relu`, a ReLU ending the layer) and its gradient `dy`.
+    /// `(dgamma, dbeta)` over features on host values, turning the output gradient `dy`
+    /// into the layer input's in place: `x` is the layer input and `y` the output
+    /// (read only with `relu`, a ReLU ending the layer).
     pub(crate) fn feature_gradients(
         &self,
         gamma: &[f32],
         x: &[f32],
         y: &[f32],
-        dy: &[f32],
+        dy: &mut [f32],
         relu: bool,
-    ) -> Gradients {
+    ) -> (Vec<f32>, Vec<f32>) {
         let features = FeatureBackward {
             gamma,
             mean: &self.mean,
@@ -368,160 +408,94 @@ struct FeatureBackward<'a> {
 }
 
 crate::avx2::dispatch! {
-    /// `(dt, dgamma, dbeta)` from the layer input `x` and the output gradient `dy`;
-    /// with `relu_out` (the op's output when a ReLU ends it), `dy` only where it is > 0.
+    /// `(dgamma, dbeta)` from the layer input `x`, turning the output gradient `dy` into
+    /// `dt` in place; with `relu_out` (the op's output when a ReLU ends it), `dy` counts
+    /// only where it is > 0.
     fn feature_gradients(
         fb: &FeatureBackward<'_>,
         x: &[f32],
-        dy: &[f32],
+        dy: &mut [f32],
         relu_out: Option<&[f32]>,
-    ) -> Gradients {
-        fb.gradients(x, dy, relu_out)
+    ) -> (Vec<f32>, Vec<f32>) {
+        match relu_out {
+            Some(y) => fb.gradients::<true>(x, dy, y),
+            None => fb.gradients::<false>(x, dy, &[]),
+        }
     }
 }
 
 impl FeatureBackward<'_> {
+    /// Block by block of units ([`BLOCK`]), two passes down the rows: the ReLU's mask
+    /// and the sums, then `dt`.
     #[inline(always)]
-    fn gradients(&self, x: &[f32], dy: &[f32], relu_out: Option<&[f32]>) -> Gradients {
+    fn gradients<const RELU: bool>(
+        &self,
+        x: &[f32],
+        dy: &mut [f32],
+        y: &[f32],
+    ) -> (Vec<f32>, Vec<f32>) {
         let units = self.gamma.len();
-        let (m, s) = (&self.mean[..units], &self.inv_std[..units]);
-        let rows = x.len() / units.max(1);
-        // dt holds the gradient below the ReLU first, then is rewritten in place.
-        let mut dt = match relu_out {
-            Some(y) => y
-                .iter()
-                .zip(dy)
-                .map(|(y, d)| if *y > 0.0 { *d } else { 0.0 })
-                .collect(),
-            None => dy.to_vec(),
-        };
-        let (mut sum_dy, mut sum_dy_xhat) = (vec![0f32; units], vec![0f32; units]);
-        let (sum_dy_u, sum_dy_xhat_u) = (&mut sum_dy[..units], &mut sum_dy_xhat[..units]);
-        for (x, d) in x.chunks_exact(units).zip(dt.chunks_exact(units)) {
-            let (x, d) = (&x[..units], &d[..units]);
-            for u in 0..units {
-                sum_dy_u[u] += d[u];
-                sum_dy_xhat_u[u] += d[u] * (x[u] - m[u]) * s[u];
+        let mut sums = (vec![0f32; units], vec![0f32; units]);
+        let full = units / BLOCK * BLOCK;
+        for start in (0..full).step_by(BLOCK) {
+            self.block::<RELU, BLOCK>(x, dy, y, start, &mut sums);
+        }
+        for start in full..units {
+            self.block::<RELU, 1>(x, dy, y, start, &mut sums);
+        }
+        let (sum_dy, sum_dy_xhat) = sums;
+        (sum_dy_xhat, sum_dy)
+    }
+
+    /// Units `start..start + W` of [`Self::gradients`]; `sums` are `(Σ d, Σ d·x̂)`.
+    #[inline(always)]
+    fn block<const RELU: bool, const W: usize>(
+        &self,
+        x: &[f32],
+        dy: &mut [f32],
+        y: &[f32],
+        start: usize,
+        sums: &mut (Vec<f32>, Vec<f32>),
+    ) {
+        let units = self.gamma.len();
+        let (m, s): ([f32; W], [f32; W]) = (block(self.mean, start), block(self.inv_std, start));
+        let (mut sum_dy, mut sum_dy_xhat) = ([0f32; W], [0f32; W]);
+        for (r, d) in dy.chunks_exact_mut(units).enumerate() {
+            let at = r * units + start;
+            let d: &mut [f32; W] = (&mut d[start..start + W]).try_into().expect("block");
+            let x: [f32; W] = block(x, at);
+            let y: [f32; W] = if RELU { block(y, at) } else { [1.0; W] };
+            for j in 0..W {
+                let (g, keep) = (d[j], !RELU || y[j] > 0.0);
+                let du = if keep { g } else { 0.0 };
+                // `+ 0.0` (not an identity: -0 becomes +0) keeps the store whole; storing
+                // `du` itself became a masked store of the zeros, which is slow on AMD.
+                d[j] = du + 0.0;
+                sum_dy[j] += du;
+                sum_dy_xhat[j] += du * (x[j] - m[j]) * s[j];
             }
         }
-        let k: Vec<f32> = self.gamma.iter().zip(s).map(|(g, s)| g * s).collect();
-        let k = &k[..units];
+        sums.0[start..start + W].copy_from_slice(&sum_dy);
+        sums.1[start..start + W].copy_from_slice(&sum_dy_xhat);
+        let gamma: [f32; W] = block(self.gamma, start);
+        let k: [f32; W] = std::array::from_fn(|j| gamma[j] * s[j]);
         if !self.batch_statistics {
-            for dt in dt.chunks_exact_mut(units) {
-                let dt = &mut dt[..units];
-                for u in 0..units {
-                    dt[u] *= k[u];
+            for d in dy.chunks_exact_mut(units) {
+                for (d, k) in d[start..start + W].iter_mut().zip(k) {
+                    *d *= k;
                 }
             }
-            return (dt, sum_dy_xhat, sum_dy);
+            return;
         }
-        let n = rows as f32;
-        let mean_dy: Vec<f32> = sum_dy.iter().map(|v| v / n).collect();
-        let mean_dy_xhat: Vec<f32> = sum_dy_xhat.iter().map(|v| v / n).collect();
-        let (mean_dy, mean_dy_xhat) = (&mean_dy[..units], &mean_dy_xhat[..units]);
-        for (dt, x) in dt.chunks_exact_mut(units).zip(x.chunks_exact(units)) {
-            let (dt, x) = (&mut dt[..units], &x[..units]);
-            for u in 0..units {
-                dt[u] = k[u] * (dt[u] - mean_dy[u] - (x[u] - m[u]) * s[u] * mean_dy_xhat[u]);
+        let n = (dy.len() / units) as f32;
+        let mean_dy: [f32; W] = std::array::from_fn(|j| sum_dy[j] / n);
+        let mean_dy_xhat: [f32; W] = std::array::from_fn(|j| sum_dy_xhat[j] / n);
+        for (r, d) in dy.chunks_exact_mut(units).enumerate() {
+            let d: &mut [f32; W] = (&mut d[start..start + W]).try_into().expect("block");
+            let x: [f32; W] = block(x, r * units + start);
+            for j in 0..W {
+                d[j] = k[j] * (d[j] - mean_dy[j] - (x[j] - m[j]) * s[j] * mean_dy_xhat[j]);
             }
         }
-        (dt, sum_dy_xhat, sum_dy)
-    }
-}
-
-/// `d - mean_u(d)` per unit, given the per-unit sums of `d`: the gradient through a
-/// subtracted batch mean.
-fn centered(units: &Units, d: &[f32], sums: &[f32]) -> Vec<f32> {
-    let n = units.per_unit() as f32;
-    let means: Vec<f32> = sums.iter().map(|s| s / n).collect();
-    units.map(d, &means, |d, m| d - m)
-}
-
-/// Mean-only batch norm's forward, `y = t - mean_u`. With the batch's mean, the
-/// backward is that of a batch mean, `dt = dy - mean_u(dy)`; with the running mean (a
-/// constant), `dt = dy`.
-pub(crate) struct SubtractUnitMean {
-    pub mean: Vec<f32>,
-    pub batch_statistics: bool,
-}
-
-impl CustomOp1 for SubtractUnitMean {
-    fn name(&self) -> &'static str {
-        "subtract-unit-mean"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let t = f32_slice(s, l)?;
-        let out = Units::of(l.shape())?.map(t, &self.mean, |t, m| t - m);
-        Ok((CpuStorage::F32(out), l.shape().clone()))
-    }
-
-    fn bwd(&self, t: &Tensor, _out: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        if !self.batch_statistics {
-            return Ok(Some(grad.clone()));
-        }
-        let grad = grad.contiguous()?;
-        let units = Units::of(t.shape())?;
-        let dt = with_values(&grad, |dy| Ok(centered(&units, dy, &units.sums(dy))))?;
-        Ok(Some(Tensor::from_vec(dt, t.shape(), t.device())?))
-    }
-}
-
-/// Mean-only batch norm, the layer's bias and the ReLU in one op:
-/// `y = relu(t - mean_u + b_u)`. Backward: `d = dy` where `y > 0`, `db = Σ d`, and
-/// `dt = d - mean_u(d)` with the batch's mean, `dt = d` with the running mean.
-pub(crate) struct CenteredBiasRelu {
-    pub mean: Vec<f32>,
-    pub batch_statistics: bool,
-}
-
-impl CustomOp2 for CenteredBiasRelu {
-    fn name(&self) -> &'static str {
-        "centered-bias-relu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let units = unit_bias_fits(l1.shape(), b)?;
-        if self.mean.len() != units.units {
-            candle_core::bail!(
-                "mean of {} values for {} units",
-                self.mean.len(),
-                units.units
-            );
-        }
-        let shift: Vec<f32> = b.iter().zip(&self.mean).map(|(b, m)| b - m).collect();
-        // (t - m) + b equals t + (b - m) up to rounding; one shift per unit.
-        let out = units.map(t, &shift, |t, shift| (t + shift).max(0.0));
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        t: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let d = relu_backward(out, grad)?;
-        let units = Units::of(t.shape())?;
-        let (dt, db) = with_values(&d, |d| {
-            let db = units.sums(d);
-            if !self.batch_statistics {
-                return Ok((None, db));
-            }
-            Ok((Some(centered(&units, d, &db)), db))
-        })?;
-        let dt = match dt {
-            Some(dt) => Tensor::from_vec(dt, t.shape(), t.device())?,
-            None => d,
-        };
-        Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
     }
 }

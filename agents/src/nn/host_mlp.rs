@@ -4,8 +4,13 @@
 //! update, and they grew with every variable a method adds: per node a tensor and an
 //! op, per variable a zero-filled gradient, an add and a hash entry (about 0.6 us each).
 //! Here the layers run one after another on plain buffers, keep what their backward
-//! needs on a [`HostTape`], and the backward hands back each variable's gradient. The
-//! arithmetic is the fused ops' own functions, so the values are the graph path's.
+//! needs on a [`HostTape`], and the backward hands back each variable's gradient.
+//!
+//! Each layer's output (weight norm's scale, the bias, the ReLU) is one pass forward and
+//! one back ([`super::feature_pass`]); weight norm never forms `w` but scales the
+//! kernel's output, as its graph op does. Batch norm, the kernels and the norms are the
+//! fused ops' own functions. The values are the graph path's to rounding (tested to
+//! 1e-5 relative).
 //!
 //! CPU only, for networks of Linear layers with no normalization, weight norm, SVB,
 //! batch norm or BBN ([`QNetwork::runs_on_host`]); the others use the graph.
@@ -31,12 +36,13 @@ use std::sync::Arc;
 use candle_core::{Result, TensorId, Var};
 
 use super::batch_norm_op::BatchNormOp;
-use super::fused::{relu_mask, with_values, Units};
+use super::feature_pass::{affine_features, affine_in_place, output_gradient, Affine, SavedOutput};
+use super::fused::{with_values, Units};
 use super::kernel_core::KernelCore;
 use super::layer::{Norm, WeightParam};
 use super::linear_op::LinearCore;
 use super::weight_norm::inverse_norms;
-use super::weight_norm_op::NormedKernel;
+use super::weight_norm_op::add_norm_gradient;
 use super::{Kernel, Mode, NormLayer, QNetwork};
 
 /// What a training forward keeps for the backward, layer by layer.
@@ -47,11 +53,17 @@ pub struct HostTape {
 
 struct LayerTape {
     input: Vec<f32>,
-    /// The kernel's output before the activation normalization and the bias, where
-    /// the backward reads it (weight norm, batch norm); else empty.
+    /// The kernel's output before the activation normalization, the scale and the bias,
+    /// where the backward reads it (weight norm, batch norm); else empty.
     kernel_output: Vec<f32>,
-    normed: Option<NormedKernel<LinearCore>>,
+    weight_norm: Option<NormScales>,
     batch_norm: Option<Arc<BatchNormOp>>,
+}
+
+/// A weight-normed layer's `1/||v_u||` and `s_u = g_u/||v_u||` in a training forward.
+struct NormScales {
+    inv_norms: Vec<f32>,
+    scales: Vec<f32>,
 }
 
 /// Each trainable variable's gradient, by the variable's id.
@@ -148,57 +160,87 @@ impl NormLayer {
         let mut saved = LayerTape {
             input: vec![],
             kernel_output: vec![],
-            normed: None,
+            weight_norm: None,
             batch_norm: None,
         };
         let t = match (&self.weight, mode) {
             (WeightParam::Plain(w), _) => with_values(w.as_tensor(), |w| Ok(core.forward(x, w)))?,
             (WeightParam::Normed(wn), Mode::Train) => {
-                let (v, g) = (wn.v.as_tensor(), wn.g.as_tensor());
-                with_values(v, |v| {
-                    let op = NormedKernel {
-                        core,
-                        inv_norms: inverse_norms(v, n_out),
-                    };
-                    let t = with_values(g, |g| op.forward_values(x, v, g))?;
-                    saved.normed = Some(op);
-                    Ok(t)
-                })?
+                let (t, inv_norms) = with_values(wn.v.as_tensor(), |v| {
+                    Ok((core.forward(x, v), inverse_norms(v, n_out)))
+                })?;
+                let scales = with_values(wn.g.as_tensor(), |g| {
+                    Ok(g.iter().zip(&inv_norms).map(|(g, i)| g * i).collect())
+                })?;
+                saved.weight_norm = Some(NormScales { inv_norms, scales });
+                t
             }
             (WeightParam::Normed(wn), Mode::Eval) => {
                 with_values(&wn.cached_weight()?, |w| Ok(core.forward(x, w)))?
             }
         };
-        let units = Units {
-            outer: rows,
-            units: n_out,
-            inner: 1,
-        };
         let out = match &self.norm {
             Norm::Batch(bn) => {
+                let units = Units {
+                    outer: rows,
+                    units: n_out,
+                    inner: 1,
+                };
                 let op = bn.host_op(&units, &t, mode)?;
+                let mut t = t;
                 let out = with_values(bn.gamma.as_tensor(), |gamma| {
                     with_values(bn.beta.as_tensor(), |beta| {
-                        op.normalize(&units, &t, gamma, beta, self.relu)
+                        if keep {
+                            // The backward reads the input.
+                            op.normalize(&units, &t, gamma, beta, self.relu).map(Some)
+                        } else {
+                            op.normalize_features_in_place(&mut t, gamma, beta, self.relu)?;
+                            Ok(None)
+                        }
                     })
                 })?;
                 saved.batch_norm = Some(op);
-                out
-            }
-            _ => match (&self.bias, self.relu) {
-                (Some(b), true) => with_values(b.as_tensor(), |b| {
-                    Ok(units.map(&t, b, |t, b| (t + b).max(0.0)))
-                })?,
-                (Some(b), false) => {
-                    with_values(b.as_tensor(), |b| Ok(units.map(&t, b, |t, b| t + b)))?
+                match out {
+                    Some(out) => {
+                        saved.kernel_output = t;
+                        out
+                    }
+                    None => t,
                 }
-                (None, true) => t.iter().map(|t| t.max(0.0)).collect(),
-                (None, false) => t.clone(),
-            },
+            }
+            _ => {
+                let scale = saved.weight_norm.as_ref().map(|n| &n.scales[..]);
+                // Weight norm's backward reads the kernel's output; else it is not kept
+                // and becomes the layer's output in place.
+                let kept = keep && scale.is_some();
+                let mut t = t;
+                let mut apply = |bias: Option<&[f32]>| {
+                    let affine = Affine {
+                        scale,
+                        bias,
+                        relu: self.relu,
+                        ..Default::default()
+                    };
+                    if kept {
+                        Some(affine_features(&t, n_out, affine))
+                    } else {
+                        affine_in_place(&mut t, n_out, affine);
+                        None
+                    }
+                };
+                let out = match &self.bias {
+                    Some(b) => with_values(b.as_tensor(), |b| Ok(apply(Some(b))))?,
+                    None => apply(None),
+                };
+                match out {
+                    Some(out) => {
+                        saved.kernel_output = t;
+                        out
+                    }
+                    None => t,
+                }
+            }
         };
-        if keep && (saved.normed.is_some() || saved.batch_norm.is_some()) {
-            saved.kernel_output = t;
-        }
         Ok((out, saved))
     }
 
@@ -216,33 +258,39 @@ impl NormLayer {
             candle_core::bail!("host backward: not a Linear layer");
         };
         let rows = saved.input.len() / n_in.max(1);
-        let units = Units {
-            outer: rows,
-            units: n_out,
-            inner: 1,
-        };
-        let dt = match (&self.norm, &saved.batch_norm) {
+        let (dt, gain_sums) = match (&self.norm, &saved.batch_norm) {
             (Norm::Batch(bn), Some(op)) => {
-                let (dt, dgamma, dbeta) = with_values(bn.gamma.as_tensor(), |gamma| {
-                    Ok(op.feature_gradients(gamma, &saved.kernel_output, out, &dy, self.relu))
+                let mut dt = dy;
+                let (dgamma, dbeta) = with_values(bn.gamma.as_tensor(), |gamma| {
+                    let x = &saved.kernel_output;
+                    Ok(op.feature_gradients(gamma, x, out, &mut dt, self.relu))
                 })?;
                 push(grads, &bn.gamma, dgamma);
                 push(grads, &bn.beta, dbeta);
-                dt
+                (dt, vec![])
             }
             (Norm::Batch(_), None) => {
                 candle_core::bail!("host backward: batch norm ran without a tape")
             }
             _ => {
-                let dt = if self.relu { relu_mask(out, &dy) } else { dy };
+                let scaled = saved
+                    .weight_norm
+                    .as_ref()
+                    .map(|n| (&saved.kernel_output[..], &n.scales[..]));
+                let saved_output = SavedOutput {
+                    y: self.relu.then_some(out),
+                    scaled,
+                };
+                let mut dt = dy;
+                let sums = output_gradient(&mut dt, n_out, saved_output);
                 if let Some(b) = &self.bias {
-                    push(grads, b, units.sums(&dt));
+                    push(grads, b, sums.d);
                 }
-                dt
+                (dt, sums.d_t)
             }
         };
         let core = LinearCore::new(rows, n_in, n_out);
-        match (&self.weight, &saved.normed) {
+        match (&self.weight, &saved.weight_norm) {
             (WeightParam::Plain(w), _) => {
                 let (dw, dx) = with_values(w.as_tensor(), |w| {
                     Ok(core.backward(&saved.input, w, &dt, input_gradient))
@@ -250,19 +298,18 @@ impl NormLayer {
                 push(grads, w, dw);
                 Ok(dx)
             }
-            (WeightParam::Normed(wn), Some(op)) => {
-                let (v, g) = (wn.v.as_tensor(), wn.g.as_tensor());
-                let (dx, dv, dg) = with_values(v, |v| {
-                    with_values(g, |g| {
-                        op.gradients(
-                            &saved.input,
-                            v,
-                            g,
-                            &saved.kernel_output,
-                            &dt,
-                            input_gradient,
-                        )
-                    })
+            (WeightParam::Normed(wn), Some(norms)) => {
+                // dL/dg_u = Σ dL/dy t / ||v_u||; dL/dv = (dL/dt)^T x minus the part
+                // along v_u (the gradient through the norm).
+                let inv = &norms.inv_norms;
+                let dg: Vec<f32> = gain_sums.iter().zip(inv).map(|(s, i)| s * i).collect();
+                let (dv, dx) = with_values(wn.v.as_tensor(), |v| {
+                    let (mut dv, dx) = core.backward(&saved.input, v, &dt, input_gradient);
+                    with_values(wn.g.as_tensor(), |g| {
+                        add_norm_gradient(&mut dv, v, g, &dg, inv);
+                        Ok(())
+                    })?;
+                    Ok((dv, dx))
                 })?;
                 push(grads, &wn.v, dv);
                 push(grads, &wn.g, dg);

@@ -17,8 +17,8 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::batch_norm_op;
 use super::kernel::unit_mean;
+use super::{batch_norm_op, mean_only_bn_op};
 use super::{Group, Mode, ParamStore};
 
 pub struct MeanOnlyBn {
@@ -51,7 +51,7 @@ impl MeanOnlyBn {
         }
         let t = t.contiguous()?;
         let (mean, batch_statistics) = self.mean_for(&t, mode)?;
-        t.apply_op1(batch_norm_op::SubtractUnitMean {
+        t.apply_op1(mean_only_bn_op::SubtractUnitMean {
             mean,
             batch_statistics,
         })
@@ -80,7 +80,7 @@ impl MeanOnlyBn {
         let (mean, batch_statistics) = self.mean_for(&t, mode)?;
         t.apply_op2(
             &bias.contiguous()?,
-            batch_norm_op::CenteredBiasRelu {
+            mean_only_bn_op::CenteredBiasRelu {
                 mean,
                 batch_statistics,
             },

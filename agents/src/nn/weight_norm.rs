@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor, Var};
 
 use super::data_conv::DataConv2d;
-use super::dense::{dot, f32_slice};
+use super::dense::{dot, f32_slice, lane_sum};
 use super::fused::with_values;
 use super::linear_op::LinearCore;
 use super::weight_norm_op::{NormedKernel, ScaleByGain};
@@ -211,11 +211,21 @@ struct FusedWeightNorm {
     units: usize,
 }
 
-/// `(1 / ||v_u||)` per unit `u` of `v`'s `units` rows.
-pub(crate) fn inverse_norms(v: &[f32], units: usize) -> Vec<f32> {
-    v.chunks_exact(v.len() / units)
-        .map(|row| 1.0 / dot(row, row).sqrt())
-        .collect()
+crate::avx2::dispatch! {
+    /// `(1 / ||v_u||)` per unit `u` of `v`'s `units` rows: the squared norms first, then
+    /// the roots and quotients in SIMD lanes (one at a time, they cost more than the
+    /// squares).
+    pub(crate) fn inverse_norms(v: &[f32], units: usize) -> Vec<f32> {
+        // Loops, not collected iterators: those compiled outside the AVX2 copy.
+        let mut inv = vec![0f32; units];
+        for (inv, row) in inv.iter_mut().zip(v.chunks_exact(v.len() / units)) {
+            *inv = lane_sum(row, row, |x, y| x * y);
+        }
+        for x in inv.iter_mut() {
+            *x = 1.0 / x.sqrt();
+        }
+        inv
+    }
 }
 
 impl CustomOp2 for FusedWeightNorm {

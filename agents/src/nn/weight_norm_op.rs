@@ -100,7 +100,7 @@ fn gain_gradient_from_sums(sums: &[f32], inv_norms: &[f32]) -> Vec<f32> {
 
 crate::avx2::dispatch! {
     /// `dv -= (dg_u * g_u / ||v_u||^2) v_u` per unit row: the gradient through the norm.
-    fn add_norm_gradient(dv: &mut [f32], v: &[f32], g: &[f32], dg: &[f32], inv_norms: &[f32]) {
+    pub(crate) fn add_norm_gradient(dv: &mut [f32], v: &[f32], g: &[f32], dg: &[f32], inv_norms: &[f32]) {
         let n = v.len() / g.len().max(1);
         for (u, (d_row, row)) in dv.chunks_exact_mut(n).zip(v.chunks_exact(n)).enumerate() {
             let c = dg[u] * g[u] * inv_norms[u] * inv_norms[u];

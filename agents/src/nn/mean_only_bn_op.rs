@@ -1,0 +1,104 @@
+//! Mean-only batch norm's training forward and backward as fused CPU ops: `y = t -
+//! mean_u`, alone or with the layer's bias and ReLU in the same op.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
+
+use super::dense::f32_slice;
+use super::fused::{relu_backward, unit_bias_fits, with_values, Units};
+
+/// `d - mean_u(d)` per unit, given the per-unit sums of `d`: the gradient through a
+/// subtracted batch mean.
+fn centered(units: &Units, d: &[f32], sums: &[f32]) -> Vec<f32> {
+    let n = units.per_unit() as f32;
+    let means: Vec<f32> = sums.iter().map(|s| s / n).collect();
+    units.map(d, &means, |d, m| d - m)
+}
+
+/// Mean-only batch norm's forward, `y = t - mean_u`. With the batch's mean, the
+/// backward is that of a batch mean, `dt = dy - mean_u(dy)`; with the running mean (a
+/// constant), `dt = dy`.
+pub(crate) struct SubtractUnitMean {
+    pub mean: Vec<f32>,
+    pub batch_statistics: bool,
+}
+
+impl CustomOp1 for SubtractUnitMean {
+    fn name(&self) -> &'static str {
+        "subtract-unit-mean"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let t = f32_slice(s, l)?;
+        let out = Units::of(l.shape())?.map(t, &self.mean, |t, m| t - m);
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+
+    fn bwd(&self, t: &Tensor, _out: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        if !self.batch_statistics {
+            return Ok(Some(grad.clone()));
+        }
+        let grad = grad.contiguous()?;
+        let units = Units::of(t.shape())?;
+        let dt = with_values(&grad, |dy| Ok(centered(&units, dy, &units.sums(dy))))?;
+        Ok(Some(Tensor::from_vec(dt, t.shape(), t.device())?))
+    }
+}
+
+/// Mean-only batch norm, the layer's bias and the ReLU in one op:
+/// `y = relu(t - mean_u + b_u)`. Backward: `d = dy` where `y > 0`, `db = Σ d`, and
+/// `dt = d - mean_u(d)` with the batch's mean, `dt = d` with the running mean.
+pub(crate) struct CenteredBiasRelu {
+    pub mean: Vec<f32>,
+    pub batch_statistics: bool,
+}
+
+impl CustomOp2 for CenteredBiasRelu {
+    fn name(&self) -> &'static str {
+        "centered-bias-relu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        let units = unit_bias_fits(l1.shape(), b)?;
+        if self.mean.len() != units.units {
+            candle_core::bail!(
+                "mean of {} values for {} units",
+                self.mean.len(),
+                units.units
+            );
+        }
+        let shift: Vec<f32> = b.iter().zip(&self.mean).map(|(b, m)| b - m).collect();
+        // (t - m) + b equals t + (b - m) up to rounding; one shift per unit.
+        let out = units.map(t, &shift, |t, shift| (t + shift).max(0.0));
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        t: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let d = relu_backward(out, grad)?;
+        let units = Units::of(t.shape())?;
+        let (dt, db) = with_values(&d, |d| {
+            let db = units.sums(d);
+            if !self.batch_statistics {
+                return Ok((None, db));
+            }
+            Ok((Some(centered(&units, d, &db)), db))
+        })?;
+        let dt = match dt {
+            Some(dt) => Tensor::from_vec(dt, t.shape(), t.device())?,
+            None => d,
+        };
+        Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
+    }
+}
