@@ -1,6 +1,7 @@
 //! One-pass loops over the rows of a feature layer's output (`[B, units]`, row-major),
-//! for the host path of MLPs: a per-unit scale (weight norm's `g/||v||`), bias and ReLU
-//! forward, and everything the backward needs below them in one pass back. Separate
+//! for the host path of MLPs: a per-unit center (batch norm's mean), scale (weight
+//! norm's `g/||v||`, batch norm's `gamma/std`), bias and ReLU forward, and everything the
+//! backward needs below them in one pass back. Separate
 //! passes (scale, bias, ReLU mask, bias sums, gain sums) cost more than the arithmetic
 //! in them on a layer of a few thousand values.
 //!
@@ -10,7 +11,7 @@
 //! ```
 //!
 //! The products are rounded as the graph's separate ops round them (`s t`, then `+ b`),
-//! so both paths give the same values.
+//! so both paths give the same values. Missing parts are 0 or 1, which changes no value.
 
 use std::mem::MaybeUninit;
 
@@ -148,8 +149,9 @@ crate::avx2::dispatch! {
 }
 
 /// Units per block: the loops go down all the rows of one block of units, so that its
-/// per-unit sums and factors stay in registers (one AVX2 vector); row by row, every value
-/// also loaded and stored a running sum.
+/// per-unit sums and factors stay in registers; row by row, every value also loaded and
+/// stored a running sum. Sixteen is two AVX2 vectors, two running sums that pipeline
+/// (with eight, each row waited on the one addition before it).
 pub(crate) const BLOCK: usize = 16;
 
 /// [`output_gradient`] for one combination of ReLU and scale, fixed at compile time so
