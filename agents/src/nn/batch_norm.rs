@@ -7,9 +7,10 @@
 //! is what batch norm does with one sample. The running variance is then left as it
 //! is (its unbiased update is undefined); the running mean is updated. No NaN arises.
 //!
-//! Evaluation mode keeps its statistics' inverse deviations for one version of the
-//! store (see [`ParamStore::bump_version`]): whatever changes the running statistics
-//! outside a training forward, a copy, a load or an optimizer step must bump it.
+//! Evaluation mode keeps its statistics' inverse deviations (and `gamma / std`, `beta`)
+//! for one version of the store (see [`ParamStore::bump_version`]): whatever changes the
+//! running statistics or the parameters outside a training forward, a copy, a load or
+//! an optimizer step must bump it.
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -28,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Result, Tensor, Var};
 
 use super::batch_norm_op::{self, BatchNormOp};
+use super::feature_pass::Affine;
 use super::fused::{with_values, Units};
 use super::kernel::{unit_moments, values_per_unit};
 use super::{Group, Mode, ParamStore};
@@ -40,9 +42,28 @@ pub struct BatchNorm {
     momentum: f64,
     eps: f64,
     version: Arc<AtomicU64>,
-    /// The evaluation-mode op (its inverse deviations computed) for one version of the
-    /// store: acting reads it on every call.
-    evaluation: Mutex<Option<(u64, Arc<BatchNormOp>)>>,
+    /// Evaluation mode for one version of the store: acting reads it on every call.
+    evaluation: Mutex<Option<(u64, Arc<Evaluation>)>>,
+}
+
+/// Evaluation mode for one version of the store: the op (the running statistics'
+/// inverse deviations computed), and `gamma / std` and `beta` per unit for the host path.
+pub(crate) struct Evaluation {
+    pub op: Arc<BatchNormOp>,
+    scale: Vec<f32>,
+    beta: Vec<f32>,
+}
+
+impl Evaluation {
+    /// The layer as `relu((t - mean) * gamma / std + beta)` over features.
+    pub(crate) fn affine(&self, relu: bool) -> Affine<'_> {
+        Affine {
+            center: Some(&self.op.mean),
+            scale: Some(&self.scale),
+            bias: Some(&self.beta),
+            relu,
+        }
+    }
 }
 
 impl BatchNorm {
@@ -141,24 +162,31 @@ impl BatchNorm {
                 self.version.fetch_add(1, Ordering::AcqRel);
                 Ok(Arc::new(BatchNormOp::training(mean, &var, self.eps)))
             }
-            Mode::Eval => self.evaluation_op(),
+            Mode::Eval => Ok(self.evaluation()?.op.clone()),
         }
     }
 
-    /// The evaluation-mode op, rebuilt only when the store's version changed.
-    fn evaluation_op(&self) -> Result<Arc<BatchNormOp>> {
+    /// Evaluation mode, rebuilt only when the store's version changed.
+    pub(crate) fn evaluation(&self) -> Result<Arc<Evaluation>> {
         let version = self.version.load(Ordering::Acquire);
         let mut cache = self.evaluation.lock().expect("batch-norm cache poisoned");
-        if let Some((v, op)) = cache.as_ref() {
+        if let Some((v, evaluation)) = cache.as_ref() {
             if *v == version {
-                return Ok(op.clone());
+                return Ok(evaluation.clone());
             }
         }
         let mean = self.running_mean.as_tensor().to_vec1::<f32>()?;
         let var = self.running_var.as_tensor().to_vec1::<f32>()?;
-        let op = Arc::new(BatchNormOp::evaluation(mean, &var, self.eps));
-        *cache = Some((version, op.clone()));
-        Ok(op)
+        let op = BatchNormOp::evaluation(mean, &var, self.eps);
+        let gamma = self.gamma.as_tensor().to_vec1::<f32>()?;
+        let scale = gamma.iter().zip(&op.inv_std).map(|(g, s)| g * s).collect();
+        let evaluation = Arc::new(Evaluation {
+            op: Arc::new(op),
+            scale,
+            beta: self.beta.as_tensor().to_vec1::<f32>()?,
+        });
+        *cache = Some((version, evaluation.clone()));
+        Ok(evaluation)
     }
 
     /// The layer through candle's tensor ops: evaluation mode, other devices, and the

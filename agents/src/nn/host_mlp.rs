@@ -180,6 +180,12 @@ impl NormLayer {
             }
         };
         let out = match &self.norm {
+            Norm::Batch(bn) if mode == Mode::Eval && !keep => {
+                // Acting and TD targets: the cached statistics and parameters, in place.
+                let mut t = t;
+                affine_in_place(&mut t, n_out, bn.evaluation()?.affine(self.relu));
+                t
+            }
             Norm::Batch(bn) => {
                 let units = Units {
                     outer: rows,
