@@ -8,6 +8,7 @@
 
 mod config;
 mod optimizer;
+mod staggered;
 
 pub use config::{OptimizerConfig, OptimizerKind};
 pub use optimizer::Optimizer;

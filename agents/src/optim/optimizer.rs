@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
 
+use super::staggered::Staggered;
 use super::{OptimizerConfig, OptimizerKind};
 use crate::nn::dense::lane_sum;
 use crate::nn::{Group, HostGradients, ParamStore};
@@ -29,9 +30,14 @@ use crate::Metric;
 
 /// Per-variable state: Adam's `(m, v)` or RMSprop's `(square_avg, grad_avg)`.
 enum State {
-    Host([Vec<f32>; 2]),
+    Host([Staggered; 2]),
     Device([Tensor; 2]),
 }
+
+/// Where the two state vectors start within a 4 KiB page: apart from each other and
+/// from the page boundary, where large parameters and gradients start (see
+/// [`Staggered`]).
+const STATE_PAGE_OFFSETS: [usize; 2] = [1024, 2048];
 
 struct Slot {
     name: String,
@@ -149,7 +155,7 @@ fn with_cpu_slice<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R
 /// The in-place update of one variable from its gradient and host state.
 struct FusedUpdate<'a> {
     grad: &'a [f32],
-    state: RefCell<&'a mut [Vec<f32>; 2]>,
+    state: RefCell<&'a mut [Staggered; 2]>,
     coefficients: Coefficients,
 }
 
@@ -164,7 +170,13 @@ impl candle_core::InplaceOp1 for FusedUpdate<'_> {
         };
         let mut state = self.state.borrow_mut();
         let [s0, s1] = &mut **state;
-        update(&self.coefficients, &mut p[a..b], self.grad, s0, s1);
+        update(
+            &self.coefficients,
+            &mut p[a..b],
+            self.grad,
+            s0.as_mut_slice(),
+            s1.as_mut_slice(),
+        );
         Ok(())
     }
 }
@@ -191,7 +203,7 @@ impl Optimizer {
             .map(|p| {
                 let n = p.var.elem_count();
                 let state = if fused {
-                    State::Host([vec![0.0; n], vec![0.0; n]])
+                    State::Host(STATE_PAGE_OFFSETS.map(|at| Staggered::zeros(n, at)))
                 } else {
                     let z = p
                         .var
@@ -403,8 +415,8 @@ impl Optimizer {
         for slot in &self.slots {
             let [a, b] = match &slot.state {
                 State::Host([a, b]) => [
-                    Tensor::from_slice(a, slot.var.shape(), &candle_core::Device::Cpu)?,
-                    Tensor::from_slice(b, slot.var.shape(), &candle_core::Device::Cpu)?,
+                    Tensor::from_slice(a.as_slice(), slot.var.shape(), &candle_core::Device::Cpu)?,
+                    Tensor::from_slice(b.as_slice(), slot.var.shape(), &candle_core::Device::Cpu)?,
                 ],
                 State::Device([a, b]) => [a.clone(), b.clone()],
             };
@@ -429,7 +441,12 @@ impl Optimizer {
             let b = get(&format!("{}.state1", slot.name))?;
             slot.state = match &slot.state {
                 State::Host(_) => {
-                    State::Host([a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?])
+                    let [a, b] = [a, b].map(|t| t.flatten_all()?.to_vec1::<f32>());
+                    let [at_a, at_b] = STATE_PAGE_OFFSETS;
+                    State::Host([
+                        Staggered::from_slice(&a?, at_a),
+                        Staggered::from_slice(&b?, at_b),
+                    ])
                 }
                 State::Device(_) => {
                     let dev = slot.var.device();
@@ -445,7 +462,7 @@ impl Optimizer {
 /// The fused loop's update of `var` in place from host gradient values.
 fn update_host(
     var: &Var,
-    state: &mut [Vec<f32>; 2],
+    state: &mut [Staggered; 2],
     grad: &[f32],
     coefficients: Coefficients,
 ) -> Result<()> {
