@@ -178,8 +178,7 @@ impl BatchNorm {
         let mean = self.running_mean.as_tensor().to_vec1::<f32>()?;
         let var = self.running_var.as_tensor().to_vec1::<f32>()?;
         let op = BatchNormOp::evaluation(mean, &var, self.eps);
-        let gamma = self.gamma.as_tensor().to_vec1::<f32>()?;
-        let scale = gamma.iter().zip(&op.inv_std).map(|(g, s)| g * s).collect();
+        let scale = op.scale(&self.gamma.as_tensor().to_vec1::<f32>()?);
         let evaluation = Arc::new(Evaluation {
             op: Arc::new(op),
             scale,

@@ -239,7 +239,7 @@ impl BatchNormOp {
     }
 
     /// `gamma_u / sqrt(var_u + eps)`.
-    fn scale(&self, gamma: &[f32]) -> Vec<f32> {
+    pub(crate) fn scale(&self, gamma: &[f32]) -> Vec<f32> {
         gamma
             .iter()
             .zip(&self.inv_std)

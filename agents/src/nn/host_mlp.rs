@@ -42,7 +42,7 @@ use super::kernel_core::KernelCore;
 use super::layer::{Norm, WeightParam};
 use super::linear_op::LinearCore;
 use super::weight_norm::inverse_norms;
-use super::weight_norm_op::add_norm_gradient;
+use super::weight_norm_op::{add_norm_gradient, gain_gradient_from_sums, unit_scales};
 use super::{Kernel, Mode, NormLayer, QNetwork};
 
 /// What a training forward keeps for the backward, layer by layer.
@@ -169,9 +169,7 @@ impl NormLayer {
                 let (t, inv_norms) = with_values(wn.v.as_tensor(), |v| {
                     Ok((core.forward(x, v), inverse_norms(v, n_out)))
                 })?;
-                let scales = with_values(wn.g.as_tensor(), |g| {
-                    Ok(g.iter().zip(&inv_norms).map(|(g, i)| g * i).collect())
-                })?;
+                let scales = with_values(wn.g.as_tensor(), |g| Ok(unit_scales(g, &inv_norms)))?;
                 saved.weight_norm = Some(NormScales { inv_norms, scales });
                 t
             }
@@ -308,7 +306,7 @@ impl NormLayer {
                 // dL/dg_u = Σ dL/dy t / ||v_u||; dL/dv = (dL/dt)^T x minus the part
                 // along v_u (the gradient through the norm).
                 let inv = &norms.inv_norms;
-                let dg: Vec<f32> = gain_sums.iter().zip(inv).map(|(s, i)| s * i).collect();
+                let dg = gain_gradient_from_sums(&gain_sums, inv);
                 let (dv, dx) = with_values(wn.v.as_tensor(), |v| {
                     let (mut dv, dx) = core.backward(&saved.input, v, &dt, input_gradient);
                     with_values(wn.g.as_tensor(), |g| {

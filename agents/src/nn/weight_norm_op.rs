@@ -28,7 +28,7 @@ fn units_of(shape: &Shape, g: &[f32], inv_norms: &[f32]) -> Result<Units> {
 }
 
 /// `s_u = g_u / ||v_u||`, the factor by which weight norm scales unit `u`'s output.
-fn unit_scales(g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
+pub(crate) fn unit_scales(g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
     g.iter().zip(inv_norms).map(|(g, i)| g * i).collect()
 }
 
@@ -94,7 +94,7 @@ fn gain_gradient(units: &Units, dy: &[f32], t: &[f32], inv_norms: &[f32]) -> Vec
 }
 
 /// `dL/dg_u` from the per-unit sums `Σ dL/dy * t`.
-fn gain_gradient_from_sums(sums: &[f32], inv_norms: &[f32]) -> Vec<f32> {
+pub(crate) fn gain_gradient_from_sums(sums: &[f32], inv_norms: &[f32]) -> Vec<f32> {
     sums.iter().zip(inv_norms).map(|(s, i)| s * i).collect()
 }
 
@@ -118,11 +118,11 @@ pub(crate) struct NormedKernel<K> {
 }
 
 /// `(dL/dinput if asked, dL/dv, dL/dg)`.
-pub(crate) type NormedGradients = (Option<Vec<f32>>, Vec<f32>, Vec<f32>);
+type NormedGradients = (Option<Vec<f32>>, Vec<f32>, Vec<f32>);
 
 impl<K: KernelCore> NormedKernel<K> {
     /// The layer's output `s_u * (input (*) v)` on host values.
-    pub(crate) fn forward_values(&self, input: &[f32], v: &[f32], g: &[f32]) -> Result<Vec<f32>> {
+    fn forward_values(&self, input: &[f32], v: &[f32], g: &[f32]) -> Result<Vec<f32>> {
         let units = units_of(&self.core.out_shape(), g, &self.inv_norms)?;
         let mut y = self.core.forward(input, v);
         scale_in_place(units, &mut y, &unit_scales(g, &self.inv_norms));
@@ -130,7 +130,7 @@ impl<K: KernelCore> NormedKernel<K> {
     }
 
     /// `(dL/dinput if asked, dL/dv, dL/dg)` from the output `y` and its gradient `dy`.
-    pub(crate) fn gradients(
+    fn gradients(
         &self,
         input: &[f32],
         v: &[f32],

@@ -24,18 +24,17 @@ impl Staggered {
     /// `values`, placed `page_offset` bytes (a multiple of 4, below 4096) past a page
     /// boundary.
     pub(crate) fn from_slice(values: &[f32], page_offset: usize) -> Self {
-        let len = values.len();
-        let data = vec![0f32; len + PAGE / 4];
-        let at = data.as_ptr() as usize % PAGE;
-        let start = (page_offset + PAGE - at) % PAGE / 4;
-        let mut buffer = Self { data, start, len };
+        let mut buffer = Self::zeros(values.len(), page_offset);
         buffer.as_mut_slice().copy_from_slice(values);
         buffer
     }
 
     /// `len` zeros, placed as [`Self::from_slice`] places them.
     pub(crate) fn zeros(len: usize, page_offset: usize) -> Self {
-        Self::from_slice(&vec![0f32; len], page_offset)
+        let data = vec![0f32; len + PAGE / 4];
+        let at = data.as_ptr() as usize % PAGE;
+        let start = (page_offset + PAGE - at) % PAGE / 4;
+        Self { data, start, len }
     }
 
     pub(crate) fn as_slice(&self) -> &[f32] {
