@@ -16,6 +16,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
 use super::dense::{f32_slice, lane_sum};
+use super::feature_pass::{affine_features, output_gradient, Affine, SavedOutput};
 
 /// Runs `f` on a CPU tensor's values.
 pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
@@ -235,7 +236,18 @@ impl CustomOp2 for BiasRelu {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let out = unit_bias_fits(l1.shape(), b)?.map(t, b, |t, b| (t + b).max(0.0));
+        let units = unit_bias_fits(l1.shape(), b)?;
+        let out = if units.inner == 1 {
+            // Features: the host path's one-pass loop.
+            let affine = Affine {
+                bias: Some(b),
+                relu: true,
+                ..Default::default()
+            };
+            affine_features(t, units.units, affine)
+        } else {
+            units.map(t, b, |t, b| (t + b).max(0.0))
+        };
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -246,9 +258,23 @@ impl CustomOp2 for BiasRelu {
         out: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let dt = relu_backward(out, grad)?;
         let units = Units::of(t.shape())?;
-        let db = with_values(&dt, |d| Ok(units.sums(d)))?;
+        let (dt, db) = if units.inner == 1 {
+            // Features: the ReLU's mask and the bias sums in one pass.
+            let mut dt = with_values(&grad.contiguous()?, |g| Ok(g.to_vec()))?;
+            let sums = with_values(out, |y| {
+                let saved = SavedOutput {
+                    y: Some(y),
+                    scaled: None,
+                };
+                Ok(output_gradient(&mut dt, units.units, saved))
+            })?;
+            (Tensor::from_vec(dt, t.shape(), t.device())?, sums.d)
+        } else {
+            let dt = relu_backward(out, grad)?;
+            let db = with_values(&dt, |d| Ok(units.sums(d)))?;
+            (dt, db)
+        };
         Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
     }
 }
