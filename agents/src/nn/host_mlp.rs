@@ -60,6 +60,20 @@ struct LayerTape {
     batch_norm: Option<Arc<BatchNormOp>>,
 }
 
+impl LayerTape {
+    /// The layer's output: `out`, keeping the kernel's output `t` for the backward, or
+    /// (no `out`) `t` itself, transformed in place.
+    fn output(&mut self, t: Vec<f32>, out: Option<Vec<f32>>) -> Vec<f32> {
+        match out {
+            Some(out) => {
+                self.kernel_output = t;
+                out
+            }
+            None => t,
+        }
+    }
+}
+
 /// A weight-normed layer's `1/||v_u||` and `s_u = g_u/||v_u||` in a training forward.
 struct NormScales {
     inv_norms: Vec<f32>,
@@ -204,13 +218,7 @@ impl NormLayer {
                     })
                 })?;
                 saved.batch_norm = Some(op);
-                match out {
-                    Some(out) => {
-                        saved.kernel_output = t;
-                        out
-                    }
-                    None => t,
-                }
+                saved.output(t, out)
             }
             _ => {
                 let scale = saved.weight_norm.as_ref().map(|n| &n.scales[..]);
@@ -236,13 +244,7 @@ impl NormLayer {
                     Some(b) => with_values(b.as_tensor(), |b| Ok(apply(Some(b))))?,
                     None => apply(None),
                 };
-                match out {
-                    Some(out) => {
-                        saved.kernel_output = t;
-                        out
-                    }
-                    None => t,
-                }
+                saved.output(t, out)
             }
         };
         Ok((out, saved))
