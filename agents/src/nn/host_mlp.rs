@@ -13,7 +13,8 @@
 //! 1e-5 relative).
 //!
 //! CPU only, for networks of Linear layers with no normalization, weight norm, SVB,
-//! batch norm or BBN ([`QNetwork::runs_on_host`]); the others use the graph.
+//! batch norm, BBN or layer norm ([`QNetwork::runs_on_host`]); the others use the
+//! graph.
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -40,6 +41,7 @@ use super::feature_pass::{affine_features, affine_in_place, output_gradient, Aff
 use super::fused::{with_values, Units};
 use super::kernel_core::KernelCore;
 use super::layer::{Norm, WeightParam};
+use super::layer_norm::RowStatistics;
 use super::linear_op::LinearCore;
 use super::weight_norm::inverse_norms;
 use super::weight_norm_op::{add_norm_gradient, gain_gradient_from_sums, unit_scales};
@@ -58,6 +60,7 @@ struct LayerTape {
     kernel_output: Vec<f32>,
     weight_norm: Option<NormScales>,
     batch_norm: Option<Arc<BatchNormOp>>,
+    layer_norm: Option<RowStatistics>,
 }
 
 impl LayerTape {
@@ -85,8 +88,8 @@ pub type HostGradients = Vec<(TensorId, Vec<f32>)>;
 
 impl QNetwork {
     /// True when [`Self::host_forward`] and [`Self::host_backward`] can run this network:
-    /// on the CPU, Linear layers only, no normalization or weight norm, SVB, batch norm
-    /// or BBN.
+    /// on the CPU, Linear layers only, no normalization or weight norm, SVB, batch norm,
+    /// BBN or layer norm.
     pub fn runs_on_host(&self) -> bool {
         self.store().device().is_cpu()
             && self.convs.is_empty()
@@ -148,8 +151,8 @@ impl NormLayer {
         let linear = matches!(self.kernel, Kernel::Linear { .. });
         let norm = match self.norm {
             Norm::None => true,
-            Norm::Batch(_) => matches!(self.weight, WeightParam::Plain(_)),
-            Norm::MeanOnly(_) | Norm::Layer(_) => false,
+            Norm::Batch(_) | Norm::Layer(_) => matches!(self.weight, WeightParam::Plain(_)),
+            Norm::MeanOnly(_) => false,
         };
         linear && norm
     }
@@ -176,6 +179,7 @@ impl NormLayer {
             kernel_output: vec![],
             weight_norm: None,
             batch_norm: None,
+            layer_norm: None,
         };
         let t = match (&self.weight, mode) {
             (WeightParam::Plain(w), _) => with_values(w.as_tensor(), |w| Ok(core.forward(x, w)))?,
@@ -219,6 +223,15 @@ impl NormLayer {
                 })?;
                 saved.batch_norm = Some(op);
                 saved.output(t, out)
+            }
+            Norm::Layer(ln) => {
+                let (out, statistics) = ln.host_forward(&t, self.relu)?;
+                if keep {
+                    // The backward reads the input and its statistics.
+                    saved.kernel_output = t;
+                    saved.layer_norm = Some(statistics);
+                }
+                out
             }
             _ => {
                 let scale = saved.weight_norm.as_ref().map(|n| &n.scales[..]);
@@ -264,8 +277,8 @@ impl NormLayer {
             candle_core::bail!("host backward: not a Linear layer");
         };
         let rows = saved.input.len() / n_in.max(1);
-        let (dt, gain_sums) = match (&self.norm, &saved.batch_norm) {
-            (Norm::Batch(bn), Some(op)) => {
+        let (dt, gain_sums) = match (&self.norm, &saved.batch_norm, &saved.layer_norm) {
+            (Norm::Batch(bn), Some(op), _) => {
                 let mut dt = dy;
                 let (dgamma, dbeta) = with_values(bn.gamma.as_tensor(), |gamma| {
                     let x = &saved.kernel_output;
@@ -275,8 +288,15 @@ impl NormLayer {
                 push(grads, &bn.beta, dbeta);
                 (dt, vec![])
             }
-            (Norm::Batch(_), None) => {
-                candle_core::bail!("host backward: batch norm ran without a tape")
+            (Norm::Layer(ln), _, Some(statistics)) => {
+                let t = &saved.kernel_output;
+                let (dt, dgamma, dbeta) = ln.host_backward(t, statistics, out, &dy, self.relu)?;
+                push(grads, ln.gamma(), dgamma);
+                push(grads, ln.beta(), dbeta);
+                (dt, vec![])
+            }
+            (Norm::Batch(_) | Norm::Layer(_), _, _) => {
+                candle_core::bail!("host backward: the forward kept no normalization statistics")
             }
             _ => {
                 let scaled = saved

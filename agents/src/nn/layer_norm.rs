@@ -22,7 +22,7 @@
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, Var};
 
 use super::dense::{f32_slice, lane_sum};
-use super::fused::{gradient_through_relu, relu_in_place, with_values};
+use super::fused::{gradient_through_relu, relu_mask, with_values};
 use super::kernel::sample_moments;
 use super::{Group, ParamStore};
 
@@ -59,11 +59,61 @@ impl LayerNorm {
         t.contiguous()?.apply_op3(
             &self.gamma.as_tensor().contiguous()?,
             &self.beta.as_tensor().contiguous()?,
-            FusedLayerNorm {
-                eps: self.eps,
-                relu,
-            },
+            self.op(relu),
         )
+    }
+
+    /// [`Self::forward`] (with the ReLU if `relu`) on host values: `t` holds rows of
+    /// this layer's features.
+    /// Also returns the samples' statistics, which [`Self::host_backward`] reads.
+    pub(crate) fn host_forward(&self, t: &[f32], relu: bool) -> Result<(Vec<f32>, RowStatistics)> {
+        with_values(self.gamma.as_tensor(), |gamma| {
+            with_values(self.beta.as_tensor(), |beta| {
+                check_rows(t, gamma)?;
+                let statistics = row_statistics(t, gamma.len(), self.eps);
+                let out = normalize_rows(t, &statistics, gamma, beta, relu);
+                Ok((out, statistics))
+            })
+        })
+    }
+
+    /// The gradients of [`Self::host_forward`]'s input, `gamma` and `beta` from `dy`, the
+    /// gradient of its output `out`.
+    pub(crate) fn host_backward(
+        &self,
+        t: &[f32],
+        statistics: &RowStatistics,
+        out: &[f32],
+        dy: &[f32],
+        relu: bool,
+    ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+        let dy = if relu {
+            relu_mask(out, dy)
+        } else {
+            dy.to_vec()
+        };
+        with_values(self.gamma.as_tensor(), |gamma| {
+            check_rows(t, gamma)?;
+            if statistics.means.len() * gamma.len() != t.len() {
+                candle_core::bail!("layer norm: statistics of another input");
+            }
+            Ok(row_gradients(t, statistics, gamma, &dy))
+        })
+    }
+
+    pub(crate) fn gamma(&self) -> &Var {
+        &self.gamma
+    }
+
+    pub(crate) fn beta(&self) -> &Var {
+        &self.beta
+    }
+
+    fn op(&self, relu: bool) -> FusedLayerNorm {
+        FusedLayerNorm {
+            eps: self.eps,
+            relu,
+        }
     }
 
     /// The layer through candle's tensor ops.
@@ -76,6 +126,18 @@ impl LayerNorm {
     }
 }
 
+/// Host values `t` of whole rows of `gamma.len()` features.
+fn check_rows(t: &[f32], gamma: &[f32]) -> Result<()> {
+    if gamma.is_empty() || !t.len().is_multiple_of(gamma.len()) {
+        candle_core::bail!(
+            "layer norm: {} values are not rows of {}",
+            t.len(),
+            gamma.len()
+        );
+    }
+    Ok(())
+}
+
 struct FusedLayerNorm {
     eps: f64,
     /// A ReLU follows in the same op.
@@ -83,17 +145,13 @@ struct FusedLayerNorm {
 }
 
 impl FusedLayerNorm {
-    /// Per sample (row of `n` values): mean and `1 / sqrt(var + eps)`.
-    fn statistics(&self, t: &[f32], n: usize) -> Vec<(f32, f32)> {
-        t.chunks_exact(n)
-            .map(|row| {
-                let sum = f64::from(lane_sum(row, row, |x, _| x));
-                let mean = sum / n as f64;
-                let m = mean as f32;
-                let var = f64::from(lane_sum(row, row, |x, _| (x - m) * (x - m))) / n as f64;
-                (m, (1.0 / (var + self.eps).sqrt()) as f32)
-            })
-            .collect()
+    fn forward_values(&self, t: &[f32], gamma: &[f32], beta: &[f32]) -> Vec<f32> {
+        let statistics = row_statistics(t, gamma.len(), self.eps);
+        normalize_rows(t, &statistics, gamma, beta, self.relu)
+    }
+
+    fn gradients(&self, t: &[f32], gamma: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        row_gradients(t, &row_statistics(t, gamma.len(), self.eps), gamma, dy)
     }
 
     fn features(t: &Shape, gamma: &Shape) -> Result<usize> {
@@ -120,18 +178,8 @@ impl CustomOp3 for FusedLayerNorm {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (t, gamma, beta) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
-        let n = Self::features(l1.shape(), l2.shape())?;
-        let mut out = Vec::with_capacity(t.len());
-        for (row, (m, inv)) in t.chunks_exact(n).zip(self.statistics(t, n)) {
-            out.extend(
-                row.iter()
-                    .zip(gamma.iter().zip(beta))
-                    .map(|(x, (g, b))| (x - m) * inv * g + b),
-            );
-        }
-        if self.relu {
-            relu_in_place(&mut out);
-        }
+        Self::features(l1.shape(), l2.shape())?;
+        let out = self.forward_values(t, gamma, beta);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -144,31 +192,10 @@ impl CustomOp3 for FusedLayerNorm {
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let dy = gradient_through_relu(self.relu, out, dy)?;
-        let n = Self::features(t.shape(), gamma.shape())?;
-        let gamma_values = gamma.flatten_all()?.to_vec1::<f32>()?;
+        Self::features(t.shape(), gamma.shape())?;
         let (dt, dgamma, dbeta) = with_values(t, |t| {
-            with_values(&dy, |dy| {
-                let mut dgamma = vec![0f32; n];
-                let mut dbeta = vec![0f32; n];
-                let mut dt = Vec::with_capacity(t.len());
-                let rows = t.chunks_exact(n).zip(dy.chunks_exact(n));
-                for ((row, drow), (m, inv)) in rows.zip(self.statistics(t, n)) {
-                    let xhat: Vec<f32> = row.iter().map(|x| (x - m) * inv).collect();
-                    let d: Vec<f32> = drow.iter().zip(&gamma_values).map(|(g, w)| g * w).collect();
-                    let mean_d = lane_sum(&d, &d, |d, _| d) / n as f32;
-                    let mean_dx = lane_sum(&d, &xhat, |d, x| d * x) / n as f32;
-                    dt.extend(
-                        d.iter()
-                            .zip(&xhat)
-                            .map(|(d, x)| inv * (d - mean_d - x * mean_dx)),
-                    );
-                    for (((dg, db), g), x) in dgamma.iter_mut().zip(&mut dbeta).zip(drow).zip(&xhat)
-                    {
-                        *dg += g * x;
-                        *db += g;
-                    }
-                }
-                Ok((dt, dgamma, dbeta))
+            with_values(&gamma.contiguous()?, |gamma| {
+                with_values(&dy, |dy| Ok(self.gradients(t, gamma, dy)))
             })
         })?;
         Ok((
@@ -176,5 +203,88 @@ impl CustomOp3 for FusedLayerNorm {
             Some(Tensor::from_vec(dgamma, gamma.shape(), gamma.device())?),
             Some(Tensor::from_vec(dbeta, beta.shape(), beta.device())?),
         ))
+    }
+}
+
+/// Each sample's (row's) mean and `1 / sqrt(var + eps)`.
+pub(crate) struct RowStatistics {
+    means: Vec<f32>,
+    inv_stds: Vec<f32>,
+}
+
+crate::avx2::dispatch! {
+/// Each sample's (row of `n` values) [`RowStatistics`]. Each step for all rows before
+/// the next: row by row, every step waited on the one before (sums, a division, sums
+/// again, a root), and the rows took 1 us per layer at batch 32.
+fn row_statistics(t: &[f32], n: usize, eps: f64) -> RowStatistics {
+    let rows = t.len() / n.max(1);
+    let mut means = vec![0f32; rows];
+    for (m, row) in means.iter_mut().zip(t.chunks_exact(n)) {
+        *m = lane_sum(row, row, |x, _| x);
+    }
+    for m in means.iter_mut() {
+        *m = (f64::from(*m) / n as f64) as f32;
+    }
+    let mut inv_stds = vec![0f32; rows];
+    for ((v, row), &m) in inv_stds.iter_mut().zip(t.chunks_exact(n)).zip(&means) {
+        *v = lane_sum(row, row, |x, _| (x - m) * (x - m));
+    }
+    for v in inv_stds.iter_mut() {
+        *v = (1.0 / (f64::from(*v) / n as f64 + eps).sqrt()) as f32;
+    }
+    RowStatistics { means, inv_stds }
+}
+}
+
+crate::avx2::dispatch! {
+    /// `(t - mean) / sqrt(var + eps) * gamma + beta` per sample (row of `gamma.len()`
+    /// values), then the ReLU if `relu`.
+    fn normalize_rows(t: &[f32], statistics: &RowStatistics, gamma: &[f32], beta: &[f32], relu: bool) -> Vec<f32> {
+        let n = gamma.len();
+        // Extended, not zero-filled then written: the fill cost as much as the pass.
+        let mut out = Vec::with_capacity(t.len());
+        let statistics = statistics.means.iter().zip(&statistics.inv_stds);
+        for (row, (m, inv)) in t.chunks_exact(n).zip(statistics) {
+            let values = row.iter().zip(gamma.iter().zip(beta));
+            if relu {
+                out.extend(values.map(|(x, (g, b))| ((x - m) * inv * g + b).max(0.0)));
+            } else {
+                out.extend(values.map(|(x, (g, b))| (x - m) * inv * g + b));
+            }
+        }
+        out
+    }
+}
+
+crate::avx2::dispatch! {
+    /// `(dL/dt, dL/dgamma, dL/dbeta)` from the input `t` and `dy`, the gradient with
+    /// respect to the normalized output (below the ReLU).
+    fn row_gradients(t: &[f32], statistics: &RowStatistics, gamma: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let n = gamma.len();
+        let mut dgamma = vec![0f32; n];
+        let mut dbeta = vec![0f32; n];
+        let mut dt = Vec::with_capacity(t.len());
+        // One row's x̂ and dy·gamma, reused.
+        let (mut xhat, mut d) = (vec![0f32; n], vec![0f32; n]);
+        let statistics = statistics.means.iter().zip(&statistics.inv_stds);
+        for ((row, drow), (m, inv)) in t.chunks_exact(n).zip(dy.chunks_exact(n)).zip(statistics) {
+            // x̂, dy·gamma and the parameters' sums in one pass.
+            let values = xhat.iter_mut().zip(d.iter_mut()).zip(row.iter().zip(drow));
+            let sums = dgamma.iter_mut().zip(dbeta.iter_mut()).zip(gamma);
+            for (((xhat, d), (x, g)), ((dg, db), w)) in values.zip(sums) {
+                *xhat = (x - m) * inv;
+                *d = g * w;
+                *dg += g * *xhat;
+                *db += g;
+            }
+            let mean_d = lane_sum(&d, &d, |d, _| d) / n as f32;
+            let mean_dx = lane_sum(&d, &xhat, |d, x| d * x) / n as f32;
+            dt.extend(
+                d.iter()
+                    .zip(&xhat)
+                    .map(|(d, x)| inv * (d - mean_d - x * mean_dx)),
+            );
+        }
+        (dt, dgamma, dbeta)
     }
 }
