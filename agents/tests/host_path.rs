@@ -10,13 +10,15 @@ use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{HostTape, Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
 
-const HOST_KINDS: [NormKind; 6] = [
+/// All seven methods.
+const HOST_KINDS: [NormKind; 7] = [
     NormKind::None,
     NormKind::WeightNorm,
     NormKind::Svb,
     NormKind::BatchNorm,
     NormKind::Bbn,
     NormKind::LayerNorm,
+    NormKind::WnMeanOnlyBn,
 ];
 
 fn norm(kind: NormKind) -> NormConfig {
@@ -205,13 +207,6 @@ fn host_updates_equal_graph_updates() {
 
 #[test]
 fn networks_outside_the_host_path_use_the_graph() {
-    let kind = NormKind::WnMeanOnlyBn;
-    let net = QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm(kind), &[4], 2, 0, &DEV).unwrap();
-    assert!(!net.runs_on_host(), "{kind:?}");
-    let err = net
-        .host_forward(&[0.0; 4], 1, Mode::Eval, None)
-        .unwrap_err();
-    assert!(err.to_string().contains("host"), "{err}");
     let cnn = QNetwork::new(
         &QNetworkConfig::minatar_cnn(),
         &norm(NormKind::None),
@@ -222,7 +217,11 @@ fn networks_outside_the_host_path_use_the_graph() {
     )
     .unwrap();
     assert!(!cnn.runs_on_host());
-    // Such agents still update (through the graph).
+    let err = cnn
+        .host_forward(&[0.0; 400], 1, Mode::Eval, None)
+        .unwrap_err();
+    assert!(err.to_string().contains("host"), "{err}");
+    // Such agents still update (through the graph), as do MLPs with the host path off.
     let mut dqn = Dqn::new(
         &QNetworkConfig::mlp(vec![8]),
         &norm(NormKind::WnMeanOnlyBn),
@@ -234,6 +233,7 @@ fn networks_outside_the_host_path_use_the_graph() {
         &DEV,
     )
     .unwrap();
+    dqn.set_host_path(false);
     assert!(!dqn.runs_on_host());
     assert!(dqn
         .update(&batch(8, 1))

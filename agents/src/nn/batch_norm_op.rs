@@ -13,13 +13,8 @@ use super::dense::f32_slice;
 use super::feature_pass::{affine_features, affine_in_place, block, Affine, BLOCK};
 use super::fused::{gradient_through_relu, relu_in_place, with_values, Units};
 
-/// Per-unit batch mean and population variance of a contiguous CPU tensor `[B, C, ...]`.
-pub(crate) fn moments(t: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
-    let units = Units::of(t.shape())?;
-    with_values(t, |v| Ok(moments_of(&units, v)))
-}
-
-/// [`moments`] of host values laid out as `units` says.
+/// Per-unit batch mean and population variance of host values laid out as `units`
+/// says.
 pub(crate) fn moments_of(units: &Units, v: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let mut sum = vec![0f64; units.units];
     let mut sq = vec![0f64; units.units];
@@ -157,7 +152,7 @@ crate::avx2::dispatch! {
     }
 }
 
-/// The normalization with given statistics: the batch's (from [`moments`]), through
+/// The normalization with given statistics: the batch's (from [`moments_of`]), through
 /// which gradients flow, or running ones, which are constants.
 #[derive(Clone)]
 pub(crate) struct BatchNormOp {

@@ -12,9 +12,8 @@
 //! fused ops' own functions. The values are the graph path's to rounding (tested to
 //! 1e-5 relative).
 //!
-//! CPU only, for networks of Linear layers with no normalization, weight norm, SVB,
-//! batch norm, BBN or layer norm ([`QNetwork::runs_on_host`]); the others use the
-//! graph.
+//! CPU only, for networks of Linear layers, with any of the seven methods
+//! ([`QNetwork::runs_on_host`]); CNNs use the graph.
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -43,6 +42,7 @@ use super::kernel_core::KernelCore;
 use super::layer::{Norm, WeightParam};
 use super::layer_norm::RowStatistics;
 use super::linear_op::LinearCore;
+use super::mean_only_bn_op::center_features_in_place;
 use super::weight_norm::inverse_norms;
 use super::weight_norm_op::{add_norm_gradient, gain_gradient_from_sums, unit_scales};
 use super::{Kernel, Mode, NormLayer, QNetwork};
@@ -61,6 +61,9 @@ struct LayerTape {
     weight_norm: Option<NormScales>,
     batch_norm: Option<Arc<BatchNormOp>>,
     layer_norm: Option<RowStatistics>,
+    /// Mean-only batch norm: whether it subtracted the batch's mean (else the running
+    /// mean, a constant).
+    mean_only: Option<bool>,
 }
 
 impl LayerTape {
@@ -88,8 +91,8 @@ pub type HostGradients = Vec<(TensorId, Vec<f32>)>;
 
 impl QNetwork {
     /// True when [`Self::host_forward`] and [`Self::host_backward`] can run this network:
-    /// on the CPU, Linear layers only, no normalization or weight norm, SVB, batch norm,
-    /// BBN or layer norm.
+    /// on the CPU, Linear layers only (mean-only batch norm with weight norm, as
+    /// [`super::NormKind::WnMeanOnlyBn`] builds it).
     pub fn runs_on_host(&self) -> bool {
         self.store().device().is_cpu()
             && self.convs.is_empty()
@@ -152,7 +155,7 @@ impl NormLayer {
         let norm = match self.norm {
             Norm::None => true,
             Norm::Batch(_) | Norm::Layer(_) => matches!(self.weight, WeightParam::Plain(_)),
-            Norm::MeanOnly(_) => false,
+            Norm::MeanOnly(_) => matches!(self.weight, WeightParam::Normed(_)),
         };
         linear && norm
     }
@@ -180,6 +183,7 @@ impl NormLayer {
             weight_norm: None,
             batch_norm: None,
             layer_norm: None,
+            mean_only: None,
         };
         let t = match (&self.weight, mode) {
             (WeightParam::Plain(w), _) => with_values(w.as_tensor(), |w| Ok(core.forward(x, w)))?,
@@ -223,6 +227,43 @@ impl NormLayer {
                 })?;
                 saved.batch_norm = Some(op);
                 saved.output(t, out)
+            }
+            Norm::MeanOnly(bn) => {
+                let units = Units {
+                    outer: rows,
+                    units: n_out,
+                    inner: 1,
+                };
+                // The kernel's output as the graph's ops leave it: scaled by weight norm
+                // (in evaluation the cached `w` already is).
+                let (mut y, t) = match &saved.weight_norm {
+                    Some(norms) => {
+                        let scale = Affine {
+                            scale: Some(&norms.scales),
+                            ..Default::default()
+                        };
+                        (affine_features(&t, n_out, scale), Some(t))
+                    }
+                    None => (t, None),
+                };
+                let (mean, batch_statistics) = bn.host_mean(&units, &y, mode)?;
+                let shift = match &self.bias {
+                    Some(b) => with_values(b.as_tensor(), |b| {
+                        Ok(b.iter().zip(&mean).map(|(b, m)| b - m).collect())
+                    })?,
+                    None => mean.iter().map(|m| -m).collect::<Vec<f32>>(),
+                };
+                let affine = Affine {
+                    bias: Some(&shift),
+                    relu: self.relu,
+                    ..Default::default()
+                };
+                affine_in_place(&mut y, n_out, affine);
+                if keep {
+                    saved.kernel_output = t.unwrap_or_default();
+                    saved.mean_only = Some(batch_statistics);
+                }
+                y
             }
             Norm::Layer(ln) => {
                 let (out, statistics) = ln.host_forward(&t, self.relu)?;
@@ -295,7 +336,30 @@ impl NormLayer {
                 push(grads, ln.beta(), dbeta);
                 (dt, vec![])
             }
-            (Norm::Batch(_) | Norm::Layer(_), _, _) => {
+            (Norm::MeanOnly(_), _, _) if saved.mean_only.is_some() => {
+                // Through the ReLU and the bias, then the batch mean, then weight norm's
+                // scale (dL/dg's sums from the kernel's output).
+                let mut d = dy;
+                let relu = SavedOutput {
+                    y: self.relu.then_some(out),
+                    scaled: None,
+                };
+                let d_sums = output_gradient(&mut d, n_out, relu).d;
+                if saved.mean_only == Some(true) {
+                    center_features_in_place(&mut d, &d_sums);
+                }
+                if let Some(b) = &self.bias {
+                    push(grads, b, d_sums);
+                }
+                let scaled = saved
+                    .weight_norm
+                    .as_ref()
+                    .map(|n| (&saved.kernel_output[..], &n.scales[..]));
+                let scale = SavedOutput { y: None, scaled };
+                let sums = output_gradient(&mut d, n_out, scale);
+                (d, sums.d_t)
+            }
+            (Norm::Batch(_) | Norm::Layer(_) | Norm::MeanOnly(_), _, _) => {
                 candle_core::bail!("host backward: the forward kept no normalization statistics")
             }
             _ => {

@@ -17,6 +17,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::fused::{with_values, Units};
 use super::kernel::unit_mean;
 use super::{batch_norm_op, mean_only_bn_op};
 use super::{Group, Mode, ParamStore};
@@ -60,13 +61,27 @@ impl MeanOnlyBn {
     /// The mean a fused forward subtracts, and whether it is the batch's: in `Train`
     /// the batch mean (which also updates the running mean), in `Eval` the running mean.
     fn mean_for(&self, t: &Tensor, mode: Mode) -> Result<(Vec<f32>, bool)> {
+        let units = Units::of(t.shape())?;
+        with_values(t, |t| self.host_mean(&units, t, mode))
+    }
+
+    /// [`Self::mean_for`] host values `t` laid out as `units` says.
+    pub(crate) fn host_mean(
+        &self,
+        units: &Units,
+        t: &[f32],
+        mode: Mode,
+    ) -> Result<(Vec<f32>, bool)> {
         match mode {
             Mode::Train => {
-                let (mean, _) = batch_norm_op::moments(t)?;
+                let (mean, _) = batch_norm_op::moments_of(units, t);
                 batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
                 Ok((mean, true))
             }
-            Mode::Eval => Ok((self.running_mean.as_tensor().to_vec1()?, false)),
+            Mode::Eval => {
+                let mean = with_values(self.running_mean.as_tensor(), |m| Ok(m.to_vec()))?;
+                Ok((mean, false))
+            }
         }
     }
 

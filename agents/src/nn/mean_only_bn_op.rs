@@ -14,6 +14,18 @@ fn centered(units: &Units, d: &[f32], sums: &[f32]) -> Vec<f32> {
     units.map(d, &means, |d, m| d - m)
 }
 
+/// `d -= mean_u(d)` per unit of features `d` (rows of `sums.len()` units), given the
+/// per-unit sums of `d`: [`centered`] in place, for the host path.
+pub(crate) fn center_features_in_place(d: &mut [f32], sums: &[f32]) {
+    let n = (d.len() / sums.len().max(1)) as f32;
+    let means: Vec<f32> = sums.iter().map(|s| s / n).collect();
+    for row in d.chunks_exact_mut(means.len().max(1)) {
+        for (d, m) in row.iter_mut().zip(&means) {
+            *d -= m;
+        }
+    }
+}
+
 /// Mean-only batch norm's forward, `y = t - mean_u`. With the batch's mean, the
 /// backward is that of a batch mean, `dt = dy - mean_u(dy)`; with the running mean (a
 /// constant), `dt = dy`.
