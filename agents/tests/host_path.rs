@@ -155,6 +155,12 @@ fn host_updates_equal_graph_updates() {
             target_bn_mode: Mode::Train,
             ..Default::default()
         },
+        // Batch norm's running statistics in the update; weight norm still trains.
+        DqnConfig {
+            target_update: TargetUpdate::Hard { every: 3 },
+            online_bn_mode: Mode::Eval,
+            ..Default::default()
+        },
     ];
     for (kind, config) in HOST_KINDS
         .into_iter()
@@ -162,8 +168,14 @@ fn host_updates_equal_graph_updates() {
     {
         let mut host = agent(kind, config, true);
         let mut graph = agent(kind, config, false);
+        let before: Vec<Tensor> = host
+            .online()
+            .store()
+            .trainable()
+            .map(|p| p.var.as_tensor().copy().unwrap())
+            .collect();
         assert!(host.runs_on_host() && !graph.runs_on_host());
-        let context = format!("{kind:?} double {}", config.double_dqn);
+        let context = format!("{kind:?} {config:?}");
         for (step, size) in [32usize, 32, 8, 32, 1, 32].into_iter().enumerate() {
             let b = batch(size, step as u64);
             let targets =
@@ -186,6 +198,11 @@ fn host_updates_equal_graph_updates() {
                 );
             }
             assert_eq!((h.projected, h.synced), (g.projected, g.synced));
+        }
+        // Every trainable variable moved (none was cut off from the loss).
+        for (p, before) in host.online().store().trainable().zip(&before) {
+            let moved = max_rel_err(p.var.as_tensor(), before);
+            assert!(moved > 0.0, "{context}: {} did not change", p.name);
         }
         for net in [
             (host.online(), graph.online()),

@@ -243,7 +243,9 @@ impl Dqn {
         } else {
             Targets::Device(self.td_targets_reference(batch)?)
         };
-        let q = self.online.forward(&obs, self.config.online_bn_mode)?;
+        let q = self
+            .online
+            .forward_for_update(&obs, self.config.online_bn_mode)?;
         let (loss, q_mean) = match &target {
             Targets::Host(target) => {
                 let loss = td_loss(&q, &batch.actions, target, self.config.loss)?;

@@ -187,7 +187,8 @@ impl NormLayer {
         };
         let t = match (&self.weight, mode) {
             (WeightParam::Plain(w), _) => with_values(w.as_tensor(), |w| Ok(core.forward(x, w)))?,
-            (WeightParam::Normed(wn), Mode::Train) => {
+            // A taped forward is differentiated whatever batch norm's mode.
+            (WeightParam::Normed(wn), _) if mode == Mode::Train || keep => {
                 let (t, inv_norms) = with_values(wn.v.as_tensor(), |v| {
                     Ok((core.forward(x, v), inverse_norms(v, n_out)))
                 })?;
@@ -195,7 +196,7 @@ impl NormLayer {
                 saved.weight_norm = Some(NormScales { inv_norms, scales });
                 t
             }
-            (WeightParam::Normed(wn), Mode::Eval) => {
+            (WeightParam::Normed(wn), _) => {
                 with_values(&wn.cached_weight()?, |w| Ok(core.forward(x, w)))?
             }
         };

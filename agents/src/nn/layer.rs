@@ -240,17 +240,18 @@ impl NormLayer {
         }
     }
 
-    /// The kernel applied with the layer's (possibly normalized) weight.
-    fn kernel_output(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        match (&self.weight, mode) {
-            (WeightParam::Normed(wn), Mode::Train) => wn.apply(x),
+    /// The kernel applied with the layer's (possibly normalized) weight: differentiable
+    /// with respect to weight norm's `v` and `g` when `grad`, else with the cached `w`.
+    fn kernel_output(&self, x: &Tensor, mode: Mode, grad: bool) -> Result<Tensor> {
+        match &self.weight {
+            WeightParam::Normed(wn) if grad => wn.apply(x),
             _ => self.kernel.apply(x, &self.weight(mode)?),
         }
     }
 
     /// The kernel and the activation normalization, before the layer's own bias.
-    fn normalized(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        let t = self.kernel_output(x, mode)?;
+    fn normalized(&self, x: &Tensor, mode: Mode, grad: bool) -> Result<Tensor> {
+        let t = self.kernel_output(x, mode, grad)?;
         match &self.norm {
             Norm::None => Ok(t),
             Norm::MeanOnly(bn) => bn.forward(&t, mode),
@@ -261,24 +262,39 @@ impl NormLayer {
 
     /// The pre-activation: kernel, normalization, bias.
     pub fn pre_activation(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.add_bias(self.normalized(x, mode)?)
+        self.add_bias(self.normalized(x, mode, mode == Mode::Train)?)
     }
 
+    /// The layer's output. `Train` is differentiable; `Eval` is gradient-free (weight
+    /// norm uses its cached `w`).
     pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_with(x, mode, mode == Mode::Train)
+    }
+
+    /// [`Self::forward`] with batch norm in `mode`, differentiable either way: an
+    /// update's forward with `dqn.online_bn_mode = "eval"`.
+    pub fn forward_for_update(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_with(x, mode, true)
+    }
+
+    fn forward_with(&self, x: &Tensor, mode: Mode, grad: bool) -> Result<Tensor> {
         if !self.relu {
-            return self.pre_activation(x, mode);
+            return self.add_bias(self.normalized(x, mode, grad)?);
         }
         // Batch and layer norm carry their own shift; with the ReLU each is one op.
         // Mean-only BN with the layer's bias, likewise.
         match (&self.norm, &self.bias) {
-            (Norm::Batch(bn), _) => return bn.forward_relu(&self.kernel_output(x, mode)?, mode),
-            (Norm::Layer(ln), _) => return ln.forward_relu(&self.kernel_output(x, mode)?),
+            (Norm::Batch(bn), _) => {
+                return bn.forward_relu(&self.kernel_output(x, mode, grad)?, mode)
+            }
+            (Norm::Layer(ln), _) => return ln.forward_relu(&self.kernel_output(x, mode, grad)?),
             (Norm::MeanOnly(bn), Some(b)) => {
-                return bn.forward_bias_relu(&self.kernel_output(x, mode)?, b.as_tensor(), mode)
+                let t = self.kernel_output(x, mode, grad)?;
+                return bn.forward_bias_relu(&t, b.as_tensor(), mode);
             }
             _ => {}
         }
-        let t = self.normalized(x, mode)?;
+        let t = self.normalized(x, mode, grad)?;
         match &self.bias {
             Some(b) => fused::bias_relu(&t, b.as_tensor()),
             None => fused::relu(&t),

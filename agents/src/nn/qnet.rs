@@ -134,17 +134,32 @@ impl QNetwork {
     }
 
     /// Q-values `[B, n_actions]` for observations `[B, obs_shape...]`.
+    /// `Train` is differentiable; `Eval` is gradient-free (see [`NormLayer::forward`]).
     pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_with(x, |layer, h| layer.forward(h, mode))
+    }
+
+    /// [`Self::forward`] with batch norm in `mode`, differentiable either way (see
+    /// [`NormLayer::forward_for_update`]).
+    pub fn forward_for_update(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_with(x, |layer, h| layer.forward_for_update(h, mode))
+    }
+
+    fn forward_with(
+        &self,
+        x: &Tensor,
+        layer_forward: impl Fn(&NormLayer, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let mut h = x.clone();
         for layer in &self.convs {
-            h = layer.forward(&h, mode)?;
+            h = layer_forward(layer, &h)?;
         }
         if !h.device().is_cpu() {
             // The CPU's linear op reads `[B, C, H, W]` as `[B, C*H*W]` itself.
             h = h.flatten_from(1)?;
         }
         for layer in &self.dense {
-            h = layer.forward(&h, mode)?;
+            h = layer_forward(layer, &h)?;
         }
         Ok(h)
     }
