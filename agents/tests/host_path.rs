@@ -37,8 +37,9 @@ fn random_values(n: usize, seed: u64) -> Vec<f32> {
     rng.normal(n, 1.0, &DEV).unwrap().to_vec1().unwrap()
 }
 
-fn relative(a: f64, b: f64) -> f64 {
-    (a - b).abs() / b.abs().max(1e-6)
+/// `|a - b| / max(|b|, floor)`.
+fn relative(a: f64, b: f64, floor: f64) -> f64 {
+    (a - b).abs() / b.abs().max(floor)
 }
 
 /// Max relative error of two host vectors (as tensors).
@@ -186,12 +187,15 @@ fn host_updates_equal_graph_updates() {
                 "{context} step {step} targets: relative error {e}"
             );
             let (h, g) = (host.update(&b).unwrap(), graph.update(&b).unwrap());
-            for (name, a, e) in [
-                ("loss", &h.td_loss, &g.td_loss),
-                ("mean Q", &h.q_mean, &g.q_mean),
-                ("gradient norm", &h.grad_norm, &g.grad_norm),
+            // The mean of Q-values of both signs can come near 0 (-2e-4 here), where
+            // the paths' rounding (1e-8 absolute) reads as 1e-4 relative: it is judged
+            // against the Q-values' own scale (0.01 and up).
+            for (name, a, e, floor) in [
+                ("loss", &h.td_loss, &g.td_loss, 1e-6),
+                ("mean Q", &h.q_mean, &g.q_mean, 1e-2),
+                ("gradient norm", &h.grad_norm, &g.grad_norm, 1e-6),
             ] {
-                let r = relative(a.value().unwrap(), e.value().unwrap());
+                let r = relative(a.value().unwrap(), e.value().unwrap(), floor);
                 assert!(
                     r <= 1e-5,
                     "{context} step {step} {name}: relative error {r}"

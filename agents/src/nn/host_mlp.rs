@@ -43,8 +43,8 @@ use super::layer::{Norm, WeightParam};
 use super::layer_norm::RowStatistics;
 use super::linear_op::LinearCore;
 use super::mean_only_bn_op::center_features_in_place;
-use super::weight_norm::inverse_norms;
-use super::weight_norm_op::{add_norm_gradient, gain_gradient_from_sums, unit_scales};
+use super::unit_norms::UnitNorms;
+use super::weight_norm_op::{add_norm_gradient, gain_gradient_from_sums};
 use super::{Kernel, Mode, NormLayer, QNetwork};
 
 /// What a training forward keeps for the backward, layer by layer.
@@ -58,7 +58,7 @@ struct LayerTape {
     /// The kernel's output before the activation normalization, the scale and the bias,
     /// where the backward reads it (weight norm, batch norm); else empty.
     kernel_output: Vec<f32>,
-    weight_norm: Option<NormScales>,
+    weight_norm: Option<Arc<UnitNorms>>,
     batch_norm: Option<Arc<BatchNormOp>>,
     layer_norm: Option<RowStatistics>,
     /// Mean-only batch norm: whether it subtracted the batch's mean (else the running
@@ -78,12 +78,6 @@ impl LayerTape {
             None => t,
         }
     }
-}
-
-/// A weight-normed layer's `1/||v_u||` and `s_u = g_u/||v_u||` in a training forward.
-struct NormScales {
-    inv_norms: Vec<f32>,
-    scales: Vec<f32>,
 }
 
 /// Each trainable variable's gradient, by the variable's id.
@@ -187,17 +181,12 @@ impl NormLayer {
         };
         let t = match (&self.weight, mode) {
             (WeightParam::Plain(w), _) => with_values(w.as_tensor(), |w| Ok(core.forward(x, w)))?,
-            // A taped forward is differentiated whatever batch norm's mode.
-            (WeightParam::Normed(wn), _) if mode == Mode::Train || keep => {
-                let (t, inv_norms) = with_values(wn.v.as_tensor(), |v| {
-                    Ok((core.forward(x, v), inverse_norms(v, n_out)))
-                })?;
-                let scales = with_values(wn.g.as_tensor(), |g| Ok(unit_scales(g, &inv_norms)))?;
-                saved.weight_norm = Some(NormScales { inv_norms, scales });
-                t
-            }
+            // Every mode: the kernel with `v`, its output scaled by the norms kept for
+            // this version of the variables (a taped forward is then differentiated
+            // through `v` and `g`, whatever batch norm's mode).
             (WeightParam::Normed(wn), _) => {
-                with_values(&wn.cached_weight()?, |w| Ok(core.forward(x, w)))?
+                saved.weight_norm = Some(wn.unit_norms()?);
+                with_values(wn.v.as_tensor(), |v| Ok(core.forward(x, v)))?
             }
         };
         let out = match &self.norm {
@@ -235,8 +224,7 @@ impl NormLayer {
                     units: n_out,
                     inner: 1,
                 };
-                // The kernel's output as the graph's ops leave it: scaled by weight norm
-                // (in evaluation the cached `w` already is).
+                // The kernel's output as the graph's ops leave it: scaled by weight norm.
                 let (mut y, t) = match &saved.weight_norm {
                     Some(norms) => {
                         let scale = Affine {

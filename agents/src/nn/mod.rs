@@ -20,6 +20,7 @@ mod mean_only_bn_op;
 mod params;
 mod qnet;
 pub mod svb;
+mod unit_norms;
 mod weight_norm;
 mod weight_norm_op;
 
@@ -32,11 +33,13 @@ pub use layer_norm::LayerNorm;
 pub use mean_only_bn::MeanOnlyBn;
 pub use params::{Group, Param, ParamStore};
 pub use qnet::QNetwork;
+pub use unit_norms::UnitNorms;
 pub use weight_norm::WeightNorm;
 
 /// Whether a forward pass trains or evaluates. Batch-norm layers use batch statistics
 /// (and update their running statistics) in `Train`, running statistics in `Eval`.
-/// `Eval` forwards are gradient-free: weight-normalized layers use their cached `w`.
+/// `Eval` forwards are gradient-free: weight-normalized layers use their cached `w` (on
+/// the graph) or cached norms (on the host path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {

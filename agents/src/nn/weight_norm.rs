@@ -8,8 +8,9 @@
 //! dL/dv = g/||v|| * (dL/dw - (dL/dg) * v/||v||)
 //! ```
 //!
-//! Gradient-free forwards (acting, target networks) reuse a cached `w`, recomputed only
-//! when the variables change, so acting costs what a plain layer costs.
+//! Gradient-free forwards (acting, target networks) on the graph reuse a cached `w`,
+//! recomputed only when the variables change, so acting costs what a plain layer costs.
+//! The host path never forms `w`: it caches the norms instead ([`Self::unit_norms`]).
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -33,6 +34,7 @@ use super::data_conv::DataConv2d;
 use super::dense::{dot, f32_slice, lane_sum};
 use super::fused::with_values;
 use super::linear_op::LinearCore;
+use super::unit_norms::{UnitNormCache, UnitNorms};
 use super::weight_norm_op::{NormedKernel, ScaleByGain};
 use super::{Group, Kernel, ParamStore};
 
@@ -47,6 +49,7 @@ pub struct WeightNorm {
     pub(crate) g: Var,
     version: Arc<AtomicU64>,
     cache: Mutex<Option<(u64, Tensor)>>,
+    unit_norms: UnitNormCache,
 }
 
 impl WeightNorm {
@@ -66,6 +69,7 @@ impl WeightNorm {
             g,
             version: store.version_handle(),
             cache: Mutex::new(None),
+            unit_norms: UnitNormCache::default(),
         })
     }
 
@@ -193,6 +197,14 @@ impl WeightNorm {
         let w = self.weight()?.detach();
         *cache = Some((version, w.clone()));
         Ok(w)
+    }
+
+    /// `1/||v_u||` and `g_u/||v_u||` on host values, computed once per version of the
+    /// store (see [`super::unit_norms`]). CPU only.
+    pub fn unit_norms(&self) -> Result<Arc<UnitNorms>> {
+        let version = self.version.load(Ordering::Acquire);
+        let units = self.kernel.units();
+        self.unit_norms.get(version, &self.v, &self.g, units)
     }
 
     /// Marks the cached `w` stale after `g` or `v` changed outside an optimizer step.
