@@ -42,7 +42,7 @@ use super::kernel_core::KernelCore;
 use super::layer::{Norm, WeightParam};
 use super::layer_norm::RowStatistics;
 use super::linear_op::LinearCore;
-use super::mean_only_bn_op::center_features_in_place;
+use super::mean_only_bn_op::{batch_means, mean_shift};
 use super::unit_norms::UnitNorms;
 use super::weight_norm_op::{add_norm_gradient, gain_gradient_from_sums};
 use super::{Kernel, Mode, NormLayer, QNetwork};
@@ -59,11 +59,19 @@ struct LayerTape {
     /// where the backward reads it (weight norm, batch norm); else empty.
     kernel_output: Vec<f32>,
     weight_norm: Option<Arc<UnitNorms>>,
-    batch_norm: Option<Arc<BatchNormOp>>,
-    layer_norm: Option<RowStatistics>,
+    norm: NormTape,
+}
+
+/// What the activation normalization's backward reads.
+enum NormTape {
+    None,
+    Batch(Arc<BatchNormOp>),
+    Layer(RowStatistics),
     /// Mean-only batch norm: whether it subtracted the batch's mean (else the running
     /// mean, a constant).
-    mean_only: Option<bool>,
+    MeanOnly {
+        batch_statistics: bool,
+    },
 }
 
 impl LayerTape {
@@ -77,6 +85,12 @@ impl LayerTape {
             }
             None => t,
         }
+    }
+
+    /// Weight norm's kernel output and scales, where the layer has weight norm.
+    fn scaled(&self) -> Option<(&[f32], &[f32])> {
+        let norms = self.weight_norm.as_ref()?;
+        Some((&self.kernel_output, &norms.scales))
     }
 }
 
@@ -175,9 +189,7 @@ impl NormLayer {
             input: vec![],
             kernel_output: vec![],
             weight_norm: None,
-            batch_norm: None,
-            layer_norm: None,
-            mean_only: None,
+            norm: NormTape::None,
         };
         let t = match (&self.weight, mode) {
             (WeightParam::Plain(w), _) => with_values(w.as_tensor(), |w| Ok(core.forward(x, w)))?,
@@ -215,7 +227,7 @@ impl NormLayer {
                         }
                     })
                 })?;
-                saved.batch_norm = Some(op);
+                saved.norm = NormTape::Batch(op);
                 saved.output(t, out)
             }
             Norm::MeanOnly(bn) => {
@@ -237,10 +249,8 @@ impl NormLayer {
                 };
                 let (mean, batch_statistics) = bn.host_mean(&units, &y, mode)?;
                 let shift = match &self.bias {
-                    Some(b) => with_values(b.as_tensor(), |b| {
-                        Ok(b.iter().zip(&mean).map(|(b, m)| b - m).collect())
-                    })?,
-                    None => mean.iter().map(|m| -m).collect::<Vec<f32>>(),
+                    Some(b) => with_values(b.as_tensor(), |b| Ok(mean_shift(Some(b), &mean)))?,
+                    None => mean_shift(None, &mean),
                 };
                 let affine = Affine {
                     bias: Some(&shift),
@@ -250,7 +260,7 @@ impl NormLayer {
                 affine_in_place(&mut y, n_out, affine);
                 if keep {
                     saved.kernel_output = t.unwrap_or_default();
-                    saved.mean_only = Some(batch_statistics);
+                    saved.norm = NormTape::MeanOnly { batch_statistics };
                 }
                 y
             }
@@ -259,7 +269,7 @@ impl NormLayer {
                 if keep {
                     // The backward reads the input and its statistics.
                     saved.kernel_output = t;
-                    saved.layer_norm = Some(statistics);
+                    saved.norm = NormTape::Layer(statistics);
                 }
                 out
             }
@@ -307,8 +317,8 @@ impl NormLayer {
             candle_core::bail!("host backward: not a Linear layer");
         };
         let rows = saved.input.len() / n_in.max(1);
-        let (dt, gain_sums) = match (&self.norm, &saved.batch_norm, &saved.layer_norm) {
-            (Norm::Batch(bn), Some(op), _) => {
+        let (dt, gain_sums) = match (&self.norm, &saved.norm) {
+            (Norm::Batch(bn), NormTape::Batch(op)) => {
                 let mut dt = dy;
                 let (dgamma, dbeta) = with_values(bn.gamma.as_tensor(), |gamma| {
                     let x = &saved.kernel_output;
@@ -318,14 +328,14 @@ impl NormLayer {
                 push(grads, &bn.beta, dbeta);
                 (dt, vec![])
             }
-            (Norm::Layer(ln), _, Some(statistics)) => {
+            (Norm::Layer(ln), NormTape::Layer(statistics)) => {
                 let t = &saved.kernel_output;
-                let (dt, dgamma, dbeta) = ln.host_backward(t, statistics, out, &dy, self.relu)?;
+                let (dt, dgamma, dbeta) = ln.host_backward(t, statistics, out, dy, self.relu)?;
                 push(grads, ln.gamma(), dgamma);
                 push(grads, ln.beta(), dbeta);
                 (dt, vec![])
             }
-            (Norm::MeanOnly(_), _, _) if saved.mean_only.is_some() => {
+            (Norm::MeanOnly(_), &NormTape::MeanOnly { batch_statistics }) => {
                 // Through the ReLU and the bias, then the batch mean, then weight norm's
                 // scale (dL/dg's sums from the kernel's output).
                 let mut d = dy;
@@ -334,31 +344,28 @@ impl NormLayer {
                     scaled: None,
                 };
                 let d_sums = output_gradient(&mut d, n_out, relu).d;
-                if saved.mean_only == Some(true) {
-                    center_features_in_place(&mut d, &d_sums);
+                if batch_statistics {
+                    let means = batch_means(&d_sums, rows);
+                    let center = Affine {
+                        center: Some(&means),
+                        ..Default::default()
+                    };
+                    affine_in_place(&mut d, n_out, center);
                 }
                 if let Some(b) = &self.bias {
                     push(grads, b, d_sums);
                 }
-                let scaled = saved
-                    .weight_norm
-                    .as_ref()
-                    .map(|n| (&saved.kernel_output[..], &n.scales[..]));
-                let scale = SavedOutput { y: None, scaled };
+                let scale = SavedOutput {
+                    y: None,
+                    scaled: saved.scaled(),
+                };
                 let sums = output_gradient(&mut d, n_out, scale);
                 (d, sums.d_t)
             }
-            (Norm::Batch(_) | Norm::Layer(_) | Norm::MeanOnly(_), _, _) => {
-                candle_core::bail!("host backward: the forward kept no normalization statistics")
-            }
-            _ => {
-                let scaled = saved
-                    .weight_norm
-                    .as_ref()
-                    .map(|n| (&saved.kernel_output[..], &n.scales[..]));
+            (Norm::None, _) => {
                 let saved_output = SavedOutput {
                     y: self.relu.then_some(out),
-                    scaled,
+                    scaled: saved.scaled(),
                 };
                 let mut dt = dy;
                 let sums = output_gradient(&mut dt, n_out, saved_output);
@@ -367,6 +374,7 @@ impl NormLayer {
                 }
                 (dt, sums.d_t)
             }
+            _ => candle_core::bail!("host backward: the forward kept no normalization statistics"),
         };
         let core = LinearCore::new(rows, n_in, n_out);
         match (&self.weight, &saved.weight_norm) {

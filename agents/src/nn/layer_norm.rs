@@ -84,14 +84,10 @@ impl LayerNorm {
         t: &[f32],
         statistics: &RowStatistics,
         out: &[f32],
-        dy: &[f32],
+        dy: Vec<f32>,
         relu: bool,
     ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
-        let dy = if relu {
-            relu_mask(out, dy)
-        } else {
-            dy.to_vec()
-        };
+        let dy = if relu { relu_mask(out, &dy) } else { dy };
         with_values(self.gamma.as_tensor(), |gamma| {
             check_rows(t, gamma)?;
             if statistics.means.len() * gamma.len() != t.len() {

@@ -6,24 +6,25 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tenso
 use super::dense::f32_slice;
 use super::fused::{relu_backward, unit_bias_fits, with_values, Units};
 
+/// Each unit's mean from its sum over `per_unit` values.
+pub(crate) fn batch_means(sums: &[f32], per_unit: usize) -> Vec<f32> {
+    let n = per_unit as f32;
+    sums.iter().map(|s| s / n).collect()
+}
+
+/// `b_u - mean_u` (`-mean_u` without a bias): the one shift per unit that subtracting
+/// the mean and adding the bias make together.
+pub(crate) fn mean_shift(bias: Option<&[f32]>, mean: &[f32]) -> Vec<f32> {
+    match bias {
+        Some(b) => b.iter().zip(mean).map(|(b, m)| b - m).collect(),
+        None => mean.iter().map(|m| -m).collect(),
+    }
+}
+
 /// `d - mean_u(d)` per unit, given the per-unit sums of `d`: the gradient through a
 /// subtracted batch mean.
 fn centered(units: &Units, d: &[f32], sums: &[f32]) -> Vec<f32> {
-    let n = units.per_unit() as f32;
-    let means: Vec<f32> = sums.iter().map(|s| s / n).collect();
-    units.map(d, &means, |d, m| d - m)
-}
-
-/// `d -= mean_u(d)` per unit of features `d` (rows of `sums.len()` units), given the
-/// per-unit sums of `d`: [`centered`] in place, for the host path.
-pub(crate) fn center_features_in_place(d: &mut [f32], sums: &[f32]) {
-    let n = (d.len() / sums.len().max(1)) as f32;
-    let means: Vec<f32> = sums.iter().map(|s| s / n).collect();
-    for row in d.chunks_exact_mut(means.len().max(1)) {
-        for (d, m) in row.iter_mut().zip(&means) {
-            *d -= m;
-        }
-    }
+    units.map(d, &batch_means(sums, units.per_unit()), |d, m| d - m)
 }
 
 /// Mean-only batch norm's forward, `y = t - mean_u`. With the batch's mean, the
@@ -85,7 +86,7 @@ impl CustomOp2 for CenteredBiasRelu {
                 units.units
             );
         }
-        let shift: Vec<f32> = b.iter().zip(&self.mean).map(|(b, m)| b - m).collect();
+        let shift = mean_shift(Some(b), &self.mean);
         // (t - m) + b equals t + (b - m) up to rounding; one shift per unit.
         let out = units.map(t, &shift, |t, shift| (t + shift).max(0.0));
         Ok((CpuStorage::F32(out), l1.shape().clone()))
