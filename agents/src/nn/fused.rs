@@ -237,17 +237,7 @@ impl CustomOp2 for BiasRelu {
     ) -> Result<(CpuStorage, Shape)> {
         let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
         let units = unit_bias_fits(l1.shape(), b)?;
-        let out = if units.inner == 1 {
-            // Features: the host path's one-pass loop.
-            let affine = Affine {
-                bias: Some(b),
-                relu: true,
-                ..Default::default()
-            };
-            affine_features(t, units.units, affine)
-        } else {
-            units.map(t, b, |t, b| (t + b).max(0.0))
-        };
+        let out = bias_relu_values(&units, t, b);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -258,24 +248,48 @@ impl CustomOp2 for BiasRelu {
         out: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let units = Units::of(t.shape())?;
-        let (dt, db) = if units.inner == 1 {
-            // Features: the ReLU's mask and the bias sums in one pass.
-            let mut dt = with_values(&grad.contiguous()?, |g| Ok(g.to_vec()))?;
-            let sums = with_values(out, |y| {
-                let saved = SavedOutput {
-                    y: Some(y),
-                    scaled: None,
-                };
-                Ok(output_gradient(&mut dt, units.units, saved))
-            })?;
-            (Tensor::from_vec(dt, t.shape(), t.device())?, sums.d)
-        } else {
-            let dt = relu_backward(out, grad)?;
-            let db = with_values(&dt, |d| Ok(units.sums(d)))?;
-            (dt, db)
-        };
+        let (dt, db) = bias_relu_gradients(&Units::of(t.shape())?, out, grad)?;
         Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
+    }
+}
+
+/// `relu(t + b_u)` on host values laid out as `units` says; features through the host
+/// path's one-pass loop.
+pub(crate) fn bias_relu_values(units: &Units, t: &[f32], b: &[f32]) -> Vec<f32> {
+    if units.inner == 1 {
+        let affine = Affine {
+            bias: Some(b),
+            relu: true,
+            ..Default::default()
+        };
+        affine_features(t, units.units, affine)
+    } else {
+        units.map(t, b, |t, b| (t + b).max(0.0))
+    }
+}
+
+/// Below `relu(t + b_u)`, from its output `out` and gradient `grad`: the gradient of
+/// `t` (`grad` where `out > 0`) and its per-unit sums (the bias's gradient).
+pub(crate) fn bias_relu_gradients(
+    units: &Units,
+    out: &Tensor,
+    grad: &Tensor,
+) -> Result<(Tensor, Vec<f32>)> {
+    if units.inner == 1 {
+        // Features: the ReLU's mask and the bias sums in one pass.
+        let mut dt = with_values(&grad.contiguous()?, |g| Ok(g.to_vec()))?;
+        let sums = with_values(out, |y| {
+            let saved = SavedOutput {
+                y: Some(y),
+                scaled: None,
+            };
+            Ok(output_gradient(&mut dt, units.units, saved))
+        })?;
+        Ok((Tensor::from_vec(dt, out.shape(), out.device())?, sums.d))
+    } else {
+        let dt = relu_backward(out, grad)?;
+        let db = with_values(&dt, |d| Ok(units.sums(d)))?;
+        Ok((dt, db))
     }
 }
 

@@ -4,7 +4,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
 use super::dense::f32_slice;
-use super::fused::{relu_backward, unit_bias_fits, with_values, Units};
+use super::fused::{bias_relu_gradients, bias_relu_values, unit_bias_fits, with_values, Units};
 
 /// Each unit's mean from its sum over `per_unit` values.
 pub(crate) fn batch_means(sums: &[f32], per_unit: usize) -> Vec<f32> {
@@ -86,9 +86,8 @@ impl CustomOp2 for CenteredBiasRelu {
                 units.units
             );
         }
-        let shift = mean_shift(Some(b), &self.mean);
         // (t - m) + b equals t + (b - m) up to rounding; one shift per unit.
-        let out = units.map(t, &shift, |t, shift| (t + shift).max(0.0));
+        let out = bias_relu_values(&units, t, &mean_shift(Some(b), &self.mean));
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -99,18 +98,13 @@ impl CustomOp2 for CenteredBiasRelu {
         out: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let d = relu_backward(out, grad)?;
         let units = Units::of(t.shape())?;
-        let (dt, db) = with_values(&d, |d| {
-            let db = units.sums(d);
-            if !self.batch_statistics {
-                return Ok((None, db));
-            }
-            Ok((Some(centered(&units, d, &db)), db))
-        })?;
-        let dt = match dt {
-            Some(dt) => Tensor::from_vec(dt, t.shape(), t.device())?,
-            None => d,
+        let (d, db) = bias_relu_gradients(&units, out, grad)?;
+        let dt = if self.batch_statistics {
+            let dt = with_values(&d, |d| Ok(centered(&units, d, &db)))?;
+            Tensor::from_vec(dt, t.shape(), t.device())?
+        } else {
+            d
         };
         Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
     }
