@@ -5,9 +5,10 @@ use std::time::Instant;
 
 use anyhow::Result;
 use candle_core::Device;
-use normrl_agents::dqn::{Batch, Dqn, DqnConfig, ReplayBuffer, Sampler};
+use normrl_agents::dqn::{Dqn, DqnConfig};
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
+use normrl_agents::replay::{Batch, ReplayBuffer, Sampler};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::Serialize;

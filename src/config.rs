@@ -13,9 +13,10 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use normrl_agents::dqn::{DqnConfig, LinearSchedule, Sampler};
+use normrl_agents::dqn::{DqnConfig, LinearSchedule};
 use normrl_agents::nn::{NormConfig, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
+use normrl_agents::replay::Sampler;
 use serde::{Deserialize, Serialize};
 
 /// Everything about one training run.

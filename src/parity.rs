@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use candle_core::{Device, Tensor};
-use normrl_agents::nn::{Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
+use normrl_agents::nn::{NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -82,7 +82,7 @@ pub fn check(device: &Device) -> Result<Vec<Parity>> {
                 if net.wants_data_dependent_init() {
                     net.data_dependent_init(&x)?;
                 }
-                let q = net.forward(&x, Mode::Train)?;
+                let q = net.forward(&x, Pass::TRAIN)?;
                 let grads = (&q * &w)?.sum_all()?.backward()?;
                 let g = net
                     .store()

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use normrl_agents::dqn::{Batch, Dqn, FrameEncoding, ReplayBuffer, UpdateInfo};
+use normrl_agents::dqn::{Dqn, UpdateInfo};
+use normrl_agents::replay::{Batch, FrameEncoding, ReplayBuffer};
 use normrl_agents::Metric;
 use normrl_envs::{make, Env};
 use rand::SeedableRng;

@@ -29,7 +29,7 @@ fn defaults_and_overrides() {
     assert_eq!(c.env.id, "minatar/breakout?sticky=0");
     assert_eq!(
         c.replay.sampler,
-        normrl_agents::dqn::Sampler::Recent { window: 500 }
+        normrl_agents::replay::Sampler::Recent { window: 500 }
     );
     // The resolved config round-trips.
     assert_eq!(parse(&c.to_toml(), &[]).unwrap(), c);

@@ -3,21 +3,22 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::{Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
+//! use normrl_agents::nn::{NormConfig, Pass, NormKind, QNetwork, QNetworkConfig};
 //!
 //! let norm = NormConfig { kind: NormKind::WeightNorm, ..Default::default() };
 //! let config = QNetworkConfig::mlp(vec![64, 64]);
 //! let net = QNetwork::new(&config, &norm, &[4], 2, 0, &Device::Cpu).unwrap();
 //! let x = Tensor::zeros((3, 4), candle_core::DType::F32, &Device::Cpu).unwrap();
-//! assert_eq!(net.forward(&x, Mode::Eval).unwrap().dims(), &[3, 2]);
+//! assert_eq!(net.forward(&x, Pass::EVAL).unwrap().dims(), &[3, 2]);
 //! ```
 
-mod avx2;
 mod check;
 pub mod dqn;
+pub mod kernels;
 mod metric;
 pub mod nn;
 pub mod optim;
+pub mod replay;
 
 pub use metric::Metric;
 

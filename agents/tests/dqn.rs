@@ -1,10 +1,11 @@
 //! The DQN update: TD targets, target syncs, data-dependent init.
 
 use candle_core::{Device, Tensor};
-use normrl_agents::dqn::{Batch, Dqn, DqnConfig, Loss, TargetUpdate};
+use normrl_agents::dqn::{Dqn, DqnConfig, Engine, Loss, TargetUpdate};
 use normrl_agents::nn::init::InitRng;
-use normrl_agents::nn::{unit_moments, Mode, NormConfig, NormKind, QNetworkConfig};
+use normrl_agents::nn::{unit_moments, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
+use normrl_agents::replay::Batch;
 
 fn agent(kind: NormKind, dqn: DqnConfig) -> Dqn {
     let norm = NormConfig {
@@ -53,34 +54,29 @@ fn td_targets_bootstrap_only_when_not_terminated() {
             double_dqn: double,
             ..Default::default()
         };
-        let mut dqn = agent(NormKind::None, config);
         let batch = random_batch(12, 1);
-        // Moves the online net away from the target.
-        dqn.update(&batch).unwrap();
-        // On the CPU `td_targets` computes on the host; the tensor-op path (used on
-        // accelerators) must agree with it.
-        let paths = [
-            ("host", dqn.td_targets(&batch).unwrap()),
-            ("tensor ops", dqn.td_targets_reference(&batch).unwrap()),
-        ];
-        let next = Tensor::from_slice(&batch.next_obs, (12, 3), &Device::Cpu).unwrap();
-        let q_target: Vec<Vec<f32>> = dqn
-            .target()
-            .forward(&next, Mode::Eval)
-            .unwrap()
-            .to_vec2()
-            .unwrap();
-        let q_online: Vec<Vec<f32>> = dqn
-            .online()
-            .forward(&next, Mode::Eval)
-            .unwrap()
-            .to_vec2()
-            .unwrap();
-        for (path, y) in paths {
-            let y: Vec<f32> = y.to_vec1().unwrap();
-            check_targets(&batch, &y, &q_target, &q_online, double, path);
+        // Every engine: the host path, the graph on the CPU, and an accelerator's tensor
+        // ops (run here on the CPU).
+        for engine in [Engine::Host, Engine::CpuGraph, Engine::Device] {
+            let mut dqn = agent(NormKind::None, config.clone())
+                .with_engine(engine)
+                .unwrap();
+            // Moves the online net away from the target.
+            dqn.update(&batch).unwrap();
+            let y = dqn.td_targets(&batch).unwrap();
+            check_engine_targets(&dqn, &batch, &y, double, &format!("{engine:?}"));
         }
     }
+}
+
+/// `y` against the definition, from the networks' Q-values.
+fn check_engine_targets(dqn: &Dqn, batch: &Batch, y: &[f32], double: bool, path: &str) {
+    let next = Tensor::from_slice(&batch.next_obs, (12, 3), &Device::Cpu).unwrap();
+    let q_of = |net: &QNetwork| -> Vec<Vec<f32>> {
+        net.forward(&next, Pass::EVAL).unwrap().to_vec2().unwrap()
+    };
+    let (q_target, q_online) = (q_of(dqn.target()), q_of(dqn.online()));
+    check_targets(batch, y, &q_target, &q_online, double, path);
 }
 
 /// Each target against its definition, from the networks' Q-values.
@@ -214,7 +210,7 @@ fn data_dependent_init_runs_on_first_batch_and_target_follows() {
     // first layer's pre-activations are standardized.
     let obs = Tensor::from_slice(&batch.obs, (32, 3), &Device::Cpu).unwrap();
     let first = dqn.target().layers().next().unwrap();
-    let (mean, var) = unit_moments(&first.pre_activation(&obs, Mode::Eval).unwrap()).unwrap();
+    let (mean, var) = unit_moments(&first.pre_activation(&obs, Pass::EVAL).unwrap()).unwrap();
     let m = mean
         .abs()
         .unwrap()

@@ -8,7 +8,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
-    BatchNorm, Group, Kernel, LayerNorm, MeanOnlyBn, Mode, NormKind, ParamStore, QNetwork,
+    BatchNorm, BnStats, Group, Kernel, LayerNorm, MeanOnlyBn, NormKind, ParamStore, Pass, QNetwork,
     QNetworkConfig, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
@@ -70,10 +70,10 @@ fn fused_batch_norm_matches_the_reference() {
         vec![16, 21],
     ];
     let variants = [
-        (Mode::Train, false),
-        (Mode::Eval, false),
-        (Mode::Train, true),
-        (Mode::Eval, true),
+        (BnStats::Batch, false),
+        (BnStats::Running, false),
+        (BnStats::Batch, true),
+        (BnStats::Running, true),
     ];
     for (shape, (mode, relu)) in cases.iter().flat_map(|s| variants.map(|v| (s.clone(), v))) {
         let units = shape[1];
@@ -128,7 +128,7 @@ fn fused_batch_norm_matches_the_reference() {
         };
         let context = format!("{shape:?} {mode:?} relu {relu}");
         assert_matches(&names, &fused, &reference, tolerance, &context);
-        if shape[0] == 1 && mode == Mode::Train {
+        if shape[0] == 1 && mode == BnStats::Batch {
             let dx: Vec<f32> = fused[1].flatten_all().unwrap().to_vec1().unwrap();
             assert!(
                 dx.iter().all(|v| *v == 0.0),
@@ -186,10 +186,10 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
         vec![16, 21],
     ];
     let variants = [
-        (Mode::Train, false),
-        (Mode::Eval, false),
-        (Mode::Train, true),
-        (Mode::Eval, true),
+        (BnStats::Batch, false),
+        (BnStats::Running, false),
+        (BnStats::Batch, true),
+        (BnStats::Running, true),
     ];
     for (shape, (mode, bias_relu)) in cases.iter().flat_map(|s| variants.map(|v| (s.clone(), v))) {
         let units = shape[1];
@@ -208,7 +208,7 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
                 (false, false) => bn.forward_reference(x, mode).unwrap(),
                 (false, true) => {
                     let t = bn.forward_reference(x, mode).unwrap();
-                    normrl_agents::nn::fused::add_unit_bias_reference(&t, b.as_tensor())
+                    normrl_agents::kernels::fused::add_unit_bias_reference(&t, b.as_tensor())
                         .unwrap()
                         .relu()
                         .unwrap()
@@ -285,7 +285,7 @@ fn fused_optimizer_equals_tensor_reference() {
             for _ in 0..10 {
                 let x = rng.normal((8, 5), 1.0, &DEV).unwrap();
                 let loss = |net: &QNetwork| {
-                    let q = net.forward(&x, Mode::Train).unwrap();
+                    let q = net.forward(&x, Pass::TRAIN).unwrap();
                     q.sqr().unwrap().sum_all().unwrap()
                 };
                 let (la, lb) = (loss(&a), loss(&b));
@@ -463,7 +463,7 @@ fn data_convolution_equals_candle_conv2d_in_values_and_weight_gradients() {
 
 #[test]
 fn fused_bias_and_relu_equal_tensor_ops() {
-    use normrl_agents::nn::fused;
+    use normrl_agents::kernels::fused;
     for shape in [vec![6, 5], vec![4, 3, 5, 5]] {
         let mut rng = InitRng::new(31);
         let t = Var::from_tensor(&rng.normal(shape.clone(), 1.0, &DEV).unwrap()).unwrap();
@@ -556,7 +556,7 @@ fn linear_op_equals_candle_matmul_in_values_and_gradients() {
 
 #[test]
 fn fused_td_loss_equals_tensor_ops() {
-    use normrl_agents::dqn::{mean_taken, td_loss, td_loss_reference, Loss};
+    use normrl_agents::dqn::{mean_taken, td_loss, td_loss_tensor_ops, Loss};
     let mut rng = InitRng::new(8);
     // Q-values and targets far enough apart that some errors are past Huber's
     // threshold of 1 and some inside it.
@@ -572,7 +572,7 @@ fn fused_td_loss_equals_tensor_ops() {
     assert!(errors.iter().any(|d| d.abs() > 1.0) && errors.iter().any(|d| d.abs() < 1.0));
     for loss in [Loss::Huber, Loss::Mse] {
         let fused = td_loss(q.as_tensor(), &actions, &targets, loss).unwrap();
-        let reference = td_loss_reference(q.as_tensor(), &actions_t, &targets_t, loss).unwrap();
+        let reference = td_loss_tensor_ops(q.as_tensor(), &actions_t, &targets_t, loss).unwrap();
         let grad = |l: &Tensor| l.backward().unwrap().get(q.as_tensor()).unwrap().clone();
         let (value, expected) = (
             fused.to_scalar::<f32>().unwrap(),

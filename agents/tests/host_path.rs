@@ -5,10 +5,11 @@ mod common;
 use common::*;
 
 use candle_core::Tensor;
-use normrl_agents::dqn::{Batch, Dqn, DqnConfig, Loss, TargetUpdate};
+use normrl_agents::dqn::{Dqn, DqnConfig, Engine, Loss, TargetUpdate};
 use normrl_agents::nn::init::InitRng;
-use normrl_agents::nn::{HostTape, Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
+use normrl_agents::nn::{BnStats, HostTape, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
+use normrl_agents::replay::Batch;
 
 /// All seven methods.
 const HOST_KINDS: [NormKind; 7] = [
@@ -65,22 +66,22 @@ fn host_forward_and_backward_equal_the_graph() {
         assert!(net.runs_on_host(), "{kind:?}");
         let x = random_values(rows * obs, 1);
         let upstream = random_values(rows * actions, 2);
-        for mode in [Mode::Train, Mode::Eval] {
+        for stats in [BnStats::Batch, BnStats::Running] {
             let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
-            let graph = net.forward(&xt, mode).unwrap();
-            let q = net.host_forward(&x, rows, mode, None).unwrap();
+            let graph = net.forward(&xt, Pass::differentiable(stats)).unwrap();
+            let q = net.host_forward(&x, rows, stats, None).unwrap();
             let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
             let e = vec_err(&q, &graph_q);
-            assert!(e <= 1e-5, "{kind:?} {mode:?} Q-values: relative error {e}");
+            assert!(e <= 1e-5, "{kind:?} {stats:?} Q-values: relative error {e}");
         }
         let mut tape = HostTape::default();
         let q = net
-            .host_forward(&x, rows, Mode::Train, Some(&mut tape))
+            .host_forward(&x, rows, BnStats::Batch, Some(&mut tape))
             .unwrap();
         let host_grads = net.host_backward(tape, &upstream).unwrap();
         let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
         let up = Tensor::from_slice(&upstream, (rows, actions), &DEV).unwrap();
-        let graph = net.forward(&xt, Mode::Train).unwrap();
+        let graph = net.forward(&xt, Pass::TRAIN).unwrap();
         let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
         assert!(vec_err(&q, &graph_q) <= 1e-5, "{kind:?} taped Q-values");
         let grads = (graph * up).unwrap().sum_all().unwrap().backward().unwrap();
@@ -108,7 +109,7 @@ fn host_forward_and_backward_equal_the_graph() {
 }
 
 fn agent(kind: NormKind, config: &DqnConfig, host: bool) -> Dqn {
-    let mut dqn = Dqn::new(
+    Dqn::new(
         &QNetworkConfig::mlp(vec![32, 16]),
         &norm(kind),
         &OptimizerConfig {
@@ -121,9 +122,9 @@ fn agent(kind: NormKind, config: &DqnConfig, host: bool) -> Dqn {
         11,
         &DEV,
     )
-    .unwrap();
-    dqn.set_host_path(host);
-    dqn
+    .unwrap()
+    .with_engine(if host { Engine::Host } else { Engine::CpuGraph })
+    .unwrap()
 }
 
 fn batch(size: usize, seed: u64) -> Batch {
@@ -153,13 +154,13 @@ fn host_updates_equal_graph_updates() {
             double_dqn: true,
             loss: Loss::Mse,
             target_update: TargetUpdate::Polyak { tau: 0.1 },
-            target_bn_mode: Mode::Train,
+            target_bn_mode: BnStats::Batch,
             ..Default::default()
         },
         // Batch norm's running statistics in the update; weight norm still trains.
         DqnConfig {
             target_update: TargetUpdate::Hard { every: 3 },
-            online_bn_mode: Mode::Eval,
+            online_bn_mode: BnStats::Running,
             ..Default::default()
         },
     ];
@@ -179,8 +180,7 @@ fn host_updates_equal_graph_updates() {
         let context = format!("{kind:?} {config:?}");
         for (step, size) in [32usize, 32, 8, 32, 1, 32].into_iter().enumerate() {
             let b = batch(size, step as u64);
-            let targets =
-                |dqn: &Dqn| -> Vec<f32> { dqn.td_targets(&b).unwrap().to_vec1().unwrap() };
+            let targets = |dqn: &Dqn| -> Vec<f32> { dqn.td_targets(&b).unwrap() };
             let e = vec_err(&targets(&host), &targets(&graph));
             assert!(
                 e <= 1e-5,
@@ -239,7 +239,7 @@ fn networks_outside_the_host_path_use_the_graph() {
     .unwrap();
     assert!(!cnn.runs_on_host());
     let err = cnn
-        .host_forward(&[0.0; 400], 1, Mode::Eval, None)
+        .host_forward(&[0.0; 400], 1, BnStats::Running, None)
         .unwrap_err();
     assert!(err.to_string().contains("host"), "{err}");
     // Such agents still update (through the graph), as do MLPs with the host path off.
@@ -253,8 +253,9 @@ fn networks_outside_the_host_path_use_the_graph() {
         0,
         &DEV,
     )
+    .unwrap()
+    .with_engine(Engine::CpuGraph)
     .unwrap();
-    dqn.set_host_path(false);
     assert!(!dqn.runs_on_host());
     assert!(dqn
         .update(&batch(8, 1))

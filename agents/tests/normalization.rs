@@ -6,7 +6,7 @@ use common::*;
 use candle_core::{DType, Tensor, Var, D};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
-    svb, unit_moments, Kernel, Mode, NormConfig, NormKind, NormLayer, ParamStore, QNetwork,
+    svb, unit_moments, Kernel, NormConfig, NormKind, NormLayer, ParamStore, Pass, QNetwork,
     QNetworkConfig, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
@@ -124,8 +124,8 @@ fn check_data_dependent_init(kind: NormKind, kernel: Kernel, x_shape: Vec<usize>
         NormLayer::hidden(&mut store, "l", kernel, &out_shape, &config(kind), &mut rng).unwrap();
     let x = (rng.normal(x_shape, 2.0, &DEV).unwrap() + 0.7).unwrap();
     layer.data_dependent_init(&x).unwrap();
-    for mode in [Mode::Train, Mode::Eval] {
-        let t = layer.pre_activation(&x, mode).unwrap();
+    for pass in [Pass::TRAIN, Pass::EVAL] {
+        let t = layer.pre_activation(&x, pass).unwrap();
         let (mean, var) = unit_moments(&t).unwrap();
         let mean: Vec<f32> = mean.flatten_all().unwrap().to_vec1().unwrap();
         let std: Vec<f32> = var
@@ -136,8 +136,8 @@ fn check_data_dependent_init(kind: NormKind, kernel: Kernel, x_shape: Vec<usize>
             .to_vec1()
             .unwrap();
         for (m, s) in mean.iter().zip(&std) {
-            assert!(m.abs() < 1e-4, "{kind} {mode:?}: mean {m}");
-            assert!((s - 1.0).abs() < 1e-4, "{kind} {mode:?}: std {s}");
+            assert!(m.abs() < 1e-4, "{kind} {pass:?}: mean {m}");
+            assert!((s - 1.0).abs() < 1e-4, "{kind} {pass:?}: std {s}");
         }
     }
 }
@@ -169,7 +169,7 @@ fn data_dependent_init_runs_layer_by_layer_through_a_network() {
         if i == 1 {
             h = h.flatten_from(1).unwrap();
         }
-        let t = layer.pre_activation(&h, Mode::Train).unwrap();
+        let t = layer.pre_activation(&h, Pass::TRAIN).unwrap();
         let (mean, var) = unit_moments(&t).unwrap();
         let worst_mean = mean.max_abs();
         let worst_std = (var.sqrt().unwrap() - 1.0).unwrap().max_abs();
@@ -178,7 +178,7 @@ fn data_dependent_init_runs_layer_by_layer_through_a_network() {
             "{}: {worst_mean} {worst_std}",
             layer.name()
         );
-        h = layer.forward(&h, Mode::Train).unwrap();
+        h = layer.forward(&h, Pass::TRAIN).unwrap();
     }
 }
 
@@ -196,7 +196,7 @@ fn mean_only_bn_batch_mean_is_bias_and_eval_uses_running_mean() {
         let layer =
             NormLayer::hidden(&mut store, "l", kernel, &[kernel.units()], &cfg, &mut rng).unwrap();
         let x = (rng.normal(x_shape.clone(), 1.0, &DEV).unwrap() + 1.5).unwrap();
-        let t = layer.pre_activation(&x, Mode::Train).unwrap();
+        let t = layer.pre_activation(&x, Pass::TRAIN).unwrap();
         let (mean, _) = unit_moments(&t).unwrap();
         let bias = layer.bias().unwrap();
         assert!(
@@ -206,14 +206,14 @@ fn mean_only_bn_batch_mean_is_bias_and_eval_uses_running_mean() {
         // Running mean after one batch with momentum 0.25: 0.25 * batch mean of W x.
         let raw = layer
             .kernel()
-            .apply(&x, &layer.weight(Mode::Eval).unwrap())
+            .apply(&x, &layer.weight(false).unwrap())
             .unwrap();
         let (raw_mean, _) = unit_moments(&raw).unwrap();
         let expected = (raw_mean.flatten_all().unwrap() * 0.25).unwrap();
         let running = layer.mean_only_bn().unwrap().running_mean();
         assert!(rel_err(running, &expected) < 1e-5);
         // Eval subtracts the running mean, not this batch's.
-        let eval = layer.pre_activation(&x, Mode::Eval).unwrap();
+        let eval = layer.pre_activation(&x, Pass::EVAL).unwrap();
         let manual = raw
             .broadcast_sub(&running.reshape(kernel.unit_shape()).unwrap())
             .unwrap()
@@ -236,13 +236,13 @@ fn batch_norm_train_and_eval_semantics() {
         let layer =
             NormLayer::hidden(&mut store, "l", kernel, &[kernel.units()], &cfg, &mut rng).unwrap();
         let x = (rng.normal(x_shape.clone(), 3.0, &DEV).unwrap() - 2.0).unwrap();
-        let train = layer.pre_activation(&x, Mode::Train).unwrap();
+        let train = layer.pre_activation(&x, Pass::TRAIN).unwrap();
         let (mean, var) = unit_moments(&train).unwrap();
         assert!(mean.max_abs() < 1e-5);
         assert!((var - 1.0).unwrap().max_abs() < 1e-3);
         // With momentum 1 the running stats are this batch's (variance unbiased), so
         // eval differs from train by exactly the n/(n-1) factor.
-        let eval = layer.pre_activation(&x, Mode::Eval).unwrap();
+        let eval = layer.pre_activation(&x, Pass::EVAL).unwrap();
         let n = match kernel {
             Kernel::Linear { .. } => x_shape[0] as f64,
             Kernel::Conv2d { .. } => (x_shape[0] * 4 * 4) as f64,
@@ -280,7 +280,7 @@ fn batch_norm_with_batch_size_one_is_defined_and_finite() {
     )
     .unwrap();
     let x = Var::from_tensor(&rng.normal((1, 7), 1.0, &DEV).unwrap()).unwrap();
-    let y = layer.pre_activation(x.as_tensor(), Mode::Train).unwrap();
+    let y = layer.pre_activation(x.as_tensor(), Pass::TRAIN).unwrap();
     let values: Vec<f32> = y.flatten_all().unwrap().to_vec1().unwrap();
     assert!(values.iter().all(|v| v.is_finite()));
     assert!(
@@ -312,7 +312,7 @@ fn layer_norm_normalizes_per_sample_and_passes_gradients_down() {
     let net = QNetwork::new(&QNetworkConfig::mlp(vec![16, 16]), &norm, &[4], 2, 0, &DEV).unwrap();
     let x = InitRng::new(2).normal((8, 4), 1.0, &DEV).unwrap();
     let first = net.layers().next().unwrap();
-    let t = first.pre_activation(&x, Mode::Train).unwrap();
+    let t = first.pre_activation(&x, Pass::TRAIN).unwrap();
     let mean = t
         .mean(D::Minus1)
         .unwrap()
@@ -334,7 +334,7 @@ fn layer_norm_normalizes_per_sample_and_passes_gradients_down() {
         (var - 16.0 / 15.0).abs() < 1e-3,
         "unbiased var of a standardized row: {var}"
     );
-    let q = net.forward(&x, Mode::Train).unwrap();
+    let q = net.forward(&x, Pass::TRAIN).unwrap();
     let grads = q.sum_all().unwrap().backward().unwrap();
     let w0 = net.store().get("fc0.weight").unwrap().var.as_tensor();
     let g0 = grads.get(w0).expect("gradient reaches the first layer");
@@ -352,7 +352,7 @@ fn layer_norm_normalizes_per_sample_and_passes_gradients_down() {
 fn all_singular_values(net: &QNetwork) -> Vec<f64> {
     net.layers()
         .filter(|l| l.name() != "head")
-        .flat_map(|l| svb::singular_values(&l.weight(Mode::Eval).unwrap()).unwrap())
+        .flat_map(|l| svb::singular_values(&l.weight(false).unwrap()).unwrap())
         .collect()
 }
 
@@ -364,7 +364,7 @@ fn perturb(net: &QNetwork, x: &Tensor, steps: u64) {
     };
     let mut opt = Optimizer::new(net.store(), &cfg, 1.0);
     for _ in 0..steps {
-        let q = net.forward(x, Mode::Train).unwrap();
+        let q = net.forward(x, Pass::TRAIN).unwrap();
         let loss = q.sqr().unwrap().sum_all().unwrap().neg().unwrap();
         opt.step(&loss.backward().unwrap()).unwrap();
     }
@@ -458,12 +458,12 @@ fn cached_weight_follows_optimizer_steps() {
     };
     let net = QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm, &[3], 2, 0, &DEV).unwrap();
     let x = InitRng::new(3).normal((4, 3), 1.0, &DEV).unwrap();
-    let eval = net.forward(&x, Mode::Eval).unwrap();
-    let train = net.forward(&x, Mode::Train).unwrap();
+    let eval = net.forward(&x, Pass::EVAL).unwrap();
+    let train = net.forward(&x, Pass::TRAIN).unwrap();
     assert!(rel_err(&eval, &train) < 1e-6);
     perturb(&net, &x, 1);
-    let eval = net.forward(&x, Mode::Eval).unwrap();
-    let train = net.forward(&x, Mode::Train).unwrap();
+    let eval = net.forward(&x, Pass::EVAL).unwrap();
+    let train = net.forward(&x, Pass::TRAIN).unwrap();
     assert!(
         rel_err(&eval, &train) < 1e-6,
         "the cache was refreshed after the step"
@@ -488,7 +488,7 @@ fn gain_group_gets_scaled_learning_rate() {
     };
     let mut opt = Optimizer::new(net.store(), &cfg, 10.0);
     let x = InitRng::new(3).normal((4, 3), 1.0, &DEV).unwrap();
-    let loss = net.forward(&x, Mode::Train).unwrap().sum_all().unwrap();
+    let loss = net.forward(&x, Pass::TRAIN).unwrap().sum_all().unwrap();
     opt.step(&loss.backward().unwrap()).unwrap();
     let moved = |name: &str| -> f32 {
         let now = net.store().get(name).unwrap().var.as_tensor();
@@ -546,7 +546,7 @@ fn architectures_have_documented_shapes() {
         let mlp =
             QNetwork::new(&QNetworkConfig::mlp(vec![64, 64]), &norm, &[4], 2, 0, &DEV).unwrap();
         let x = Tensor::ones((3, 4), DType::F32, &DEV).unwrap();
-        assert_eq!(mlp.forward(&x, Mode::Train).unwrap().dims(), &[3, 2]);
+        assert_eq!(mlp.forward(&x, Pass::TRAIN).unwrap().dims(), &[3, 2]);
         let cnn = QNetwork::new(
             &QNetworkConfig::minatar_cnn(),
             &norm,
@@ -569,7 +569,7 @@ fn architectures_have_documented_shapes() {
         };
         let net = QNetwork::new(&nature, &norm, &[4, 84, 84], 4, 0, &DEV).unwrap();
         let x = Tensor::zeros((2, 4, 84, 84), DType::F32, &DEV).unwrap();
-        assert_eq!(net.forward(&x, Mode::Eval).unwrap().dims(), &[2, 4]);
+        assert_eq!(net.forward(&x, Pass::EVAL).unwrap().dims(), &[2, 4]);
         assert_eq!(
             net.layers().nth(3).unwrap().kernel(),
             Kernel::Linear {
@@ -597,10 +597,10 @@ fn target_copy_includes_running_statistics() {
     let online = QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm, &[3], 2, 0, &DEV).unwrap();
     let target = QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm, &[3], 2, 1, &DEV).unwrap();
     let x = (InitRng::new(3).normal((16, 3), 1.0, &DEV).unwrap() + 4.0).unwrap();
-    online.forward(&x, Mode::Train).unwrap();
+    online.forward(&x, Pass::TRAIN).unwrap();
     target.copy_from(&online).unwrap();
-    let a = online.forward(&x, Mode::Eval).unwrap();
-    let b = target.forward(&x, Mode::Eval).unwrap();
+    let a = online.forward(&x, Pass::EVAL).unwrap();
+    let b = target.forward(&x, Pass::EVAL).unwrap();
     assert!(rel_err(&a, &b) < 1e-7);
     let rm = |n: &QNetwork| {
         n.store()

@@ -1,6 +1,6 @@
 //! Replay buffer and samplers.
 
-use normrl_agents::dqn::{Batch, FrameEncoding, ReplayBuffer, ReplayError, Sampler};
+use normrl_agents::replay::{Batch, FrameEncoding, ReplayBuffer, ReplayError, Sampler};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 

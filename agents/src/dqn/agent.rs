@@ -3,7 +3,8 @@
 //!
 //! ```
 //! use candle_core::Device;
-//! use normrl_agents::dqn::{Batch, Dqn, DqnConfig};
+//! use normrl_agents::dqn::{Dqn, DqnConfig};
+//! use normrl_agents::replay::Batch;
 //! use normrl_agents::nn::{NormConfig, QNetworkConfig};
 //! use normrl_agents::optim::OptimizerConfig;
 //!
@@ -21,10 +22,11 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 
-use super::td_loss::{mean_taken, mean_taken_values, td_loss, td_loss_host, td_loss_reference};
-use super::{Batch, DqnConfig, TargetUpdate};
-use crate::nn::{HostTape, Mode, NormConfig, QNetwork, QNetworkConfig};
-use crate::optim::{Optimizer, OptimizerConfig};
+use super::td_loss::{device_loss, graph_loss, host_loss, LossInfo};
+use super::{DqnConfig, TargetUpdate};
+use crate::nn::{BnStats, HostTape, NormConfig, Pass, QNetwork, QNetworkConfig};
+use crate::optim::{Gradients, Optimizer, OptimizerConfig};
+use crate::replay::Batch;
 use crate::Metric;
 
 /// What one update measured.
@@ -50,8 +52,46 @@ pub struct Dqn {
     updates: u64,
     /// Data-dependent init and the first target sync have run.
     initialized: bool,
-    /// MLPs on the CPU run without a graph (see [`QNetwork::host_forward`]).
-    host_path: bool,
+    /// Where the networks run, chosen when the agent is built.
+    engine: Engine,
+}
+
+/// Where an agent's forwards, losses and gradients are computed, chosen when the agent
+/// is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// MLPs on the CPU: host buffers and a tape, no graph ([`QNetwork::host_forward`]).
+    Host,
+    /// Candle's graph on the CPU; TD targets and losses are read on the host, where
+    /// reading is free.
+    CpuGraph,
+    /// Candle's graph on an accelerator: targets and losses stay on the device, since
+    /// reading them back would wait for it.
+    Device,
+}
+
+impl Engine {
+    fn of(online: &QNetwork) -> Self {
+        if !online.store().device().is_cpu() {
+            Engine::Device
+        } else if online.runs_on_host() {
+            Engine::Host
+        } else {
+            Engine::CpuGraph
+        }
+    }
+}
+
+/// The online network's Q-values of a batch, kept for the backward.
+enum UpdateForward {
+    Host { q: Vec<f32>, tape: HostTape },
+    Graph(Tensor),
+}
+
+/// TD targets where the loss reads them.
+enum Targets {
+    Host(Vec<f32>),
+    Device(Tensor),
 }
 
 impl Dqn {
@@ -70,6 +110,7 @@ impl Dqn {
         let target = QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?;
         target.copy_from(&online)?;
         let optimizer = Optimizer::new(online.store(), optimizer, norm.g_lr_scale);
+        let engine = Engine::of(&online);
         Ok(Self {
             online,
             target,
@@ -78,20 +119,36 @@ impl Dqn {
             device: device.clone(),
             updates: 0,
             initialized: false,
-            host_path: true,
+            engine,
         })
     }
 
-    /// Whether acting, TD targets and updates run on host values where the network
-    /// allows it (on by default). Off, they always go through candle's graph: the
-    /// reference the host path is tested against.
-    pub fn set_host_path(&mut self, on: bool) {
-        self.host_path = on;
+    /// The agent with its forwards and gradients computed by `engine` instead of the
+    /// one chosen for its device and network: the graph is the reference the host path
+    /// is tested against, and [`Engine::Device`] runs an accelerator's path (targets and
+    /// losses as tensor ops) on the CPU for tests.
+    pub fn with_engine(mut self, engine: Engine) -> Result<Self> {
+        let cpu = self.device.is_cpu();
+        match engine {
+            Engine::Host if !(cpu && self.online.runs_on_host()) => {
+                candle_core::bail!("the host path runs MLPs on the CPU only")
+            }
+            Engine::Host | Engine::CpuGraph if !cpu => {
+                candle_core::bail!("an accelerator's networks run on its device")
+            }
+            _ => {}
+        }
+        self.engine = engine;
+        Ok(self)
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
     }
 
     /// True when this agent's networks run on host values.
     pub fn runs_on_host(&self) -> bool {
-        self.host_path && self.online.runs_on_host()
+        self.engine == Engine::Host
     }
 
     pub fn online(&self) -> &QNetwork {
@@ -132,16 +189,20 @@ impl Dqn {
 
     /// Q-values of one observation, as used for acting.
     pub fn q_values(&self, obs: &[f32]) -> Result<Vec<f32>> {
-        if self.runs_on_host() {
-            return self
-                .online
-                .host_forward(obs, 1, self.config.acting_bn_mode, None);
+        self.q_of(&self.online, obs, 1, self.config.acting_bn_mode)
+    }
+
+    /// Gradient-free Q-values `[rows, n_actions]` (row-major) of `net` on host
+    /// observations.
+    fn q_of(&self, net: &QNetwork, obs: &[f32], rows: usize, stats: BnStats) -> Result<Vec<f32>> {
+        match self.engine {
+            Engine::Host => net.host_forward(obs, rows, stats, None),
+            Engine::CpuGraph | Engine::Device => {
+                let x = self.batch_tensor(obs, rows)?;
+                let q = net.forward(&x, Pass::gradient_free(stats))?;
+                q.flatten_all()?.to_vec1()
+            }
         }
-        let x = self.batch_tensor(obs, 1)?;
-        self.online
-            .forward(&x, self.config.acting_bn_mode)?
-            .squeeze(0)?
-            .to_vec1()
     }
 
     pub fn greedy_action(&self, obs: &[f32]) -> Result<usize> {
@@ -157,36 +218,83 @@ impl Dqn {
         }
     }
 
+    /// One gradient step on `batch`, as CleanRL's DQN writes it: TD targets from the
+    /// target network, the online network's Q-values, the TD loss, its gradients, an
+    /// optimizer step, then SVB's projection and the target sync when due. On the first
+    /// call, weight norm's data-dependent init runs on this batch and the target
+    /// network is synced from the result.
+    pub fn update(&mut self, batch: &Batch) -> Result<UpdateInfo> {
+        self.initialize_once(batch)?;
+        let targets = self.targets(batch)?;
+        let q = self.forward_for_update(batch)?;
+        let (loss, gradients) = self.loss_and_gradients(q, batch, &targets)?;
+        let grad_norm = self.optimizer.apply(&gradients)?;
+        self.finish_update(loss, grad_norm)
+    }
+
+    /// Weight norm's data-dependent init on the first batch, and the first target sync.
+    fn initialize_once(&mut self, batch: &Batch) -> Result<()> {
+        if self.initialized {
+            return Ok(());
+        }
+        if self.online.wants_data_dependent_init() {
+            let obs = self.batch_tensor(&batch.obs, batch.size)?;
+            self.online.data_dependent_init(&obs)?;
+        }
+        self.target.copy_from(&self.online)?;
+        self.initialized = true;
+        Ok(())
+    }
+
     /// `r + gamma * (1 - terminated) * Q_target(s', a*)`, with `a*` the target's
     /// argmax, or the online network's with Double DQN. Truncated transitions
     /// bootstrap from their final observation like any other.
-    pub fn td_targets(&self, batch: &Batch) -> Result<Tensor> {
-        if self.device.is_cpu() {
-            return Tensor::from_vec(self.td_target_values(batch)?, batch.size, &self.device);
+    pub fn td_targets(&self, batch: &Batch) -> Result<Vec<f32>> {
+        match self.targets(batch)? {
+            Targets::Host(values) => Ok(values),
+            Targets::Device(t) => t.to_vec1(),
         }
-        self.td_targets_reference(batch)
     }
 
-    /// [`Self::td_targets`] through tensor ops on the networks' device (the path on
-    /// accelerators, and the reference the host path is tested against).
-    pub fn td_targets_reference(&self, batch: &Batch) -> Result<Tensor> {
+    fn targets(&self, batch: &Batch) -> Result<Targets> {
+        if self.engine == Engine::Device {
+            return self.device_targets(batch).map(Targets::Device);
+        }
+        let (b, n_actions) = (batch.size, self.online.n_actions());
+        let target_q = self.q_of(&self.target, &batch.next_obs, b, self.config.target_bn_mode)?;
+        let target_q: Vec<&[f32]> = target_q.chunks_exact(n_actions).collect();
+        let chosen: Vec<usize> = if self.config.double_dqn {
+            let online_q = self.q_of(&self.online, &batch.next_obs, b, BnStats::Running)?;
+            online_q.chunks_exact(n_actions).map(first_argmax).collect()
+        } else {
+            target_q.iter().map(|q| first_argmax(q)).collect()
+        };
+        let gamma = self.config.gamma as f32;
+        Ok(Targets::Host(
+            target_q
+                .iter()
+                .zip(&chosen)
+                .zip(batch.rewards.iter().zip(&batch.terminated))
+                .map(|((q, &a), (&r, &t))| r + q[a] * ((1.0 - t) * gamma))
+                .collect(),
+        ))
+    }
+
+    /// [`Self::td_targets`] as tensor ops on an accelerator (no read back).
+    fn device_targets(&self, batch: &Batch) -> Result<Tensor> {
         let b = batch.size;
         let next_obs = self.batch_tensor(&batch.next_obs, b)?;
         let rewards = Tensor::from_slice(&batch.rewards, b, &self.device)?;
         let terminated = Tensor::from_slice(&batch.terminated, b, &self.device)?;
+        let target_q = self
+            .target
+            .forward(&next_obs, Pass::gradient_free(self.config.target_bn_mode))?;
         let next_q = if self.config.double_dqn {
-            let best = self
-                .online
-                .forward(&next_obs, Mode::Eval)?
-                .argmax_keepdim(1)?;
-            self.target
-                .forward(&next_obs, self.config.target_bn_mode)?
-                .gather(&best, 1)?
-                .squeeze(1)?
+            let online_q = self.online.forward(&next_obs, Pass::EVAL)?;
+            let best = online_q.argmax_keepdim(1)?;
+            target_q.gather(&best, 1)?.squeeze(1)?
         } else {
-            self.target
-                .forward(&next_obs, self.config.target_bn_mode)?
-                .max(1)?
+            target_q.max(1)?
         };
         let bootstrap = ((1.0 - terminated)? * self.config.gamma)?;
         (rewards + (next_q.detach() * bootstrap)?)?
@@ -194,100 +302,54 @@ impl Dqn {
             .contiguous()
     }
 
-    /// [`Self::td_targets`] on the host: the networks' Q-values are read back and the
-    /// rest is a loop, not a tensor op per term (on the CPU reading back is free).
-    fn td_target_values(&self, batch: &Batch) -> Result<Vec<f32>> {
-        let (b, n_actions) = (batch.size, self.online.n_actions());
-        let q_of = |net: &QNetwork, mode: Mode| -> Result<Vec<f32>> {
-            if self.runs_on_host() {
-                net.host_forward(&batch.next_obs, b, mode, None)
-            } else {
-                let next_obs = self.batch_tensor(&batch.next_obs, b)?;
-                net.forward(&next_obs, mode)?.flatten_all()?.to_vec1()
-            }
-        };
-        let target_q = q_of(&self.target, self.config.target_bn_mode)?;
-        let target_q: Vec<&[f32]> = target_q.chunks_exact(n_actions).collect();
-        let chosen: Vec<usize> = if self.config.double_dqn {
-            let online_q = q_of(&self.online, Mode::Eval)?;
-            online_q.chunks_exact(n_actions).map(first_argmax).collect()
-        } else {
-            target_q.iter().map(|q| first_argmax(q)).collect()
-        };
-        let gamma = self.config.gamma as f32;
-        Ok(target_q
-            .iter()
-            .zip(&chosen)
-            .zip(batch.rewards.iter().zip(&batch.terminated))
-            .map(|((q, &a), (&r, &t))| r + q[a] * ((1.0 - t) * gamma))
-            .collect())
+    /// The online network's Q-values of the batch's observations, differentiable, with
+    /// the batch-norm statistics of `dqn.online_bn_mode`.
+    fn forward_for_update(&self, batch: &Batch) -> Result<UpdateForward> {
+        let stats = self.config.online_bn_mode;
+        if self.engine == Engine::Host {
+            let mut tape = HostTape::default();
+            let q = self
+                .online
+                .host_forward(&batch.obs, batch.size, stats, Some(&mut tape))?;
+            return Ok(UpdateForward::Host { q, tape });
+        }
+        let obs = self.batch_tensor(&batch.obs, batch.size)?;
+        let q = self.online.forward(&obs, Pass::differentiable(stats))?;
+        Ok(UpdateForward::Graph(q))
     }
 
-    /// One gradient step on `batch`. On the first call, weight norm's data-dependent
-    /// init runs on this batch and the target network is synced from the result.
-    pub fn update(&mut self, batch: &Batch) -> Result<UpdateInfo> {
-        let b = batch.size;
-        let obs = self.batch_tensor(&batch.obs, b)?;
-        if !self.initialized {
-            if self.online.wants_data_dependent_init() {
-                self.online.data_dependent_init(&obs)?;
+    /// The TD loss (with the mean Q of the taken actions) and every trainable
+    /// variable's gradient.
+    fn loss_and_gradients(
+        &self,
+        q: UpdateForward,
+        batch: &Batch,
+        targets: &Targets,
+    ) -> Result<(LossInfo, Gradients)> {
+        let (actions, kind) = (&batch.actions, self.config.loss);
+        match (q, targets) {
+            (UpdateForward::Host { q, tape }, Targets::Host(targets)) => {
+                let n_actions = self.online.n_actions();
+                let (loss, dq) = host_loss(&q, n_actions, actions, targets, kind)?;
+                let grads = self.online.host_backward(tape, &dq)?;
+                Ok((loss, Gradients::Host(grads)))
             }
-            self.target.copy_from(&self.online)?;
-            self.initialized = true;
+            (UpdateForward::Graph(q), Targets::Host(targets)) => {
+                let (loss, tensor) = graph_loss(&q, actions, targets, kind)?;
+                Ok((loss, Gradients::Graph(tensor.backward()?)))
+            }
+            (UpdateForward::Graph(q), Targets::Device(targets)) => {
+                let (loss, tensor) = device_loss(&q, actions, targets, kind)?;
+                Ok((loss, Gradients::Graph(tensor.backward()?)))
+            }
+            (UpdateForward::Host { .. }, Targets::Device(_)) => {
+                candle_core::bail!("the host path takes host targets")
+            }
         }
-        if self.runs_on_host() {
-            return self.host_update(batch);
-        }
-        let target = if self.device.is_cpu() {
-            Targets::Host(self.td_target_values(batch)?)
-        } else {
-            Targets::Device(self.td_targets_reference(batch)?)
-        };
-        let q = self
-            .online
-            .forward_for_update(&obs, self.config.online_bn_mode)?;
-        let (loss, q_mean) = match &target {
-            Targets::Host(target) => {
-                let loss = td_loss(&q, &batch.actions, target, self.config.loss)?;
-                (loss, Metric::Host(mean_taken(&q, &batch.actions)?))
-            }
-            Targets::Device(target) => {
-                let actions = Tensor::from_slice(&batch.actions, (b, 1), &self.device)?;
-                let loss = td_loss_reference(&q, &actions, target, self.config.loss)?;
-                let q_mean = q.gather(&actions, 1)?.mean_all()?;
-                (loss, Metric::of(&q_mean)?)
-            }
-        };
-        let grads = loss.backward()?;
-        let grad_norm = self.optimizer.step(&grads)?;
-        self.finish_update(Metric::of(&loss)?, q_mean, grad_norm)
-    }
-
-    /// [`Self::update`] on host values, for networks that run there.
-    fn host_update(&mut self, batch: &Batch) -> Result<UpdateInfo> {
-        let targets = self.td_target_values(batch)?;
-        let mut tape = HostTape::default();
-        let q = self.online.host_forward(
-            &batch.obs,
-            batch.size,
-            self.config.online_bn_mode,
-            Some(&mut tape),
-        )?;
-        let n_actions = self.online.n_actions();
-        let (loss, dq) = td_loss_host(&q, n_actions, &batch.actions, &targets, self.config.loss)?;
-        let q_mean = Metric::Host(mean_taken_values(&q, n_actions, &batch.actions)?);
-        let grads = self.online.host_backward(tape, &dq)?;
-        let grad_norm = self.optimizer.step_host(&grads)?;
-        self.finish_update(Metric::Host(f64::from(loss)), q_mean, grad_norm)
     }
 
     /// Counts the update, then projects (SVB, BBN) and syncs the target when due.
-    fn finish_update(
-        &mut self,
-        td_loss: Metric,
-        q_mean: Metric,
-        grad_norm: Metric,
-    ) -> Result<UpdateInfo> {
+    fn finish_update(&mut self, loss: LossInfo, grad_norm: Metric) -> Result<UpdateInfo> {
         self.updates += 1;
         let projected = self.online.after_optimizer_step(self.updates)?;
         let synced = match self.config.target_update {
@@ -306,20 +368,13 @@ impl Dqn {
             }
         };
         Ok(UpdateInfo {
-            td_loss,
-            q_mean,
+            td_loss: loss.value,
+            q_mean: loss.q_mean,
             grad_norm,
             projected,
             synced,
         })
     }
-}
-
-/// TD targets where the loss reads them: the host on the CPU; elsewhere the device,
-/// since reading them back would wait for it.
-enum Targets {
-    Host(Vec<f32>),
-    Device(Tensor),
 }
 
 /// The index of the first largest value (0 for an empty slice).

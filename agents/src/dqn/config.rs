@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::check::positive;
-use crate::nn::Mode;
+use crate::nn::BnStats;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -33,11 +33,11 @@ pub struct DqnConfig {
     pub target_update: TargetUpdate,
     /// Batch-norm mode of the target network in the update (`eval`: running
     /// statistics; `train`: statistics of the next-observation batch).
-    pub target_bn_mode: Mode,
+    pub target_bn_mode: BnStats,
     /// Batch-norm mode of the online network in the update.
-    pub online_bn_mode: Mode,
+    pub online_bn_mode: BnStats,
     /// Batch-norm mode when choosing actions.
-    pub acting_bn_mode: Mode,
+    pub acting_bn_mode: BnStats,
 }
 
 impl Default for DqnConfig {
@@ -47,9 +47,9 @@ impl Default for DqnConfig {
             double_dqn: false,
             loss: Loss::Huber,
             target_update: TargetUpdate::Hard { every: 1000 },
-            target_bn_mode: Mode::Eval,
-            online_bn_mode: Mode::Train,
-            acting_bn_mode: Mode::Eval,
+            target_bn_mode: BnStats::Running,
+            online_bn_mode: BnStats::Batch,
+            acting_bn_mode: BnStats::Running,
         }
     }
 }

@@ -1,14 +1,12 @@
-//! Deep Q-learning: replay with pluggable samplers, online and target networks, the
-//! TD update, epsilon-greedy acting.
+//! Deep Q-learning: online and target networks, the TD update, epsilon-greedy acting.
+//! Batches come from [`crate::replay`].
 
 mod agent;
 mod config;
-mod replay;
 mod schedule;
 mod td_loss;
 
-pub use agent::{Dqn, UpdateInfo};
+pub use agent::{Dqn, Engine, UpdateInfo};
 pub use config::{DqnConfig, Loss, TargetUpdate};
-pub use replay::{Batch, FrameEncoding, ReplayBuffer, ReplayError, Sampler};
 pub use schedule::LinearSchedule;
-pub use td_loss::{mean_taken, td_loss, td_loss_reference};
+pub use td_loss::{mean_taken, td_loss, td_loss_tensor_ops};

@@ -18,8 +18,66 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 use super::Loss;
-use crate::nn::dense::f32_slice;
-use crate::nn::fused::with_values;
+use crate::kernels::dense::f32_slice;
+use crate::kernels::fused::with_values;
+use crate::Metric;
+
+/// An update's loss, as logged: the mean TD loss and the mean Q of the taken actions.
+pub(crate) struct LossInfo {
+    pub value: Metric,
+    pub q_mean: Metric,
+}
+
+/// The loss of host Q-values `q [B, n_actions]` and its gradient with respect to them
+/// (the host path).
+pub(crate) fn host_loss(
+    q: &[f32],
+    n_actions: usize,
+    actions: &[u32],
+    targets: &[f32],
+    loss: Loss,
+) -> Result<(LossInfo, Vec<f32>)> {
+    let (value, dq) = td_loss_host(q, n_actions, actions, targets, loss)?;
+    let info = LossInfo {
+        value: Metric::Host(f64::from(value)),
+        q_mean: Metric::Host(mean_taken_values(q, n_actions, actions)?),
+    };
+    Ok((info, dq))
+}
+
+/// The loss of graph Q-values against host targets (the graph on the CPU), and the
+/// loss tensor to differentiate.
+pub(crate) fn graph_loss(
+    q: &Tensor,
+    actions: &[u32],
+    targets: &[f32],
+    loss: Loss,
+) -> Result<(LossInfo, Tensor)> {
+    let value = td_loss(q, actions, targets, loss)?;
+    let info = LossInfo {
+        value: Metric::of(&value)?,
+        q_mean: Metric::Host(mean_taken(q, actions)?),
+    };
+    Ok((info, value))
+}
+
+/// The loss against targets on an accelerator, as tensor ops that never wait for the
+/// device.
+pub(crate) fn device_loss(
+    q: &Tensor,
+    actions: &[u32],
+    targets: &Tensor,
+    loss: Loss,
+) -> Result<(LossInfo, Tensor)> {
+    let actions = Tensor::from_slice(actions, (actions.len(), 1), q.device())?;
+    let value = td_loss_tensor_ops(q, &actions, targets, loss)?;
+    let q_mean = q.gather(&actions, 1)?.mean_all()?;
+    let info = LossInfo {
+        value: Metric::of(&value)?,
+        q_mean: Metric::of(&q_mean)?,
+    };
+    Ok((info, value))
+}
 
 /// The mean TD loss of Q-values `q [B, A]` at the taken `actions` against `targets`
 /// (constants), differentiable with respect to `q`.
@@ -34,13 +92,13 @@ pub fn td_loss(q: &Tensor, actions: &[u32], targets: &[f32], loss: Loss) -> Resu
     } else {
         let actions = Tensor::from_slice(actions, (actions.len(), 1), q.device())?;
         let targets = Tensor::from_slice(targets, targets.len(), q.device())?;
-        td_loss_reference(q, &actions, &targets, loss)
+        td_loss_tensor_ops(q, &actions, &targets, loss)
     }
 }
 
-/// The same loss through candle's tensor ops (the reference the fused op is tested
-/// against, and the path on other devices); `actions` is `[B, 1]` of `u32`.
-pub fn td_loss_reference(
+/// The same loss through candle's tensor ops, differentiable on any device (the path on
+/// accelerators); `actions` is `[B, 1]` of `u32`.
+pub fn td_loss_tensor_ops(
     q: &Tensor,
     actions: &Tensor,
     targets: &Tensor,
@@ -133,7 +191,7 @@ impl CustomOp1 for TdLoss {
 
 /// The mean TD loss of host Q-values `q [B, n_actions]` and its gradient with respect
 /// to them: [`td_loss`] and its backward, without a graph.
-pub(crate) fn td_loss_host(
+fn td_loss_host(
     q: &[f32],
     n_actions: usize,
     actions: &[u32],

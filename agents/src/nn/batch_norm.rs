@@ -14,12 +14,12 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::{BatchNorm, Mode, ParamStore};
+//! use normrl_agents::nn::{BatchNorm, BnStats, ParamStore};
 //!
 //! let mut store = ParamStore::new(Device::Cpu);
 //! let bn = BatchNorm::new(&mut store, "fc", 1, 0.1, 0.0).unwrap();
 //! let t = Tensor::new(&[[1.0f32], [3.0]], &Device::Cpu).unwrap();
-//! let y = bn.forward(&t, Mode::Train).unwrap().to_vec2::<f32>().unwrap();
+//! let y = bn.forward(&t, BnStats::Batch).unwrap().to_vec2::<f32>().unwrap();
 //! assert_eq!(y, vec![vec![-1.0], vec![1.0]]);
 //! ```
 
@@ -28,11 +28,14 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
-use super::batch_norm_op::{self, BatchNormOp};
-use super::feature_pass::Affine;
-use super::fused::{with_values, Units};
+use super::activation_norm::{
+    mean_of, push, ActivationNorm, HostGradient, HostLayer, HostOutput, NormTape,
+};
 use super::kernel::{unit_moments, values_per_unit};
-use super::{Group, Mode, ParamStore};
+use super::{svb, BnStats, Group, HostGradients, ParamStore};
+use crate::kernels::batch_norm::{self as batch_norm_op, BatchNormOp};
+use crate::kernels::feature_pass::{affine_in_place, Affine};
+use crate::kernels::fused::{with_values, Units};
 
 pub struct BatchNorm {
     pub(crate) gamma: Var,
@@ -112,29 +115,29 @@ impl BatchNorm {
         t.reshape(shape)
     }
 
-    pub fn forward(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.forward_then(t, mode, false)
+    pub fn forward(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
+        self.forward_then(t, stats, false)
     }
 
     /// `relu(forward(t))`, in one op on the CPU.
-    pub fn forward_relu(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.forward_then(t, mode, true)
+    pub fn forward_relu(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
+        self.forward_then(t, stats, true)
     }
 
-    fn forward_then(&self, t: &Tensor, mode: Mode, relu: bool) -> Result<Tensor> {
+    fn forward_then(&self, t: &Tensor, stats: BnStats, relu: bool) -> Result<Tensor> {
         if !t.device().is_cpu() {
-            let y = self.forward_reference(t, mode)?;
+            let y = self.forward_reference(t, stats)?;
             return if relu { y.relu() } else { Ok(y) };
         }
-        self.forward_fused(t, mode, relu)
+        self.forward_fused(t, stats, relu)
     }
 
-    /// One fused CPU op: with this batch's statistics in `Train` (running statistics
-    /// updated on the host), with the running statistics in `Eval`.
-    fn forward_fused(&self, t: &Tensor, mode: Mode, relu: bool) -> Result<Tensor> {
+    /// One fused CPU op: with this batch's statistics with batch statistics (running statistics
+    /// updated on the host), with the running statistics with running ones.
+    fn forward_fused(&self, t: &Tensor, stats: BnStats, relu: bool) -> Result<Tensor> {
         let t = t.contiguous()?;
         let units = Units::of(t.shape())?;
-        let op = with_values(&t, |values| self.host_op(&units, values, mode))?;
+        let op = with_values(&t, |values| self.host_op(&units, values, stats))?;
         t.apply_op3(
             &self.gamma.as_tensor().contiguous()?,
             &self.beta.as_tensor().contiguous()?,
@@ -143,10 +146,15 @@ impl BatchNorm {
     }
 
     /// The op normalizing host values `t` (laid out as `units` says): with their
-    /// statistics in `Train`, which also updates the running ones, else with those.
-    pub(crate) fn host_op(&self, units: &Units, t: &[f32], mode: Mode) -> Result<Arc<BatchNormOp>> {
-        match mode {
-            Mode::Train => {
+    /// statistics with batch statistics, which also updates the running ones, else with those.
+    pub(crate) fn host_op(
+        &self,
+        units: &Units,
+        t: &[f32],
+        stats: BnStats,
+    ) -> Result<Arc<BatchNormOp>> {
+        match stats {
+            BnStats::Batch => {
                 let (mean, var) = batch_norm_op::moments_of(units, t);
                 let n = units.per_unit() as f64;
                 batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
@@ -162,7 +170,7 @@ impl BatchNorm {
                 self.version.fetch_add(1, Ordering::AcqRel);
                 Ok(Arc::new(BatchNormOp::training(mean, &var, self.eps)))
             }
-            Mode::Eval => Ok(self.evaluation()?.op.clone()),
+            BnStats::Running => Ok(self.evaluation()?.op.clone()),
         }
     }
 
@@ -190,9 +198,9 @@ impl BatchNorm {
 
     /// The layer through candle's tensor ops: evaluation mode, other devices, and the
     /// tested reference of the fused training path.
-    pub fn forward_reference(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
-        let (mean, var) = match mode {
-            Mode::Train => {
+    pub fn forward_reference(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
+        let (mean, var) = match stats {
+            BnStats::Batch => {
                 let (mean, var) = unit_moments(t)?;
                 let n = values_per_unit(t);
                 let m = self.momentum;
@@ -209,7 +217,7 @@ impl BatchNorm {
                 self.version.fetch_add(1, Ordering::AcqRel);
                 (mean, var)
             }
-            Mode::Eval => (
+            BnStats::Running => (
                 self.unit_view(self.running_mean.as_tensor(), t)?,
                 self.unit_view(self.running_var.as_tensor(), t)?,
             ),
@@ -220,5 +228,128 @@ impl BatchNorm {
         normalized
             .broadcast_mul(&self.unit_view(self.gamma.as_tensor(), t)?)?
             .broadcast_add(&self.unit_view(self.beta.as_tensor(), t)?)
+    }
+}
+
+impl BatchNorm {
+    /// BBN's bound on the gains: each `|gamma|` is kept within `(1 ± eps)` times the
+    /// running deviation `sqrt(var + eps_bn)`, its sign kept.
+    pub(crate) fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
+        let gamma: Vec<f32> = self.gamma.as_tensor().to_vec1()?;
+        let sigma: Vec<f32> = (self.running_var() + self.eps)?.sqrt()?.to_vec1()?;
+        let bounded = svb::bound_bn_gains(&gamma, &sigma, bbn_eps);
+        self.gamma.set(&Tensor::from_vec(
+            bounded,
+            gamma.len(),
+            self.gamma.device(),
+        )?)?;
+        self.version.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+impl ActivationNorm for BatchNorm {
+    fn keeps_bias(&self) -> bool {
+        false
+    }
+
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
+    }
+
+    fn graph_forward(
+        &self,
+        t: &Tensor,
+        bias: Option<&Tensor>,
+        relu: bool,
+        stats: BnStats,
+    ) -> Result<Tensor> {
+        debug_assert!(bias.is_none(), "batch norm's layer has no bias");
+        self.forward_then(t, stats, relu)
+    }
+
+    fn host_forward(
+        &self,
+        layer: &HostLayer,
+        mut t: Vec<f32>,
+        stats: BnStats,
+        keep: bool,
+    ) -> Result<HostOutput> {
+        if stats == BnStats::Running && !keep {
+            // Acting and TD targets: the cached statistics and parameters, in place.
+            affine_in_place(&mut t, layer.units, self.evaluation()?.affine(layer.relu));
+            return Ok(HostOutput {
+                out: t,
+                kernel_output: vec![],
+                tape: NormTape::None,
+            });
+        }
+        let units = Units {
+            outer: layer.rows,
+            units: layer.units,
+            inner: 1,
+        };
+        let op = self.host_op(&units, &t, stats)?;
+        let out = with_values(self.gamma.as_tensor(), |gamma| {
+            with_values(self.beta.as_tensor(), |beta| {
+                if keep {
+                    // The backward reads the input.
+                    op.normalize(&units, &t, gamma, beta, layer.relu).map(Some)
+                } else {
+                    op.normalize_features_in_place(&mut t, gamma, beta, layer.relu)?;
+                    Ok(None)
+                }
+            })
+        })?;
+        let tape = NormTape::Batch(op);
+        Ok(match out {
+            Some(out) => HostOutput {
+                out,
+                kernel_output: t,
+                tape,
+            },
+            None => HostOutput {
+                out: t,
+                kernel_output: vec![],
+                tape,
+            },
+        })
+    }
+
+    fn host_backward(
+        &self,
+        layer: &HostLayer,
+        tape: &NormTape,
+        t: &[f32],
+        out: &[f32],
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> Result<HostGradient> {
+        let NormTape::Batch(op) = tape else {
+            candle_core::bail!("host backward: the forward kept no batch-norm statistics");
+        };
+        let mut dt = dy;
+        let (dgamma, dbeta) = with_values(self.gamma.as_tensor(), |gamma| {
+            Ok(op.feature_gradients(gamma, t, out, &mut dt, layer.relu))
+        })?;
+        push(grads, &self.gamma, dgamma);
+        push(grads, &self.beta, dbeta);
+        Ok(HostGradient {
+            dt,
+            gain_sums: vec![],
+        })
+    }
+
+    fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {
+        values.push((
+            "bn_running_mean_avg",
+            mean_of(&self.running_mean().to_vec1()?),
+        ));
+        values.push((
+            "bn_running_var_avg",
+            mean_of(&self.running_var().to_vec1()?),
+        ));
+        values.push(("bn_gamma_avg", mean_of(&self.gamma.as_tensor().to_vec1()?)));
+        Ok(())
     }
 }

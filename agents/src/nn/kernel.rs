@@ -11,8 +11,8 @@
 
 use candle_core::{Result, Tensor, D};
 
-use super::data_conv::DataConv2d;
-use super::linear_op::LinearOp;
+use crate::kernels::conv::DataConv2d;
+use crate::kernels::linear::LinearOp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {

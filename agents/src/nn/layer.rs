@@ -4,11 +4,11 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::fused;
+use super::activation_norm::{ActivationNorm, Identity};
 use super::init::InitRng;
 use super::kernel::unit_moments;
 use super::{
-    svb, BatchNorm, Group, Kernel, LayerNorm, MeanOnlyBn, Mode, NormConfig, NormKind, ParamStore,
+    svb, BatchNorm, Group, Kernel, LayerNorm, MeanOnlyBn, NormConfig, NormKind, ParamStore, Pass,
     WeightNorm,
 };
 
@@ -25,6 +25,18 @@ pub(crate) enum Norm {
     MeanOnly(MeanOnlyBn),
     Batch(BatchNorm),
     Layer(LayerNorm),
+}
+
+impl Norm {
+    /// The method behind the layer's activation normalization.
+    pub(crate) fn method(&self) -> &dyn ActivationNorm {
+        match self {
+            Norm::None => &Identity,
+            Norm::MeanOnly(bn) => bn,
+            Norm::Batch(bn) => bn,
+            Norm::Layer(ln) => ln,
+        }
+    }
 }
 
 pub struct NormLayer {
@@ -93,9 +105,9 @@ impl NormLayer {
             NormKind::None | NormKind::WeightNorm | NormKind::Svb => Norm::None,
         };
         // BN and LN carry their own shift (beta); mean-only BN keeps the layer's bias.
-        let bias = match (&norm, &weight) {
-            (Norm::Batch(_) | Norm::Layer(_), _) => None,
-            (_, WeightParam::Normed(_)) if config.data_dependent_init => {
+        let bias = match &weight {
+            _ if !norm.method().keeps_bias() => None,
+            WeightParam::Normed(_) if config.data_dependent_init => {
                 Some(store.zeros(&format!("{name}.bias"), units, Group::Weight)?)
             }
             _ if kind == NormKind::Svb => {
@@ -224,81 +236,42 @@ impl NormLayer {
         self.bias.as_ref().map(|b| b.as_tensor())
     }
 
-    /// The effective weight `w`: differentiable in `Train`, cached in `Eval`.
-    pub fn weight(&self, mode: Mode) -> Result<Tensor> {
-        match (&self.weight, mode) {
-            (WeightParam::Plain(w), _) => Ok(w.as_tensor().clone()),
-            (WeightParam::Normed(wn), Mode::Train) => wn.weight(),
-            (WeightParam::Normed(wn), Mode::Eval) => wn.cached_weight(),
+    /// The effective weight `w`: differentiable, or weight norm's cached `w`.
+    pub fn weight(&self, differentiable: bool) -> Result<Tensor> {
+        match &self.weight {
+            WeightParam::Plain(w) => Ok(w.as_tensor().clone()),
+            WeightParam::Normed(wn) if differentiable => wn.weight(),
+            WeightParam::Normed(wn) => wn.cached_weight(),
         }
     }
 
-    fn add_bias(&self, t: Tensor) -> Result<Tensor> {
-        match &self.bias {
-            Some(b) => fused::add_unit_bias(&t, b.as_tensor()),
-            None => Ok(t),
-        }
+    fn bias_tensor(&self) -> Option<&Tensor> {
+        self.bias.as_ref().map(Var::as_tensor)
     }
 
     /// The kernel applied with the layer's (possibly normalized) weight: differentiable
-    /// with respect to weight norm's `v` and `g` when `grad`, else with the cached `w`.
-    fn kernel_output(&self, x: &Tensor, mode: Mode, grad: bool) -> Result<Tensor> {
+    /// with respect to weight norm's `v` and `g`, or with the cached `w`.
+    fn kernel_output(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
         match &self.weight {
-            WeightParam::Normed(wn) if grad => wn.apply(x),
-            _ => self.kernel.apply(x, &self.weight(mode)?),
+            WeightParam::Normed(wn) if differentiable => wn.apply(x),
+            _ => self.kernel.apply(x, &self.weight(differentiable)?),
         }
     }
 
-    /// The kernel and the activation normalization, before the layer's own bias.
-    fn normalized(&self, x: &Tensor, mode: Mode, grad: bool) -> Result<Tensor> {
-        let t = self.kernel_output(x, mode, grad)?;
-        match &self.norm {
-            Norm::None => Ok(t),
-            Norm::MeanOnly(bn) => bn.forward(&t, mode),
-            Norm::Batch(bn) => bn.forward(&t, mode),
-            Norm::Layer(ln) => ln.forward(&t),
-        }
+    /// The pre-activation: kernel, normalization, bias (no ReLU).
+    pub fn pre_activation(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
+        let t = self.kernel_output(x, pass.differentiable)?;
+        self.norm
+            .method()
+            .graph_forward(&t, self.bias_tensor(), false, pass.stats)
     }
 
-    /// The pre-activation: kernel, normalization, bias.
-    pub fn pre_activation(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.add_bias(self.normalized(x, mode, mode == Mode::Train)?)
-    }
-
-    /// The layer's output. `Train` is differentiable; `Eval` is gradient-free (weight
-    /// norm uses its cached `w`).
-    pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.forward_with(x, mode, mode == Mode::Train)
-    }
-
-    /// [`Self::forward`] with batch norm in `mode`, differentiable either way: an
-    /// update's forward with `dqn.online_bn_mode = "eval"`.
-    pub fn forward_for_update(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.forward_with(x, mode, true)
-    }
-
-    fn forward_with(&self, x: &Tensor, mode: Mode, grad: bool) -> Result<Tensor> {
-        if !self.relu {
-            return self.add_bias(self.normalized(x, mode, grad)?);
-        }
-        // Batch and layer norm carry their own shift; with the ReLU each is one op.
-        // Mean-only BN with the layer's bias, likewise.
-        match (&self.norm, &self.bias) {
-            (Norm::Batch(bn), _) => {
-                return bn.forward_relu(&self.kernel_output(x, mode, grad)?, mode)
-            }
-            (Norm::Layer(ln), _) => return ln.forward_relu(&self.kernel_output(x, mode, grad)?),
-            (Norm::MeanOnly(bn), Some(b)) => {
-                let t = self.kernel_output(x, mode, grad)?;
-                return bn.forward_bias_relu(&t, b.as_tensor(), mode);
-            }
-            _ => {}
-        }
-        let t = self.normalized(x, mode, grad)?;
-        match &self.bias {
-            Some(b) => fused::bias_relu(&t, b.as_tensor()),
-            None => fused::relu(&t),
-        }
+    /// The layer's output through candle's graph.
+    pub fn forward(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
+        let t = self.kernel_output(x, pass.differentiable)?;
+        self.norm
+            .method()
+            .graph_forward(&t, self.bias_tensor(), self.relu, pass.stats)
     }
 
     /// Weight norm's data-dependent init on batch `x`: per unit, with
@@ -312,19 +285,13 @@ impl NormLayer {
             let (mean, var) = unit_moments(&t)?;
             let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
             wn.set_gain(&scale.flatten_all()?)?;
-            let bias = match &self.norm {
-                Norm::MeanOnly(bn) => {
-                    bn.set_running_mean(&(mean * &scale)?)?;
-                    scale.zeros_like()?
-                }
-                _ => (mean * &scale)?.neg()?,
-            };
+            let bias = self.norm.method().initial_bias(&(mean * &scale)?)?;
             if let Some(b) = &self.bias {
                 b.set(&bias.flatten_all()?)?;
             }
             wn.mark_changed();
         }
-        self.forward(x, Mode::Eval)
+        self.forward(x, Pass::EVAL)
     }
 
     /// SVB projection of the weight (SVB, BBN) and BBN's bound on BN gains.
@@ -336,11 +303,7 @@ impl NormLayer {
             w.set(&svb::project(w.as_tensor(), config.svb_eps)?)?;
         }
         if let (Norm::Batch(bn), NormKind::Bbn) = (&self.norm, config.kind) {
-            let gamma: Vec<f32> = bn.gamma.as_tensor().to_vec1()?;
-            let sigma: Vec<f32> = (bn.running_var() + bn.eps())?.sqrt()?.to_vec1()?;
-            let bounded = svb::bound_bn_gains(&gamma, &sigma, config.bbn_eps);
-            bn.gamma
-                .set(&Tensor::from_vec(bounded, gamma.len(), bn.gamma.device())?)?;
+            bn.bound_gains(config.bbn_eps)?;
         }
         Ok(())
     }
@@ -348,7 +311,7 @@ impl NormLayer {
     /// Weight norms, gains, singular-value extremes and BN statistics.
     pub fn stats(&self, singular_values: bool) -> Result<LayerStats> {
         let mut values = vec![];
-        let w = self.weight(Mode::Eval)?;
+        let w = self.weight(false)?;
         let units = self.kernel.units();
         let norms: Vec<f32> = w.reshape((units, ()))?.sqr()?.sum(1)?.sqrt()?.to_vec1()?;
         let (mean, min, max) = stats_of(&norms);
@@ -366,26 +329,7 @@ impl NormLayer {
             values.push(("sv_max", s.first().copied().unwrap_or(0.0)));
             values.push(("sv_min", s.last().copied().unwrap_or(0.0)));
         }
-        match &self.norm {
-            Norm::Batch(bn) => {
-                values.push((
-                    "bn_running_mean_avg",
-                    stats_of(&bn.running_mean().to_vec1()?).0,
-                ));
-                values.push((
-                    "bn_running_var_avg",
-                    stats_of(&bn.running_var().to_vec1()?).0,
-                ));
-                values.push(("bn_gamma_avg", stats_of(&bn.gamma.as_tensor().to_vec1()?).0));
-            }
-            Norm::MeanOnly(bn) => {
-                values.push((
-                    "bn_running_mean_avg",
-                    stats_of(&bn.running_mean().to_vec1()?).0,
-                ));
-            }
-            _ => {}
-        }
+        self.norm.method().log_stats(&mut values)?;
         Ok(LayerStats {
             layer: self.name.clone(),
             values,

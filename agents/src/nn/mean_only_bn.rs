@@ -5,22 +5,29 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::{MeanOnlyBn, Mode, ParamStore};
+//! use normrl_agents::nn::{BnStats, MeanOnlyBn, ParamStore};
 //!
 //! let mut store = ParamStore::new(Device::Cpu);
 //! let bn = MeanOnlyBn::new(&mut store, "fc", 2, 0.5).unwrap();
 //! let t = Tensor::new(&[[1.0f32, 10.0], [3.0, 20.0]], &Device::Cpu).unwrap();
-//! let y = bn.forward(&t, Mode::Train).unwrap().to_vec2::<f32>().unwrap();
+//! let y = bn.forward(&t, BnStats::Batch).unwrap().to_vec2::<f32>().unwrap();
 //! assert_eq!(y, vec![vec![-1.0, -5.0], vec![1.0, 5.0]]);
 //! assert_eq!(bn.running_mean().to_vec1::<f32>().unwrap(), vec![1.0, 7.5]);
 //! ```
 
 use candle_core::{Result, Tensor, Var};
 
-use super::fused::{with_values, Units};
+use super::activation_norm::{
+    mean_of, push, with_bias, ActivationNorm, HostGradient, HostLayer, HostOutput, NormTape,
+};
 use super::kernel::unit_mean;
-use super::{batch_norm_op, mean_only_bn_op};
-use super::{Group, Mode, ParamStore};
+use super::{BnStats, Group, HostGradients, ParamStore};
+use crate::kernels::batch_norm as batch_norm_op;
+use crate::kernels::feature_pass::{
+    affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
+};
+use crate::kernels::fused::{self, with_values, Units};
+use crate::kernels::mean_only_bn::{self as mean_only_bn_op, batch_means, mean_shift};
 
 pub struct MeanOnlyBn {
     running_mean: Var,
@@ -46,23 +53,23 @@ impl MeanOnlyBn {
         self.running_mean.set(&mean.flatten_all()?)
     }
 
-    pub fn forward(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
+    pub fn forward(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
         if !t.device().is_cpu() {
-            return self.forward_reference(t, mode);
+            return self.forward_reference(t, stats);
         }
         let t = t.contiguous()?;
-        let (mean, batch_statistics) = self.mean_for(&t, mode)?;
+        let (mean, batch_statistics) = self.mean_for(&t, stats)?;
         t.apply_op1(mean_only_bn_op::SubtractUnitMean {
             mean,
             batch_statistics,
         })
     }
 
-    /// The mean a fused forward subtracts, and whether it is the batch's: in `Train`
-    /// the batch mean (which also updates the running mean), in `Eval` the running mean.
-    fn mean_for(&self, t: &Tensor, mode: Mode) -> Result<(Vec<f32>, bool)> {
+    /// The mean a fused forward subtracts, and whether it is the batch's: with batch
+    /// statistics the batch mean (which also updates the running mean), else the running mean.
+    fn mean_for(&self, t: &Tensor, stats: BnStats) -> Result<(Vec<f32>, bool)> {
         let units = Units::of(t.shape())?;
-        with_values(t, |t| self.host_mean(&units, t, mode))
+        with_values(t, |t| self.host_mean(&units, t, stats))
     }
 
     /// [`Self::mean_for`] host values `t` laid out as `units` says.
@@ -70,15 +77,15 @@ impl MeanOnlyBn {
         &self,
         units: &Units,
         t: &[f32],
-        mode: Mode,
+        stats: BnStats,
     ) -> Result<(Vec<f32>, bool)> {
-        match mode {
-            Mode::Train => {
+        match stats {
+            BnStats::Batch => {
                 let (mean, _) = batch_norm_op::moments_of(units, t);
                 batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
                 Ok((mean, true))
             }
-            Mode::Eval => {
+            BnStats::Running => {
                 let mean = with_values(self.running_mean.as_tensor(), |m| Ok(m.to_vec()))?;
                 Ok((mean, false))
             }
@@ -86,13 +93,16 @@ impl MeanOnlyBn {
     }
 
     /// `relu(forward(t) + bias)` with `bias` one value per unit, in one op on the CPU.
-    pub fn forward_bias_relu(&self, t: &Tensor, bias: &Tensor, mode: Mode) -> Result<Tensor> {
+    pub fn forward_bias_relu(&self, t: &Tensor, bias: &Tensor, stats: BnStats) -> Result<Tensor> {
         if !t.device().is_cpu() {
-            return super::fused::add_unit_bias_reference(&self.forward_reference(t, mode)?, bias)?
-                .relu();
+            return crate::kernels::fused::add_unit_bias_reference(
+                &self.forward_reference(t, stats)?,
+                bias,
+            )?
+            .relu();
         }
         let t = t.contiguous()?;
-        let (mean, batch_statistics) = self.mean_for(&t, mode)?;
+        let (mean, batch_statistics) = self.mean_for(&t, stats)?;
         t.apply_op2(
             &bias.contiguous()?,
             mean_only_bn_op::CenteredBiasRelu {
@@ -104,9 +114,9 @@ impl MeanOnlyBn {
 
     /// The layer through candle's tensor ops: other devices, and the tested reference
     /// of the fused paths.
-    pub fn forward_reference(&self, t: &Tensor, mode: Mode) -> Result<Tensor> {
-        match mode {
-            Mode::Train => {
+    pub fn forward_reference(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
+        match stats {
+            BnStats::Batch => {
                 let mean = unit_mean(t)?;
                 let batch = mean.detach().flatten_all()?;
                 let running = ((self.running_mean.as_tensor() * (1.0 - self.momentum))?
@@ -114,11 +124,135 @@ impl MeanOnlyBn {
                 self.running_mean.set(&running)?;
                 t.broadcast_sub(&mean)
             }
-            Mode::Eval => {
+            BnStats::Running => {
                 let mut shape = vec![1; t.rank()];
                 shape[1] = t.dim(1)?;
                 t.broadcast_sub(&self.running_mean.as_tensor().reshape(shape)?)
             }
         }
+    }
+}
+
+impl ActivationNorm for MeanOnlyBn {
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        // As `wn_mean_only_bn` builds it.
+        weight_normed
+    }
+
+    fn graph_forward(
+        &self,
+        t: &Tensor,
+        bias: Option<&Tensor>,
+        relu: bool,
+        stats: BnStats,
+    ) -> Result<Tensor> {
+        if let (Some(b), true) = (bias, relu) {
+            return self.forward_bias_relu(t, b, stats);
+        }
+        let y = self.forward(t, stats)?;
+        let y = match bias {
+            Some(b) => fused::add_unit_bias(&y, b)?,
+            None => y,
+        };
+        if relu {
+            fused::relu(&y)
+        } else {
+            Ok(y)
+        }
+    }
+
+    fn host_forward(
+        &self,
+        layer: &HostLayer,
+        t: Vec<f32>,
+        stats: BnStats,
+        keep: bool,
+    ) -> Result<HostOutput> {
+        let units = Units {
+            outer: layer.rows,
+            units: layer.units,
+            inner: 1,
+        };
+        // The kernel's output as the graph's ops leave it: scaled by weight norm.
+        let (mut y, t) = match layer.scale {
+            Some(scale) => {
+                let affine = Affine {
+                    scale: Some(scale),
+                    ..Default::default()
+                };
+                (affine_features(&t, layer.units, affine), t)
+            }
+            None => (t, vec![]),
+        };
+        let (mean, batch_statistics) = self.host_mean(&units, &y, stats)?;
+        let shift = with_bias(layer.bias, |b| Ok(mean_shift(b, &mean)))?;
+        let affine = Affine {
+            bias: Some(&shift),
+            relu: layer.relu,
+            ..Default::default()
+        };
+        affine_in_place(&mut y, layer.units, affine);
+        Ok(HostOutput {
+            out: y,
+            kernel_output: if keep { t } else { vec![] },
+            tape: NormTape::MeanOnly { batch_statistics },
+        })
+    }
+
+    fn host_backward(
+        &self,
+        layer: &HostLayer,
+        tape: &NormTape,
+        t: &[f32],
+        out: &[f32],
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> Result<HostGradient> {
+        let &NormTape::MeanOnly { batch_statistics } = tape else {
+            candle_core::bail!("host backward: the forward kept no mean-only BN statistics");
+        };
+        // Through the ReLU and the bias, then the batch mean, then weight norm's scale
+        // (dL/dg's sums from the kernel's output).
+        let mut d = dy;
+        let relu = SavedOutput {
+            y: layer.relu.then_some(out),
+            scaled: None,
+        };
+        let d_sums = output_gradient(&mut d, layer.units, relu).d;
+        if batch_statistics {
+            let means = batch_means(&d_sums, layer.rows);
+            let center = Affine {
+                center: Some(&means),
+                ..Default::default()
+            };
+            affine_in_place(&mut d, layer.units, center);
+        }
+        if let Some(b) = layer.bias {
+            push(grads, b, d_sums);
+        }
+        let scale = SavedOutput {
+            y: None,
+            scaled: layer.scale.map(|s| (t, s)),
+        };
+        let sums = output_gradient(&mut d, layer.units, scale);
+        Ok(HostGradient {
+            dt: d,
+            gain_sums: sums.d_t,
+        })
+    }
+
+    /// The batch mean is subtracted anyway: the bias starts at 0 and the running mean
+    /// at this batch's (scaled) mean.
+    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
+        self.set_running_mean(mean_scaled)?;
+        mean_scaled.zeros_like()
+    }
+
+    fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {
+        values.push((
+            "bn_running_mean_avg",
+            mean_of(&self.running_mean().to_vec1()?),
+        ));
+        Ok(())
     }
 }

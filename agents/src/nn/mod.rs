@@ -1,28 +1,19 @@
 //! Q-networks and the seven normalization methods of `shared/spec/normalization.md`,
 //! on candle, for Linear and Conv2d layers alike.
 
+mod activation_norm;
 mod batch_norm;
-mod batch_norm_op;
 mod config;
-mod data_conv;
-pub(crate) mod dense;
-mod feature_pass;
-pub mod fused;
 mod host_mlp;
 pub mod init;
 mod kernel;
-mod kernel_core;
 mod layer;
 mod layer_norm;
-mod linear_op;
 mod mean_only_bn;
-mod mean_only_bn_op;
 mod params;
 mod qnet;
 pub mod svb;
-mod unit_norms;
 mod weight_norm;
-mod weight_norm_op;
 
 pub use batch_norm::BatchNorm;
 pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};
@@ -33,16 +24,50 @@ pub use layer_norm::LayerNorm;
 pub use mean_only_bn::MeanOnlyBn;
 pub use params::{Group, Param, ParamStore};
 pub use qnet::QNetwork;
-pub use unit_norms::UnitNorms;
-pub use weight_norm::WeightNorm;
+pub use weight_norm::{UnitNorms, WeightNorm};
 
-/// Whether a forward pass trains or evaluates. Batch-norm layers use batch statistics
-/// (and update their running statistics) in `Train`, running statistics in `Eval`.
-/// `Eval` forwards are gradient-free: weight-normalized layers use their cached `w` (on
-/// the graph) or cached norms (on the host path).
+/// Which statistics the batch-statistics layers (batch norm, BBN, mean-only BN)
+/// normalize with. Configs write them `"train"` and `"eval"`, as PyTorch's modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    Train,
-    Eval,
+pub enum BnStats {
+    /// This batch's statistics; the running statistics are updated from them.
+    #[serde(rename = "train")]
+    Batch,
+    /// The running statistics, unchanged.
+    #[serde(rename = "eval")]
+    Running,
+}
+
+/// One forward through candle's graph: which batch-norm statistics, and whether
+/// gradients flow to weight norm's `v` and `g` (else the layer uses its cached,
+/// detached `w`). The two are separate choices: an update with
+/// `dqn.online_bn_mode = "eval"` is differentiable with running statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pass {
+    pub stats: BnStats,
+    pub differentiable: bool,
+}
+
+impl Pass {
+    /// Training: batch statistics, differentiable.
+    pub const TRAIN: Pass = Pass::differentiable(BnStats::Batch);
+    /// Evaluation (acting, TD targets, tests of a policy): running statistics, no
+    /// gradients.
+    pub const EVAL: Pass = Pass::gradient_free(BnStats::Running);
+
+    /// An update's forward: differentiable, with `stats`.
+    pub const fn differentiable(stats: BnStats) -> Self {
+        Self {
+            stats,
+            differentiable: true,
+        }
+    }
+
+    /// A forward whose result is a constant (acting, TD targets), with `stats`.
+    pub const fn gradient_free(stats: BnStats) -> Self {
+        Self {
+            stats,
+            differentiable: false,
+        }
+    }
 }

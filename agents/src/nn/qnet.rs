@@ -3,19 +3,19 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor, DType};
-//! use normrl_agents::nn::{Mode, NormConfig, NormKind, QNetwork, QNetworkConfig};
+//! use normrl_agents::nn::{NormConfig, Pass, NormKind, QNetwork, QNetworkConfig};
 //!
 //! let norm = NormConfig { kind: NormKind::BatchNorm, ..Default::default() };
 //! let net = QNetwork::new(&QNetworkConfig::minatar_cnn(), &norm, &[4, 10, 10], 6, 1, &Device::Cpu).unwrap();
 //! let x = Tensor::zeros((32, 4, 10, 10), DType::F32, &Device::Cpu).unwrap();
-//! assert_eq!(net.forward(&x, Mode::Train).unwrap().dims(), &[32, 6]);
+//! assert_eq!(net.forward(&x, Pass::TRAIN).unwrap().dims(), &[32, 6]);
 //! ```
 
 use candle_core::{Device, Result, Tensor};
 
 use super::init::InitRng;
 use super::{
-    Architecture, Kernel, LayerStats, Mode, NormConfig, NormLayer, ParamStore, QNetworkConfig,
+    Architecture, Kernel, LayerStats, NormConfig, NormLayer, ParamStore, Pass, QNetworkConfig,
 };
 
 pub struct QNetwork {
@@ -133,33 +133,19 @@ impl QNetwork {
         self.convs.iter().chain(&self.dense)
     }
 
-    /// Q-values `[B, n_actions]` for observations `[B, obs_shape...]`.
-    /// `Train` is differentiable; `Eval` is gradient-free (see [`NormLayer::forward`]).
-    pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.forward_with(x, |layer, h| layer.forward(h, mode))
-    }
-
-    /// [`Self::forward`] with batch norm in `mode`, differentiable either way (see
-    /// [`NormLayer::forward_for_update`]).
-    pub fn forward_for_update(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.forward_with(x, |layer, h| layer.forward_for_update(h, mode))
-    }
-
-    fn forward_with(
-        &self,
-        x: &Tensor,
-        layer_forward: impl Fn(&NormLayer, &Tensor) -> Result<Tensor>,
-    ) -> Result<Tensor> {
+    /// Q-values `[B, n_actions]` for observations `[B, obs_shape...]` through candle's
+    /// graph, with the batch-norm statistics and the gradients that `pass` says.
+    pub fn forward(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
         let mut h = x.clone();
         for layer in &self.convs {
-            h = layer_forward(layer, &h)?;
+            h = layer.forward(&h, pass)?;
         }
         if !h.device().is_cpu() {
             // The CPU's linear op reads `[B, C, H, W]` as `[B, C*H*W]` itself.
             h = h.flatten_from(1)?;
         }
         for layer in &self.dense {
-            h = layer_forward(layer, &h)?;
+            h = layer.forward(&h, pass)?;
         }
         Ok(h)
     }

@@ -28,15 +28,19 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor, Var};
+use candle_core::{Result, Tensor, Var};
 
-use super::data_conv::DataConv2d;
-use super::dense::{dot, f32_slice, lane_sum};
-use super::fused::with_values;
-use super::linear_op::LinearCore;
-use super::unit_norms::{UnitNormCache, UnitNorms};
-use super::weight_norm_op::{NormedKernel, ScaleByGain};
+use super::activation_norm::push;
+use super::HostGradients;
 use super::{Group, Kernel, ParamStore};
+use crate::kernels::conv::DataConv2d;
+use crate::kernels::fused::with_values;
+use crate::kernels::kernel_core::KernelCore;
+use crate::kernels::linear::LinearCore;
+use crate::kernels::weight_norm::{
+    add_norm_gradient, gain_gradient_from_sums, inverse_norms, unit_scales, FusedWeightNorm,
+    NormedKernel, ScaleByGain,
+};
 
 /// How many more values than the weight an output must have before forming `w` (one
 /// more graph node, about a microsecond) pays for the per-output scaling it saves.
@@ -200,7 +204,7 @@ impl WeightNorm {
     }
 
     /// `1/||v_u||` and `g_u/||v_u||` on host values, computed once per version of the
-    /// store (see [`super::unit_norms`]). CPU only.
+    /// store (see [`UnitNorms`]). CPU only.
     pub fn unit_norms(&self) -> Result<Arc<UnitNorms>> {
         let version = self.version.load(Ordering::Acquire);
         let units = self.kernel.units();
@@ -218,90 +222,126 @@ impl WeightNorm {
     }
 }
 
-/// `w = g * v / ||v||` per unit in one pass, with the paper's closed-form gradients.
-struct FusedWeightNorm {
-    units: usize,
+/// The host path (CPU MLPs): the kernel runs with `v` and each unit's output is scaled
+/// by `g_u/||v_u||` in the layer's output pass; `w` is never formed.
+impl WeightNorm {
+    /// The kernel's output `v x` on host values, and the norms that scale it.
+    pub(crate) fn host_kernel(
+        &self,
+        core: &LinearCore,
+        x: &[f32],
+    ) -> Result<(Vec<f32>, Arc<UnitNorms>)> {
+        let norms = self.unit_norms()?;
+        let t = with_values(self.v.as_tensor(), |v| Ok(core.forward(x, v)))?;
+        Ok((t, norms))
+    }
+
+    /// Pushes `dL/dv` and `dL/dg` from `dt`, the gradient of the scaled output with
+    /// respect to `v x`, and `gain_sums` (`Σ dL/dy · t` per unit); returns the input's
+    /// gradient when asked.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn host_backward(
+        &self,
+        core: &LinearCore,
+        input: &[f32],
+        dt: &[f32],
+        gain_sums: &[f32],
+        norms: &UnitNorms,
+        input_gradient: bool,
+        grads: &mut HostGradients,
+    ) -> Result<Option<Vec<f32>>> {
+        // dL/dg_u = Σ dL/dy t / ||v_u||; dL/dv = (dL/dt)^T x minus the part along v_u
+        // (the gradient through the norm).
+        let inv = &norms.inv_norms;
+        let dg = gain_gradient_from_sums(gain_sums, inv);
+        let (dv, dx) = with_values(self.v.as_tensor(), |v| {
+            let (mut dv, dx) = core.backward(input, v, dt, input_gradient);
+            with_values(self.g.as_tensor(), |g| {
+                add_norm_gradient(&mut dv, v, g, &dg, inv);
+                Ok(())
+            })?;
+            Ok((dv, dx))
+        })?;
+        push(grads, &self.v, dv);
+        push(grads, &self.g, dg);
+        Ok(dx)
+    }
 }
 
-crate::avx2::dispatch! {
-    /// `(1 / ||v_u||)` per unit `u` of `v`'s `units` rows: the squared norms first, then
-    /// the roots and quotients in SIMD lanes (one at a time, they cost more than the
-    /// squares).
-    pub(crate) fn inverse_norms(v: &[f32], units: usize) -> Vec<f32> {
-        // Loops, not collected iterators: those compiled outside the AVX2 copy.
-        let mut inv = vec![0f32; units];
-        for (inv, row) in inv.iter_mut().zip(v.chunks_exact(v.len() / units)) {
-            *inv = lane_sum(row, row, |x, y| x * y);
+/// `1/||v_u||` and `s_u = g_u/||v_u||` per unit `u`, on host values.
+///
+/// Every forward of the host path (an update's, acting, TD targets) runs the kernel
+/// with `v` and scales its output by `s_u`; the scale costs nothing, as it joins the
+/// bias pass. The norms change only when `v` and `g` do, so they are kept for the
+/// store's version: in training, acting computes them once after each update and the
+/// next update's forward reads them.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// use normrl_agents::nn::{Kernel, ParamStore, WeightNorm};
+///
+/// let mut store = ParamStore::new(Device::Cpu);
+/// let kernel = Kernel::Linear { n_in: 2, n_out: 2 };
+/// let v = Tensor::new(&[[3.0f32, 4.0], [0.0, 2.0]], &Device::Cpu).unwrap();
+/// let g = Tensor::new(&[10.0f32, -1.0], &Device::Cpu).unwrap();
+/// let wn = WeightNorm::from_values(&mut store, "fc", kernel, v, g).unwrap();
+/// let norms = wn.unit_norms().unwrap();
+/// assert_eq!(norms.inv_norms, vec![0.2, 0.5]);
+/// assert_eq!(norms.scales, vec![2.0, -0.5]);
+/// ```
+#[derive(Debug, PartialEq)]
+pub struct UnitNorms {
+    pub inv_norms: Vec<f32>,
+    pub scales: Vec<f32>,
+}
+
+/// [`UnitNorms`] for one version of the store.
+#[derive(Default)]
+pub(crate) struct UnitNormCache(Mutex<Option<(u64, Arc<UnitNorms>)>>);
+
+impl UnitNormCache {
+    /// The norms of `v` and `g` (`units` rows) at `version`, computed on the first call
+    /// for that version.
+    pub fn get(&self, version: u64, v: &Var, g: &Var, units: usize) -> Result<Arc<UnitNorms>> {
+        let mut entry = self.0.lock().expect("unit norm cache poisoned");
+        if let Some((at, norms)) = entry.as_ref() {
+            if *at == version {
+                return Ok(norms.clone());
+            }
         }
-        for x in inv.iter_mut() {
-            *x = 1.0 / x.sqrt();
-        }
-        inv
+        let inv_norms = with_values(v.as_tensor(), |v| Ok(inverse_norms(v, units)))?;
+        let scales = with_values(g.as_tensor(), |g| Ok(unit_scales(g, &inv_norms)))?;
+        let norms = Arc::new(UnitNorms { inv_norms, scales });
+        *entry = Some((version, norms.clone()));
+        Ok(norms)
     }
 }
 
-impl CustomOp2 for FusedWeightNorm {
-    fn name(&self) -> &'static str {
-        "fused-weight-norm"
-    }
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let n = v.len() / self.units;
-        let inv = inverse_norms(v, self.units);
-        let mut w = Vec::with_capacity(v.len());
-        for (i, row) in v.chunks_exact(n).enumerate() {
-            let scale = g[i] * inv[i];
-            w.extend(row.iter().map(|x| x * scale));
-        }
-        Ok((CpuStorage::F32(w), l1.shape().clone()))
-    }
+    use candle_core::{Device, Tensor};
 
-    fn bwd(
-        &self,
-        v: &Tensor,
-        g: &Tensor,
-        _w: &Tensor,
-        dw: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let dw = dw.contiguous()?;
-        let (v_s, v_l) = v.storage_and_layout();
-        let (g_s, g_l) = g.storage_and_layout();
-        let (dw_s, dw_l) = dw.storage_and_layout();
-        let (Storage::Cpu(v_c), Storage::Cpu(g_c), Storage::Cpu(dw_c)) = (&*v_s, &*g_s, &*dw_s)
-        else {
-            candle_core::bail!("fused weight norm runs on the CPU only");
-        };
-        let (vv, gv, dwv) = (
-            f32_slice(v_c, v_l)?,
-            f32_slice(g_c, g_l)?,
-            f32_slice(dw_c, dw_l)?,
-        );
-        let n = vv.len() / self.units;
-        let inv = inverse_norms(vv, self.units);
-        let mut dv = Vec::with_capacity(vv.len());
-        let mut dg = Vec::with_capacity(self.units);
-        for i in 0..self.units {
-            let (row, drow) = (&vv[i * n..(i + 1) * n], &dwv[i * n..(i + 1) * n]);
-            // dL/dg = dL/dw . v/||v||
-            let dgi = dot(row, drow) * inv[i];
-            // dL/dv = g/||v|| (dL/dw - dL/dg v/||v||)
-            let scale = gv[i] * inv[i];
-            dv.extend(
-                row.iter()
-                    .zip(drow)
-                    .map(|(a, d)| scale * (d - dgi * a * inv[i])),
-            );
-            dg.push(dgi);
-        }
-        let dv = Tensor::from_vec(dv, v.shape(), v.device())?;
-        let dg = Tensor::from_vec(dg, g.shape(), g.device())?;
-        Ok((Some(dv), Some(dg)))
+    use crate::nn::{Kernel, ParamStore, WeightNorm};
+
+    #[test]
+    fn norms_are_kept_until_the_store_changes() {
+        let dev = Device::Cpu;
+        let mut store = ParamStore::new(dev.clone());
+        let kernel = Kernel::Linear { n_in: 2, n_out: 1 };
+        let v = Tensor::new(&[[3.0f32, 4.0]], &dev).unwrap();
+        let g = Tensor::new(&[1.0f32], &dev).unwrap();
+        let wn = WeightNorm::from_values(&mut store, "fc", kernel, v, g).unwrap();
+        let first = wn.unit_norms().unwrap();
+        assert!(Arc::ptr_eq(&first, &wn.unit_norms().unwrap()));
+        assert_eq!(first.inv_norms, vec![0.2]);
+        // A change that goes through the store (as an optimizer step does).
+        wn.v.set(&Tensor::new(&[[0.0f32, 2.0]], &dev).unwrap())
+            .unwrap();
+        wn.g.set(&Tensor::new(&[3.0f32], &dev).unwrap()).unwrap();
+        store.bump_version();
+        let second = wn.unit_norms().unwrap();
+        assert_eq!((second.inv_norms[0], second.scales[0]), (0.5, 1.5));
     }
 }

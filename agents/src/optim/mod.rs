@@ -11,4 +11,4 @@ mod optimizer;
 mod staggered;
 
 pub use config::{OptimizerConfig, OptimizerKind};
-pub use optimizer::Optimizer;
+pub use optimizer::{Gradients, Optimizer};

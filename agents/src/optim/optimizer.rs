@@ -24,7 +24,7 @@ use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
 
 use super::staggered::Staggered;
 use super::{OptimizerConfig, OptimizerKind};
-use crate::nn::dense::lane_sum;
+use crate::kernels::dense::lane_sum;
 use crate::nn::{Group, HostGradients, ParamStore};
 use crate::Metric;
 
@@ -68,7 +68,7 @@ struct Coefficients {
     centered: bool,
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// One optimizer step over a variable's values, elementwise (so AVX2 or not, the
     /// result is the same).
     fn update(
@@ -135,7 +135,7 @@ impl Coefficients {
     }
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `sum(x^2)` in `f64`, over eight interleaved partial sums so that it vectorizes;
     /// the order of additions is fixed, so the result does not depend on the CPU.
     fn sum_of_squares(x: &[f32]) -> f64 {
@@ -181,7 +181,22 @@ impl candle_core::InplaceOp1 for FusedUpdate<'_> {
     }
 }
 
+/// Every trainable variable's gradient: from candle's backward, or from the host path's.
+pub enum Gradients {
+    Graph(GradStore),
+    Host(HostGradients),
+}
+
 impl Optimizer {
+    /// One step with `grads`, whichever path computed them; returns the gradient norm
+    /// before clipping.
+    pub fn apply(&mut self, grads: &Gradients) -> Result<Metric> {
+        match grads {
+            Gradients::Graph(grads) => self.step(grads),
+            Gradients::Host(grads) => self.step_host(grads),
+        }
+    }
+
     /// An optimizer over `store`'s trainable variables; weight-norm gains get
     /// `lr * g_lr_scale`. Uses the fused loop when the variables live on the CPU.
     pub fn new(store: &ParamStore, config: &OptimizerConfig, g_lr_scale: f64) -> Self {

@@ -24,7 +24,7 @@ pub(crate) struct Affine<'a> {
     pub relu: bool,
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `relu((t - c_u) * s_u + b_u)` for every value of `t` (`[B, units]`), each part
     /// only where the layer has it, block by block of units ([`BLOCK`]) down the rows.
     pub(crate) fn affine_features(t: &[f32], units: usize, affine: Affine<'_>) -> Vec<f32> {
@@ -45,7 +45,7 @@ crate::avx2::dispatch! {
     }
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// [`affine_features`] in place, where the kernel's output is not kept: no buffer to
     /// allocate.
     pub(crate) fn affine_in_place(t: &mut [f32], units: usize, affine: Affine<'_>) {
@@ -134,7 +134,7 @@ pub(crate) struct SavedOutput<'a> {
     pub scaled: Option<(&'a [f32], &'a [f32])>,
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// The gradient below `relu(s t + b)`: turns the output gradient `dy` into the
     /// kernel output's, in place and in one pass, and returns the per-unit sums.
     pub(crate) fn output_gradient(dy: &mut [f32], units: usize, saved: SavedOutput<'_>) -> UnitSums {

@@ -141,7 +141,7 @@ pub(crate) fn transposed(
     dst
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `a . b` over eight interleaved partial sums ([`lane_sum`]); the order of additions
     /// is fixed, so the result does not depend on the CPU.
     pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {

@@ -12,9 +12,9 @@
 //! data); [`ScaleByGain`] scales the output of any other kernel, whose own op then adds
 //! its part of `dL/dv`.
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor};
 
-use super::dense::{f32_slice, lane_sum};
+use super::dense::{dot, f32_slice, lane_sum};
 use super::fused::{with_values, Units};
 use super::kernel_core::KernelCore;
 
@@ -32,7 +32,7 @@ pub(crate) fn unit_scales(g: &[f32], inv_norms: &[f32]) -> Vec<f32> {
     g.iter().zip(inv_norms).map(|(g, i)| g * i).collect()
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `x *= s_u` per unit, in place: the kernel's output becomes the layer's.
     fn scale_in_place(units: Units, x: &mut [f32], s: &[f32]) {
         if units.inner == 1 {
@@ -55,7 +55,7 @@ crate::avx2::dispatch! {
     }
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `(dL/dt, Σ_u dL/dy * y)` in one pass: `dL/dt = dL/dy * s_u`, and the per-unit
     /// sums of `dL/dy * y`, from which `dL/dg` follows.
     fn scaled_gradient(units: Units, dy: &[f32], y: &[f32], s: &[f32]) -> (Vec<f32>, Vec<f32>) {
@@ -98,7 +98,7 @@ pub(crate) fn gain_gradient_from_sums(sums: &[f32], inv_norms: &[f32]) -> Vec<f3
     sums.iter().zip(inv_norms).map(|(s, i)| s * i).collect()
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `dv -= (dg_u * g_u / ||v_u||^2) v_u` per unit row: the gradient through the norm.
     pub(crate) fn add_norm_gradient(dv: &mut [f32], v: &[f32], g: &[f32], dg: &[f32], inv_norms: &[f32]) {
         let n = v.len() / g.len().max(1);
@@ -264,5 +264,93 @@ impl CustomOp3 for ScaleByGain {
             Some(Tensor::from_vec(dv, v.shape(), v.device())?),
             Some(Tensor::from_vec(dg, g.shape(), g.device())?),
         ))
+    }
+}
+
+/// `w = g * v / ||v||` per unit in one pass, with the paper's closed-form gradients.
+pub(crate) struct FusedWeightNorm {
+    pub units: usize,
+}
+
+crate::kernels::avx2::dispatch! {
+    /// `(1 / ||v_u||)` per unit `u` of `v`'s `units` rows: the squared norms first, then
+    /// the roots and quotients in SIMD lanes (one at a time, they cost more than the
+    /// squares).
+    pub(crate) fn inverse_norms(v: &[f32], units: usize) -> Vec<f32> {
+        // Loops, not collected iterators: those compiled outside the AVX2 copy.
+        let mut inv = vec![0f32; units];
+        for (inv, row) in inv.iter_mut().zip(v.chunks_exact(v.len() / units)) {
+            *inv = lane_sum(row, row, |x, y| x * y);
+        }
+        for x in inv.iter_mut() {
+            *x = 1.0 / x.sqrt();
+        }
+        inv
+    }
+}
+
+impl CustomOp2 for FusedWeightNorm {
+    fn name(&self) -> &'static str {
+        "fused-weight-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        let n = v.len() / self.units;
+        let inv = inverse_norms(v, self.units);
+        let mut w = Vec::with_capacity(v.len());
+        for (i, row) in v.chunks_exact(n).enumerate() {
+            let scale = g[i] * inv[i];
+            w.extend(row.iter().map(|x| x * scale));
+        }
+        Ok((CpuStorage::F32(w), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        v: &Tensor,
+        g: &Tensor,
+        _w: &Tensor,
+        dw: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let dw = dw.contiguous()?;
+        let (v_s, v_l) = v.storage_and_layout();
+        let (g_s, g_l) = g.storage_and_layout();
+        let (dw_s, dw_l) = dw.storage_and_layout();
+        let (Storage::Cpu(v_c), Storage::Cpu(g_c), Storage::Cpu(dw_c)) = (&*v_s, &*g_s, &*dw_s)
+        else {
+            candle_core::bail!("fused weight norm runs on the CPU only");
+        };
+        let (vv, gv, dwv) = (
+            f32_slice(v_c, v_l)?,
+            f32_slice(g_c, g_l)?,
+            f32_slice(dw_c, dw_l)?,
+        );
+        let n = vv.len() / self.units;
+        let inv = inverse_norms(vv, self.units);
+        let mut dv = Vec::with_capacity(vv.len());
+        let mut dg = Vec::with_capacity(self.units);
+        for i in 0..self.units {
+            let (row, drow) = (&vv[i * n..(i + 1) * n], &dwv[i * n..(i + 1) * n]);
+            // dL/dg = dL/dw . v/||v||
+            let dgi = dot(row, drow) * inv[i];
+            // dL/dv = g/||v|| (dL/dw - dL/dg v/||v||)
+            let scale = gv[i] * inv[i];
+            dv.extend(
+                row.iter()
+                    .zip(drow)
+                    .map(|(a, d)| scale * (d - dgi * a * inv[i])),
+            );
+            dg.push(dgi);
+        }
+        let dv = Tensor::from_vec(dv, v.shape(), v.device())?;
+        let dg = Tensor::from_vec(dg, g.shape(), g.device())?;
+        Ok((Some(dv), Some(dg)))
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::fused;
+//! use normrl_agents::kernels::fused;
 //!
 //! let t = Tensor::new(&[[-1.0f32, 2.0], [3.0, -4.0]], &Device::Cpu).unwrap();
 //! let b = Tensor::new(&[1.0f32, 1.0], &Device::Cpu).unwrap();

@@ -42,7 +42,7 @@ pub(crate) fn moments_of(units: &Units, v: &[f32]) -> (Vec<f32>, Vec<f32>) {
     moments_from_sums(&sum, &sq, units.per_unit() as f64)
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `(mean, population variance)` per unit from the sums of `x` and `x^2` over `n`
     /// values, in SIMD lanes (one at a time, the divisions cost as much as the sums).
     fn moments_from_sums(sum: &[f64], sq: &[f64], n: f64) -> (Vec<f32>, Vec<f32>) {
@@ -57,7 +57,7 @@ crate::avx2::dispatch! {
     }
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// Per-feature sums of `x` and `x^2` over the rows of `v` (`[B, units]`), each
     /// feature its own running sum. Blocks of features ([`BLOCK`]) go down all the rows,
     /// so that their sums stay in registers (across a whole row they did not fit).
@@ -134,7 +134,7 @@ impl candle_core::InplaceOp1 for BlendRunning<'_> {
     }
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `1 / sqrt(var + eps)` per unit, or 0 where that is infinite, in SIMD lanes (one
     /// at a time, the roots and quotients cost more than a whole pass over a layer).
     fn inverse_std(var: &[f32], eps: f64) -> Vec<f32> {
@@ -402,7 +402,7 @@ struct FeatureBackward<'a> {
     batch_statistics: bool,
 }
 
-crate::avx2::dispatch! {
+crate::kernels::avx2::dispatch! {
     /// `(dgamma, dbeta)` from the layer input `x`, turning the output gradient `dy` into
     /// `dt` in place; with `relu_out` (the op's output when a ReLU ends it), `dy` counts
     /// only where it is > 0.

@@ -9,7 +9,7 @@
 //! are stored bit-packed.
 //!
 //! ```
-//! use normrl_agents::dqn::{Batch, ReplayBuffer, Sampler};
+//! use normrl_agents::replay::{Batch, ReplayBuffer, Sampler};
 //! use rand::SeedableRng;
 //!
 //! let mut replay = ReplayBuffer::new(100, 2, false);

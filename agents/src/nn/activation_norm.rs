@@ -1,0 +1,220 @@
+//! What every activation normalization provides to the layer around it: the part of a
+//! hidden layer between its kernel (`t = W x`, or weight norm's `v x` scaled) and its
+//! output `relu(norm(t) + b)`. Each method implements [`ActivationNorm`] in its own
+//! file (batch norm, mean-only BN, layer norm); [`Identity`], here, is the layer
+//! without one (`none`, weight norm, SVB).
+//!
+//! Two paths compute the same values: candle's graph (any device, CNNs) and the host
+//! path of CPU MLPs, which runs on plain buffers and keeps what its backward needs on a
+//! tape ([`super::HostTape`]).
+
+use std::sync::Arc;
+
+use candle_core::{Result, Tensor, Var};
+
+use super::{BnStats, HostGradients};
+use crate::kernels::batch_norm::BatchNormOp;
+use crate::kernels::feature_pass::{
+    affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
+};
+use crate::kernels::fused::{self, with_values};
+use crate::kernels::layer_norm::RowStatistics;
+
+/// One hidden layer on the host path, as its normalization sees it.
+pub(crate) struct HostLayer<'a> {
+    /// Output units (features).
+    pub units: usize,
+    pub rows: usize,
+    /// The layer's own bias (methods without a shift of their own).
+    pub bias: Option<&'a Var>,
+    /// Weight norm's `g_u/||v_u||`: the kernel ran with `v`, and its output `t` is to be
+    /// scaled per unit.
+    pub scale: Option<&'a [f32]>,
+    pub relu: bool,
+}
+
+/// What a normalization's host backward reads besides the kernel's output.
+pub(crate) enum NormTape {
+    None,
+    Batch(Arc<BatchNormOp>),
+    Layer(RowStatistics),
+    /// Mean-only BN: whether it subtracted the batch's mean (else the running mean, a
+    /// constant).
+    MeanOnly {
+        batch_statistics: bool,
+    },
+}
+
+/// A host forward's result: the layer's output, the kernel's output where the backward
+/// reads it (else empty), and the normalization's own tape.
+pub(crate) struct HostOutput {
+    pub out: Vec<f32>,
+    pub kernel_output: Vec<f32>,
+    pub tape: NormTape,
+}
+
+/// A host backward's result: `dL/dt` (the kernel output's gradient) and, where the
+/// kernel was weight-normed, the per-unit sums `Σ dL/d(s t) · t` that give `dL/dg`.
+pub(crate) struct HostGradient {
+    pub dt: Vec<f32>,
+    pub gain_sums: Vec<f32>,
+}
+
+pub(crate) trait ActivationNorm: Send + Sync {
+    /// False where the method carries its own shift (`beta`) and the layer has no bias.
+    fn keeps_bias(&self) -> bool {
+        true
+    }
+
+    /// Whether the host path runs this method, with a weight-normed kernel or not.
+    fn runs_on_host(&self, weight_normed: bool) -> bool;
+
+    /// `relu(norm(t) + bias)` (the ReLU only where `relu`) through the graph.
+    fn graph_forward(
+        &self,
+        t: &Tensor,
+        bias: Option<&Tensor>,
+        relu: bool,
+        stats: BnStats,
+    ) -> Result<Tensor>;
+
+    /// The same on host values; `keep` asks for what [`Self::host_backward`] reads.
+    fn host_forward(
+        &self,
+        layer: &HostLayer,
+        t: Vec<f32>,
+        stats: BnStats,
+        keep: bool,
+    ) -> Result<HostOutput>;
+
+    /// Pushes the method's (and the bias's) gradients from `dy`, the gradient of the
+    /// layer's output `out`; `t` is the kernel output the forward kept.
+    fn host_backward(
+        &self,
+        layer: &HostLayer,
+        tape: &NormTape,
+        t: &[f32],
+        out: &[f32],
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> Result<HostGradient>;
+
+    /// The layer's bias after weight norm's data-dependent init, from `mean_scaled`, each
+    /// unit's mean of `t` times its new gain: `-mean_scaled` centers the output.
+    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
+        mean_scaled.neg()
+    }
+
+    /// Scalars for logging (running statistics, gains).
+    fn log_stats(&self, _values: &mut Vec<(&'static str, f64)>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The mean of `values` (0 for none), for logging.
+pub(crate) fn mean_of(values: &[f32]) -> f64 {
+    values.iter().map(|&x| f64::from(x)).sum::<f64>() / values.len().max(1) as f64
+}
+
+/// Pushes `var`'s gradient.
+pub(crate) fn push(grads: &mut HostGradients, var: &Var, grad: Vec<f32>) {
+    grads.push((var.id(), grad));
+}
+
+/// Runs `f` with the bias's values, if the layer has one.
+pub(crate) fn with_bias<R>(
+    bias: Option<&Var>,
+    f: impl FnOnce(Option<&[f32]>) -> Result<R>,
+) -> Result<R> {
+    match bias {
+        Some(b) => with_values(b.as_tensor(), |b| f(Some(b))),
+        None => f(None),
+    }
+}
+
+/// No activation normalization: `relu(s t + b)`, with weight norm's scale `s` where the
+/// kernel is weight-normed (`none`, `weight_norm`, `svb` and every output layer).
+pub(crate) struct Identity;
+
+impl ActivationNorm for Identity {
+    fn runs_on_host(&self, _weight_normed: bool) -> bool {
+        true
+    }
+
+    fn graph_forward(
+        &self,
+        t: &Tensor,
+        bias: Option<&Tensor>,
+        relu: bool,
+        _stats: BnStats,
+    ) -> Result<Tensor> {
+        match (bias, relu) {
+            (Some(b), true) => fused::bias_relu(t, b),
+            (Some(b), false) => fused::add_unit_bias(t, b),
+            (None, true) => fused::relu(t),
+            (None, false) => Ok(t.clone()),
+        }
+    }
+
+    fn host_forward(
+        &self,
+        layer: &HostLayer,
+        mut t: Vec<f32>,
+        _stats: BnStats,
+        keep: bool,
+    ) -> Result<HostOutput> {
+        // Weight norm's backward reads the kernel's output; else it is not kept and
+        // becomes the layer's output in place.
+        let kept = keep && layer.scale.is_some();
+        let out = with_bias(layer.bias, |bias| {
+            let affine = Affine {
+                scale: layer.scale,
+                bias,
+                relu: layer.relu,
+                ..Default::default()
+            };
+            if kept {
+                Ok(Some(affine_features(&t, layer.units, affine)))
+            } else {
+                affine_in_place(&mut t, layer.units, affine);
+                Ok(None)
+            }
+        })?;
+        Ok(match out {
+            Some(out) => HostOutput {
+                out,
+                kernel_output: t,
+                tape: NormTape::None,
+            },
+            None => HostOutput {
+                out: t,
+                kernel_output: vec![],
+                tape: NormTape::None,
+            },
+        })
+    }
+
+    fn host_backward(
+        &self,
+        layer: &HostLayer,
+        _tape: &NormTape,
+        t: &[f32],
+        out: &[f32],
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> Result<HostGradient> {
+        let saved = SavedOutput {
+            y: layer.relu.then_some(out),
+            scaled: layer.scale.map(|s| (t, s)),
+        };
+        let mut dt = dy;
+        let sums = output_gradient(&mut dt, layer.units, saved);
+        if let Some(b) = layer.bias {
+            push(grads, b, sums.d);
+        }
+        Ok(HostGradient {
+            dt,
+            gain_sums: sums.d_t,
+        })
+    }
+}
