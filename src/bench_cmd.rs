@@ -135,127 +135,148 @@ fn random_batch(
     batch
 }
 
+/// One network and batch size of `bench nn`.
+struct NnCase {
+    name: &'static str,
+    network: QNetworkConfig,
+    obs_shape: Vec<usize>,
+    n_actions: usize,
+    batch_size: usize,
+    /// MinAtar's binary frames (else uniform values).
+    binary: bool,
+}
+
+fn nn_cases() -> [NnCase; 4] {
+    let mlp = |name, batch_size| NnCase {
+        name,
+        network: QNetworkConfig::mlp(vec![64, 64]),
+        obs_shape: vec![4],
+        n_actions: 2,
+        batch_size,
+        binary: false,
+    };
+    let cnn = |name, batch_size| NnCase {
+        name,
+        network: QNetworkConfig::minatar_cnn(),
+        obs_shape: vec![4, 10, 10],
+        n_actions: 6,
+        batch_size,
+        binary: true,
+    };
+    [
+        mlp("mlp 4-64-64-2 b32", 32),
+        mlp("mlp 4-64-64-2 b256", 256),
+        cnn("minatar cnn b32", 32),
+        cnn("minatar cnn b256", 256),
+    ]
+}
+
 fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
-    let iters = args.iters;
     if let Some(m) = &args.method {
         if !NormKind::ALL.iter().any(|k| k.name() == m) {
             let known: Vec<_> = NormKind::ALL.iter().map(|k| k.name()).collect();
             anyhow::bail!("unknown method '{m}': expected one of {}", known.join(", "));
         }
     }
-    let mut rows = vec![];
-    type Case = (&'static str, QNetworkConfig, Vec<usize>, usize, usize, bool);
-    let cases: [Case; 4] = [
-        (
-            "mlp 4-64-64-2 b32",
-            QNetworkConfig::mlp(vec![64, 64]),
-            vec![4],
-            2,
-            32,
-            false,
-        ),
-        (
-            "mlp 4-64-64-2 b256",
-            QNetworkConfig::mlp(vec![64, 64]),
-            vec![4],
-            2,
-            256,
-            false,
-        ),
-        (
-            "minatar cnn b32",
-            QNetworkConfig::minatar_cnn(),
-            vec![4, 10, 10],
-            6,
-            32,
-            true,
-        ),
-        (
-            "minatar cnn b256",
-            QNetworkConfig::minatar_cnn(),
-            vec![4, 10, 10],
-            6,
-            256,
-            true,
-        ),
-    ];
-    let kinds = NormKind::ALL
-        .into_iter()
-        .filter(|k| args.method.as_deref().is_none_or(|m| m == k.name()));
-    let cases: Vec<&Case> = cases
+    let all = nn_cases();
+    let cases: Vec<&NnCase> = all
         .iter()
-        .filter(|c| args.case.as_deref().is_none_or(|f| c.0.contains(f)))
+        .filter(|c| args.case.as_deref().is_none_or(|f| c.name.contains(f)))
         .collect();
     if cases.is_empty() {
-        anyhow::bail!("no case matches --case; cases are mlp 4-64-64-2 b32, mlp 4-64-64-2 b256, minatar cnn b32, minatar cnn b256");
+        let names: Vec<&str> = all.iter().map(|c| c.name).collect();
+        anyhow::bail!("no case matches --case; cases are {}", names.join(", "));
     }
-    let kinds: Vec<NormKind> = kinds.collect();
+    let kinds: Vec<NormKind> = NormKind::ALL
+        .into_iter()
+        .filter(|k| args.method.as_deref().is_none_or(|m| m == k.name()))
+        .collect();
     // One list of rows per method, filled case by case: every case times all methods
     // interleaved, so that their ratios survive a noisy machine.
     let mut by_kind: Vec<Vec<Row>> = kinds.iter().map(|_| vec![]).collect();
-    for (name, net, shape, n_actions, batch_size, binary) in cases.iter().copied() {
-        let obs_len: usize = shape.iter().product();
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
-        let batch = random_batch(*batch_size, obs_len, *n_actions, *binary, &mut rng);
-        let mut dqns = kinds
-            .iter()
-            .map(|&kind| {
-                let norm = NormConfig {
-                    kind,
-                    ..Default::default()
-                };
-                Dqn::new(
-                    net,
-                    &norm,
-                    &OptimizerConfig::default(),
-                    &DqnConfig::default(),
-                    shape,
-                    *n_actions,
-                    0,
-                    device,
-                )
-            })
-            .collect::<candle_core::Result<Vec<Dqn>>>()?;
-        let mut updates: Vec<Box<dyn FnMut() -> Result<()> + '_>> = dqns
+    for case in cases {
+        for (rows, more) in by_kind
             .iter_mut()
-            .map(|dqn| {
-                let batch = &batch;
-                Box::new(move || dqn.update(batch).map(|_| ()).map_err(Into::into)) as Box<_>
-            })
-            .collect();
-        let timings = time_interleaved(iters, device, &mut updates)?;
-        drop(updates);
-        for ((rows, kind), us) in by_kind.iter_mut().zip(&kinds).zip(timings) {
-            rows.push(Row {
-                bench: format!("update {kind}"),
-                case: name.to_string(),
-                value: us.median,
-                min: Some(us.min),
-                unit: "us",
-            });
-        }
-        if *batch_size == 32 {
-            let obs = &batch.obs[..obs_len];
-            let mut acts: Vec<Box<dyn FnMut() -> Result<()> + '_>> = dqns
-                .iter()
-                .map(|dqn| {
-                    Box::new(move || dqn.greedy_action(obs).map(|_| ()).map_err(Into::into))
-                        as Box<_>
-                })
-                .collect();
-            let timings = time_interleaved(iters * 10, device, &mut acts)?;
-            for ((rows, kind), us) in by_kind.iter_mut().zip(&kinds).zip(timings) {
-                rows.push(Row {
-                    bench: format!("act {kind}"),
-                    case: name.replace(" b32", " b1"),
-                    value: us.median,
-                    min: Some(us.min),
-                    unit: "us",
-                });
-            }
+            .zip(nn_case_rows(case, &kinds, args.iters, device)?)
+        {
+            rows.extend(more);
         }
     }
-    rows.extend(by_kind.into_iter().flatten());
+    Ok(by_kind.into_iter().flatten().collect())
+}
+
+/// Each method's update (and, at batch 32, acting) times on one case, interleaved.
+fn nn_case_rows(
+    case: &NnCase,
+    kinds: &[NormKind],
+    iters: usize,
+    device: &Device,
+) -> Result<Vec<Vec<Row>>> {
+    let obs_len: usize = case.obs_shape.iter().product();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
+    let batch = random_batch(
+        case.batch_size,
+        obs_len,
+        case.n_actions,
+        case.binary,
+        &mut rng,
+    );
+    let mut dqns = kinds
+        .iter()
+        .map(|&kind| {
+            let norm = NormConfig {
+                kind,
+                ..Default::default()
+            };
+            let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
+            let (shape, n_actions) = (&case.obs_shape, case.n_actions);
+            Dqn::new(
+                &case.network,
+                &norm,
+                &optimizer,
+                &dqn,
+                shape,
+                n_actions,
+                0,
+                device,
+            )
+        })
+        .collect::<candle_core::Result<Vec<Dqn>>>()?;
+    let row = |bench: String, case: String, us: &Timing| Row {
+        bench,
+        case,
+        value: us.median,
+        min: Some(us.min),
+        unit: "us",
+    };
+    let mut updates: Vec<Box<dyn FnMut() -> Result<()> + '_>> = dqns
+        .iter_mut()
+        .map(|dqn| {
+            let batch = &batch;
+            Box::new(move || dqn.update(batch).map(|_| ()).map_err(Into::into)) as Box<_>
+        })
+        .collect();
+    let timings = time_interleaved(iters, device, &mut updates)?;
+    drop(updates);
+    let mut rows: Vec<Vec<Row>> = kinds
+        .iter()
+        .zip(&timings)
+        .map(|(kind, us)| vec![row(format!("update {kind}"), case.name.to_string(), us)])
+        .collect();
+    if case.batch_size == 32 {
+        let obs = &batch.obs[..obs_len];
+        let mut acts: Vec<Box<dyn FnMut() -> Result<()> + '_>> = dqns
+            .iter()
+            .map(|dqn| {
+                Box::new(move || dqn.greedy_action(obs).map(|_| ()).map_err(Into::into)) as Box<_>
+            })
+            .collect();
+        let timings = time_interleaved(iters * 10, device, &mut acts)?;
+        for ((rows, kind), us) in rows.iter_mut().zip(kinds).zip(&timings) {
+            let case = case.name.replace(" b32", " b1");
+            rows.push(row(format!("act {kind}"), case, us));
+        }
+    }
     Ok(rows)
 }
 

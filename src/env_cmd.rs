@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use normrl_envs::{known_ids, make, Env};
+use normrl_envs::{known_ids, make, Env, Step};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -147,20 +147,8 @@ pub fn rollout(args: &RolloutArgs) -> Result<()> {
             ret += f64::from(step.reward);
             len += 1;
             if args.trace {
-                if args.json {
-                    let record = serde_json::json!({
-                        "episode": episode, "step": len, "action": action, "reward": step.reward,
-                        "terminated": step.terminated, "truncated": step.truncated,
-                        "obs": obs_json(&obs, space.binary),
-                    });
-                    writeln!(out, "{record}")?;
-                } else {
-                    writeln!(
-                        out,
-                        "  step {len:>6}  action {action}  reward {:>4}  terminated {}  truncated {}",
-                        step.reward, step.terminated, step.truncated
-                    )?;
-                }
+                let obs = obs_json(&obs, space.binary);
+                write_step(&mut out, args.json, (episode, len), action, &step, obs)?;
             }
             if step.done() && !game_over {
                 // Only a life was lost (Atari preset): the game goes on.
@@ -176,23 +164,7 @@ pub fn rollout(args: &RolloutArgs) -> Result<()> {
                 if let Some(l) = stats.and_then(|s| s.last_length) {
                     len = l;
                 }
-                let record = serde_json::json!({
-                    "episode": episode, "return": ret, "length": len,
-                    "terminated": step.terminated, "truncated": step.truncated,
-                });
-                if args.json {
-                    writeln!(out, "{record}")?;
-                } else {
-                    let end = if step.terminated {
-                        "terminated"
-                    } else {
-                        "truncated"
-                    };
-                    writeln!(
-                        out,
-                        "episode {episode:>4}  return {ret:>8.1}  length {len:>6}  ({end})"
-                    )?;
-                }
+                write_game(&mut out, args.json, (episode, len), ret, &step)?;
                 returns.push(ret);
                 break;
             }
@@ -205,6 +177,59 @@ pub fn rollout(args: &RolloutArgs) -> Result<()> {
             "{} episodes on {}: mean return {mean:.2}",
             returns.len(),
             args.env
+        )?;
+    }
+    Ok(())
+}
+
+/// One traced step of `rollout`, at `(episode, step)`.
+fn write_step(
+    out: &mut impl Write,
+    json: bool,
+    (episode, len): (u64, u64),
+    action: usize,
+    step: &Step,
+    obs: serde_json::Value,
+) -> Result<()> {
+    if json {
+        let record = serde_json::json!({
+            "episode": episode, "step": len, "action": action, "reward": step.reward,
+            "terminated": step.terminated, "truncated": step.truncated, "obs": obs,
+        });
+        writeln!(out, "{record}")?;
+    } else {
+        writeln!(
+            out,
+            "  step {len:>6}  action {action}  reward {:>4}  terminated {}  truncated {}",
+            step.reward, step.terminated, step.truncated
+        )?;
+    }
+    Ok(())
+}
+
+/// A finished game of `rollout`: its return and length.
+fn write_game(
+    out: &mut impl Write,
+    json: bool,
+    (episode, len): (u64, u64),
+    ret: f64,
+    step: &Step,
+) -> Result<()> {
+    if json {
+        let record = serde_json::json!({
+            "episode": episode, "return": ret, "length": len,
+            "terminated": step.terminated, "truncated": step.truncated,
+        });
+        writeln!(out, "{record}")?;
+    } else {
+        let end = if step.terminated {
+            "terminated"
+        } else {
+            "truncated"
+        };
+        writeln!(
+            out,
+            "episode {episode:>4}  return {ret:>8.1}  length {len:>6}  ({end})"
         )?;
     }
     Ok(())

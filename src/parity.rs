@@ -65,56 +65,95 @@ pub fn check(device: &Device) -> Result<Vec<Parity>> {
             ..Default::default()
         };
         for (network, config, shape, n_actions, batch) in &cases {
-            let cpu = QNetwork::new(config, &norm, shape, *n_actions, 0, &Device::Cpu)?;
-            let dev = QNetwork::new(config, &norm, shape, *n_actions, 0, device)?;
-            dev.store().load_map(&cpu.store().to_map()?)?;
-            let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
-            let len = batch * shape.iter().product::<usize>();
-            let x: Vec<f32> = (0..len).map(|_| rng.random::<f32>()).collect();
-            let w: Vec<f32> = (0..batch * n_actions)
-                .map(|_| rng.random::<f32>() - 0.5)
-                .collect();
-            let mut dims = vec![*batch];
-            dims.extend_from_slice(shape);
-            let run = |net: &QNetwork, device: &Device| -> Result<(Tensor, Vec<Option<Tensor>>)> {
-                let x = Tensor::from_slice(&x, dims.as_slice(), device)?;
-                let w = Tensor::from_slice(&w, (*batch, *n_actions), device)?;
-                if net.wants_data_dependent_init() {
-                    net.data_dependent_init(&x)?;
-                }
-                let q = net.forward(&x, Pass::TRAIN)?;
-                let grads = (&q * &w)?.sum_all()?.backward()?;
-                let g = net
-                    .store()
-                    .trainable()
-                    .map(|p| grads.get(p.var.as_tensor()).cloned())
-                    .collect();
-                Ok((q, g))
+            let case = Case {
+                config,
+                shape,
+                n_actions: *n_actions,
+                batch: *batch,
             };
-            let (q_cpu, g_cpu) = run(&cpu, &Device::Cpu)?;
-            let (q_dev, g_dev) = run(&dev, device)?;
-            let mut grad_error = 0.0;
-            let mut worst_variable = String::new();
-            for ((param, a), b) in cpu.store().trainable().zip(&g_cpu).zip(&g_dev) {
-                let error = match (a, b) {
-                    (Some(a), Some(b)) => relative_error(a, b)?,
-                    (None, None) => 0.0,
-                    // A gradient on one device only is a bug of its own.
-                    _ => f64::INFINITY,
-                };
-                if error >= grad_error {
-                    grad_error = error;
-                    worst_variable = param.name.clone();
-                }
-            }
+            let (q_error, grad_error, worst_variable) = case.compare(&norm, device)?;
             out.push(Parity {
                 method,
                 network,
-                q_error: relative_error(&q_cpu, &q_dev)?,
+                q_error,
                 grad_error,
                 worst_variable,
             });
         }
     }
     Ok(out)
+}
+
+/// One network and batch of the parity check.
+struct Case<'a> {
+    config: &'a QNetworkConfig,
+    shape: &'a [usize],
+    n_actions: usize,
+    batch: usize,
+}
+
+impl Case<'_> {
+    /// The Q-values' relative error, the worst gradient's, and that gradient's variable,
+    /// between the CPU and `device` from the same initial weights and inputs.
+    fn compare(&self, norm: &NormConfig, device: &Device) -> Result<(f64, f64, String)> {
+        let cpu = QNetwork::new(
+            self.config,
+            norm,
+            self.shape,
+            self.n_actions,
+            0,
+            &Device::Cpu,
+        )?;
+        let dev = QNetwork::new(self.config, norm, self.shape, self.n_actions, 0, device)?;
+        dev.store().load_map(&cpu.store().to_map()?)?;
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+        let len = self.batch * self.shape.iter().product::<usize>();
+        let x: Vec<f32> = (0..len).map(|_| rng.random::<f32>()).collect();
+        let w: Vec<f32> = (0..self.batch * self.n_actions)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        let (q_cpu, g_cpu) = self.run(&cpu, &Device::Cpu, &x, &w)?;
+        let (q_dev, g_dev) = self.run(&dev, device, &x, &w)?;
+        let mut grad_error = 0.0;
+        let mut worst_variable = String::new();
+        for ((param, a), b) in cpu.store().trainable().zip(&g_cpu).zip(&g_dev) {
+            let error = match (a, b) {
+                (Some(a), Some(b)) => relative_error(a, b)?,
+                (None, None) => 0.0,
+                // A gradient on one device only is a bug of its own.
+                _ => f64::INFINITY,
+            };
+            if error >= grad_error {
+                grad_error = error;
+                worst_variable = param.name.clone();
+            }
+        }
+        Ok((relative_error(&q_cpu, &q_dev)?, grad_error, worst_variable))
+    }
+
+    /// Q-values of `x` (after data-dependent init where due) and the gradients of
+    /// `Σ w · Q` for every trainable variable.
+    fn run(
+        &self,
+        net: &QNetwork,
+        device: &Device,
+        x: &[f32],
+        w: &[f32],
+    ) -> Result<(Tensor, Vec<Option<Tensor>>)> {
+        let mut dims = vec![self.batch];
+        dims.extend_from_slice(self.shape);
+        let x = Tensor::from_slice(x, dims.as_slice(), device)?;
+        let w = Tensor::from_slice(w, (self.batch, self.n_actions), device)?;
+        if net.wants_data_dependent_init() {
+            net.data_dependent_init(&x)?;
+        }
+        let q = net.forward(&x, Pass::TRAIN)?;
+        let grads = (&q * &w)?.sum_all()?.backward()?;
+        let g = net
+            .store()
+            .trainable()
+            .map(|p| grads.get(p.var.as_tensor()).cloned())
+            .collect();
+        Ok((q, g))
+    }
 }

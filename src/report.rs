@@ -20,21 +20,6 @@ use crate::train::RunSummary;
 
 const BOOTSTRAP_REPS: usize = 2_000;
 
-/// Mean return of a uniform random policy (measured with `normrl env rollout`, 2000
-/// episodes each), the default zero of normalized scores.
-fn random_score(env: &str) -> Option<f64> {
-    let base = env.split('?').next().unwrap_or(env);
-    Some(match base {
-        "classic/cartpole" => 22.0,
-        "minatar/breakout" => 0.54,
-        "minatar/asterix" => 0.50,
-        "minatar/freeway" => 0.0,
-        "minatar/seaquest" => 0.11,
-        "minatar/space_invaders" => 2.9,
-        _ => return None,
-    })
-}
-
 /// One finished run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRecord {
@@ -172,91 +157,22 @@ pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
             );
         }
     }
-    let mut per_env = vec![];
-    for ((env, variant), rs) in &groups {
-        let finals: Vec<f64> = rs.iter().map(|r| r.final_return).collect();
-        let aucs: Vec<f64> = rs.iter().map(|r| r.auc).collect();
-        let mut solved: Vec<u64> = rs.iter().filter_map(|r| r.steps_to_threshold).collect();
-        solved.sort_unstable();
-        let stat = |t: &[Vec<f64>]| aggregate_iqm(t);
-        per_env.push(VariantStats {
-            env: env.to_string(),
-            variant: variant.to_string(),
-            runs: rs.len(),
-            final_iqm: iqm(&finals),
-            final_ci: stratified_bootstrap_ci(
-                std::slice::from_ref(&finals),
-                stat,
-                BOOTSTRAP_REPS,
-                0.95,
-                1,
-            ),
-            final_mean: mean(&finals),
-            auc_iqm: iqm(&aucs),
-            auc_ci: stratified_bootstrap_ci(
-                std::slice::from_ref(&aucs),
-                stat,
-                BOOTSTRAP_REPS,
-                0.95,
-                2,
-            ),
-            // The median over all runs, counting unsolved ones as never: shown only
-            // when at least half the runs got there.
-            median_steps_to_threshold: (solved.len() * 2 >= rs.len())
-                .then(|| solved[(rs.len() - 1) / 2])
-                .filter(|_| !solved.is_empty()),
-            solved_runs: solved.len(),
-            mean_wall_seconds: mean(&rs.iter().map(|r| r.wall_seconds).collect::<Vec<_>>()),
-            mean_steps_per_second: mean(&rs.iter().map(|r| r.steps_per_second).collect::<Vec<_>>()),
-        });
-    }
-    // Score ranges: configured, else the random-policy score and the best variant's
-    // mean final return in this comparison.
-    let mut ranges = BTreeMap::new();
-    for env in &envs {
-        let range = match config.scores.get(*env) {
-            Some(r) => *r,
-            None => {
-                let best = per_env
-                    .iter()
-                    .filter(|s| s.env == *env)
-                    .map(|s| s.final_mean)
-                    .fold(f64::MIN, f64::max);
-                let random = random_score(env).unwrap_or(0.0);
-                ScoreRange {
-                    random,
-                    reference: if best > random { best } else { random + 1.0 },
-                }
-            }
-        };
-        ranges.insert(env.to_string(), range);
-    }
-    let tasks_of = |variant: &str, normalized: bool| -> Vec<Vec<f64>> {
-        envs.iter()
-            .map(|env| {
-                let r = ranges[*env];
-                groups
-                    .get(&(*env, variant))
-                    .map(|rs| {
-                        rs.iter()
-                            .map(|x| {
-                                if normalized {
-                                    normalize(x.final_return, r.random, r.reference)
-                                } else {
-                                    x.final_return
-                                }
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            })
-            .collect()
+    let per_env: Vec<VariantStats> = groups
+        .iter()
+        .map(|((env, variant), rs)| variant_stats(env, variant, rs))
+        .collect();
+    let ranges = score_ranges(&envs, &per_env, config);
+    let scores = Scores {
+        envs: &envs,
+        groups: &groups,
+        ranges: &ranges,
     };
     let taus: Vec<f64> = (0..=30).map(|i| i as f64 * 0.05).collect();
     let mut aggregate = vec![];
     let mut profiles = BTreeMap::new();
     for v in &variants {
-        let tasks: Vec<Vec<f64>> = tasks_of(v, true)
+        let tasks: Vec<Vec<f64>> = scores
+            .of(v, true)
             .into_iter()
             .filter(|t| !t.is_empty())
             .collect();
@@ -264,7 +180,7 @@ pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
             .baseline
             .as_ref()
             .filter(|b| *b != v)
-            .map(|b| probability_of_improvement(&tasks_of(v, false), &tasks_of(b, false)));
+            .map(|b| probability_of_improvement(&scores.of(v, false), &scores.of(b, false)));
         aggregate.push(AggregateStats {
             variant: v.clone(),
             normalized_iqm: aggregate_iqm(&tasks),
@@ -282,6 +198,93 @@ pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
         performance_profiles: profiles,
         runs,
     })
+}
+
+/// One variant's runs on one environment: IQMs with bootstrap intervals, steps to the
+/// threshold, speed.
+fn variant_stats(env: &str, variant: &str, rs: &[&RunRecord]) -> VariantStats {
+    let finals: Vec<f64> = rs.iter().map(|r| r.final_return).collect();
+    let aucs: Vec<f64> = rs.iter().map(|r| r.auc).collect();
+    let mut solved: Vec<u64> = rs.iter().filter_map(|r| r.steps_to_threshold).collect();
+    solved.sort_unstable();
+    let ci = |values: &Vec<f64>, seed| {
+        let tasks = std::slice::from_ref(values);
+        stratified_bootstrap_ci(tasks, aggregate_iqm, BOOTSTRAP_REPS, 0.95, seed)
+    };
+    VariantStats {
+        env: env.to_string(),
+        variant: variant.to_string(),
+        runs: rs.len(),
+        final_iqm: iqm(&finals),
+        final_ci: ci(&finals, 1),
+        final_mean: mean(&finals),
+        auc_iqm: iqm(&aucs),
+        auc_ci: ci(&aucs, 2),
+        // The median over all runs, counting unsolved ones as never: shown only when
+        // at least half the runs got there.
+        median_steps_to_threshold: (solved.len() * 2 >= rs.len())
+            .then(|| solved[(rs.len() - 1) / 2])
+            .filter(|_| !solved.is_empty()),
+        solved_runs: solved.len(),
+        mean_wall_seconds: mean(&rs.iter().map(|r| r.wall_seconds).collect::<Vec<_>>()),
+        mean_steps_per_second: mean(&rs.iter().map(|r| r.steps_per_second).collect::<Vec<_>>()),
+    }
+}
+
+/// Score ranges: configured, else the random-policy score (from the environment
+/// registry) and the best variant's mean final return in this comparison.
+fn score_ranges(
+    envs: &[&str],
+    per_env: &[VariantStats],
+    config: &ReportConfig,
+) -> BTreeMap<String, ScoreRange> {
+    let mut ranges = BTreeMap::new();
+    for env in envs {
+        let range = match config.scores.get(*env) {
+            Some(r) => *r,
+            None => {
+                let best = per_env
+                    .iter()
+                    .filter(|s| s.env == *env)
+                    .map(|s| s.final_mean)
+                    .fold(f64::MIN, f64::max);
+                let random = normrl_envs::registry::random_score(env).unwrap_or(0.0);
+                ScoreRange {
+                    random,
+                    reference: if best > random { best } else { random + 1.0 },
+                }
+            }
+        };
+        ranges.insert(env.to_string(), range);
+    }
+    ranges
+}
+
+/// Final returns by environment (tasks) and variant.
+struct Scores<'a> {
+    envs: &'a [&'a str],
+    groups: &'a BTreeMap<(&'a str, &'a str), Vec<&'a RunRecord>>,
+    ranges: &'a BTreeMap<String, ScoreRange>,
+}
+
+impl Scores<'_> {
+    /// One list per environment of `variant`'s final returns, normalized to the
+    /// environment's score range if asked.
+    fn of(&self, variant: &str, normalized: bool) -> Vec<Vec<f64>> {
+        let one = |env: &str| -> Vec<f64> {
+            let r = self.ranges[env];
+            let Some(rs) = self.groups.get(&(env, variant)) else {
+                return vec![];
+            };
+            rs.iter()
+                .map(|x| match normalized {
+                    true => normalize(x.final_return, r.random, r.reference),
+                    false => x.final_return,
+                })
+                .collect()
+        };
+        self.envs.iter().map(|env| one(env)).collect()
+    }
 }
 
 fn fmt_ci(v: f64, ci: (f64, f64)) -> String {
@@ -388,10 +391,8 @@ fn curve_series(runs: &[&RunRecord], name: &str) -> Series {
 }
 
 /// Writes report.md, runs.csv, summary.csv, report.json and the charts into `out`.
-pub fn write(report: &Report, out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_atomic(&out.join("report.md"), markdown(report).as_bytes())?;
-    write_atomic(&out.join("runs.csv"), csv_runs(report).as_bytes())?;
+/// `summary.csv`: one row per environment and variant.
+fn csv_summary(report: &Report) -> String {
     let mut summary = String::from("env,variant,runs,final_iqm,final_ci_low,final_ci_high,final_mean,auc_iqm,auc_ci_low,auc_ci_high\n");
     for s in &report.per_env {
         let _ = writeln!(
@@ -409,11 +410,23 @@ pub fn write(report: &Report, out: &Path) -> Result<()> {
             s.auc_ci.1
         );
     }
-    write_atomic(&out.join("summary.csv"), summary.as_bytes())?;
+    summary
+}
+
+pub fn write(report: &Report, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    write_atomic(&out.join("report.md"), markdown(report).as_bytes())?;
+    write_atomic(&out.join("runs.csv"), csv_runs(report).as_bytes())?;
+    write_atomic(&out.join("summary.csv"), csv_summary(report).as_bytes())?;
     write_atomic(
         &out.join("report.json"),
         serde_json::to_string_pretty(report)?.as_bytes(),
     )?;
+    write_charts(report, out)
+}
+
+/// The per-environment curves, the aggregate bars and the performance profile.
+fn write_charts(report: &Report, out: &Path) -> Result<()> {
     let groups = group(&report.runs);
     let mut envs: Vec<&str> = report.runs.iter().map(|r| r.env.as_str()).collect();
     envs.dedup();

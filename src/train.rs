@@ -333,117 +333,136 @@ impl Trainer {
     /// Trains until `total_steps` (or `stop_at`, for tests of resuming), then
     /// evaluates, checkpoints and writes `summary.json`.
     pub fn run(&mut self, stop_at: Option<u64>) -> Result<Option<RunSummary>> {
-        let cfg = self.config.clone();
-        let total = cfg.run.total_steps;
+        let total = self.config.run.total_steps;
         let end = stop_at.unwrap_or(total).min(total);
-        let start = Instant::now();
-        let start_step = self.step;
         if self.step == 0 {
-            self.tb
-                .text("config", &format!("```toml\n{}\n```", cfg.to_toml()), 0);
+            let config = format!("```toml\n{}\n```", self.config.to_toml());
+            self.tb.text("config", &config, 0);
         } else {
             // Events from after the checkpoint (steps > `self.step`) were lost with the
             // interrupted process's replay state; TensorBoard drops them from here on.
             self.tb.restart(self.step + 1);
         }
-        let progress = crate::progress::Progress::new(cfg.logging.progress, total, self.step);
-        let mut sps_mark = (Instant::now(), self.step);
+        let mut clock = Clock::new(&self.config, self.step);
         while self.step < end {
-            let epsilon = cfg.exploration.at(self.step);
-            let action = self.agent.act(&self.obs, epsilon, &mut self.act_rng)?;
-            let (outcome, game_over) = self
-                .env
-                .step_game(action, &mut self.next_obs)
-                .with_context(|| {
-                    format!(
-                        "training stopped at step {}; the last checkpoint is intact (resume with --resume)",
-                        self.step
-                    )
-                })?;
-            self.replay.push(
-                action,
-                outcome.reward,
-                outcome.terminated,
-                outcome.truncated,
-                &self.next_obs,
-            );
-            self.step += 1;
-            // With a lost life as the end of an episode (Atari) the learner's episode
-            // ends but the game goes on: only whole games are logged.
-            if game_over {
-                let stats = self.env.episode_stats().unwrap_or_default();
-                let ret = stats.last_return.unwrap_or(0.0);
-                self.episodes += 1;
-                self.train_curve.push((self.step, ret));
-                self.tb.scalar("charts/episodic_return", ret, self.step);
-                self.tb.scalar(
-                    "charts/episodic_length",
-                    stats.last_length.unwrap_or(0) as f64,
-                    self.step,
-                );
-                self.recent_returns.push_back(ret);
-                if self.recent_returns.len() > 20 {
-                    self.recent_returns.pop_front();
+            let epsilon = self.config.exploration.at(self.step);
+            self.env_step(epsilon)?;
+            for task in Periodic::ALL {
+                if task.due(&self.config, self.step) {
+                    self.run_task(task, epsilon, &mut clock)?;
                 }
-            }
-            if outcome.done() {
-                self.env.reset(None, &mut self.obs)?;
-                self.replay.start_episode(&self.obs);
-            } else {
-                std::mem::swap(&mut self.obs, &mut self.next_obs);
-            }
-            if self.step > cfg.replay.learning_starts
-                && every(self.step, cfg.replay.train_frequency)
-            {
-                for _ in 0..cfg.replay.gradient_steps {
-                    self.replay.sample(
-                        cfg.replay.sampler,
-                        &mut self.batch,
-                        &mut self.replay_rng,
-                    )?;
-                    let info = self.agent.update(&self.batch)?;
-                    self.record_update(&info)?;
-                }
-            }
-            if every(self.step, cfg.logging.interval.max(1)) {
-                let (t0, s0) = sps_mark;
-                let sps = (self.step - s0) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
-                sps_mark = (Instant::now(), self.step);
-                self.tb.scalar("charts/SPS", sps, self.step);
-                self.tb.scalar("charts/epsilon", epsilon, self.step);
-                self.log_updates()?;
-                let recent = mean(self.recent_returns.iter().copied());
-                progress.update(self.step, sps, recent);
-            }
-            if every(self.step, cfg.logging.layer_stats_interval) {
-                self.log_layer_stats()?;
-            }
-            if every(self.step, cfg.eval.interval) && self.step < total {
-                let index = self.eval_curve.len() as u64;
-                let ret = self.evaluate(index)?;
-                self.eval_curve.push((self.step, ret));
-                self.tb.scalar("eval/episodic_return", ret, self.step);
-            }
-            if every(self.step, cfg.checkpoint.interval) && self.step < total {
-                self.save_checkpoint(start.elapsed().as_secs_f64())?;
-                self.tb.flush()?;
             }
         }
         if self.step < total {
             // Stopped early on request: leave a checkpoint to resume from.
-            self.save_checkpoint(start.elapsed().as_secs_f64())?;
-            progress.finish();
+            self.save_checkpoint(clock.elapsed())?;
+            clock.progress.finish();
             return Ok(None);
         }
+        self.finish(&clock).map(Some)
+    }
+
+    /// One environment step with an epsilon-greedy action, into the replay.
+    fn env_step(&mut self, epsilon: f64) -> Result<()> {
+        let action = self.agent.act(&self.obs, epsilon, &mut self.act_rng)?;
+        let (outcome, game_over) = self
+            .env
+            .step_game(action, &mut self.next_obs)
+            .with_context(|| {
+                format!(
+                    "training stopped at step {}; the last checkpoint is intact (resume with --resume)",
+                    self.step
+                )
+            })?;
+        self.replay.push(
+            action,
+            outcome.reward,
+            outcome.terminated,
+            outcome.truncated,
+            &self.next_obs,
+        );
+        self.step += 1;
+        // With a lost life as the end of an episode (Atari) the learner's episode ends
+        // but the game goes on: only whole games are logged.
+        if game_over {
+            self.log_game();
+        }
+        if outcome.done() {
+            self.env.reset(None, &mut self.obs)?;
+            self.replay.start_episode(&self.obs);
+        } else {
+            std::mem::swap(&mut self.obs, &mut self.next_obs);
+        }
+        Ok(())
+    }
+
+    /// Logs a finished game's return and length.
+    fn log_game(&mut self) {
+        let stats = self.env.episode_stats().unwrap_or_default();
+        let ret = stats.last_return.unwrap_or(0.0);
+        self.episodes += 1;
+        self.train_curve.push((self.step, ret));
+        self.tb.scalar("charts/episodic_return", ret, self.step);
+        let length = stats.last_length.unwrap_or(0) as f64;
+        self.tb.scalar("charts/episodic_length", length, self.step);
+        self.recent_returns.push_back(ret);
+        if self.recent_returns.len() > 20 {
+            self.recent_returns.pop_front();
+        }
+    }
+
+    fn run_task(&mut self, task: Periodic, epsilon: f64, clock: &mut Clock) -> Result<()> {
+        match task {
+            Periodic::Train => self.train(),
+            Periodic::Log => {
+                let sps = clock.lap(self.step);
+                self.tb.scalar("charts/SPS", sps, self.step);
+                self.tb.scalar("charts/epsilon", epsilon, self.step);
+                self.log_updates()?;
+                let recent = mean(self.recent_returns.iter().copied());
+                clock.progress.update(self.step, sps, recent);
+                Ok(())
+            }
+            Periodic::LayerStats => self.log_layer_stats(),
+            Periodic::Evaluate => self.evaluate_and_log().map(|_| ()),
+            Periodic::Checkpoint => {
+                self.save_checkpoint(clock.elapsed())?;
+                self.tb.flush()
+            }
+        }
+    }
+
+    /// `replay.gradient_steps` updates on batches from the replay.
+    fn train(&mut self) -> Result<()> {
+        let (sampler, steps) = (
+            self.config.replay.sampler,
+            self.config.replay.gradient_steps,
+        );
+        for _ in 0..steps {
+            self.replay
+                .sample(sampler, &mut self.batch, &mut self.replay_rng)?;
+            let info = self.agent.update(&self.batch)?;
+            self.record_update(&info)?;
+        }
+        Ok(())
+    }
+
+    /// An evaluation, added to the curve and logged.
+    fn evaluate_and_log(&mut self) -> Result<f64> {
         let index = self.eval_curve.len() as u64;
-        let final_return = self.evaluate(index)?;
-        self.eval_curve.push((self.step, final_return));
-        self.tb
-            .scalar("eval/episodic_return", final_return, self.step);
+        let ret = self.evaluate(index)?;
+        self.eval_curve.push((self.step, ret));
+        self.tb.scalar("eval/episodic_return", ret, self.step);
+        Ok(ret)
+    }
+
+    /// The final evaluation, checkpoint and `summary.json`.
+    fn finish(&mut self, clock: &Clock) -> Result<RunSummary> {
+        let final_return = self.evaluate_and_log()?;
         self.log_updates()?;
-        self.save_checkpoint(start.elapsed().as_secs_f64())?;
-        progress.finish();
-        let wall = self.wall_before + start.elapsed().as_secs_f64();
+        self.save_checkpoint(clock.elapsed())?;
+        clock.progress.finish();
+        let cfg = &self.config;
         let summary = RunSummary {
             env: cfg.env.id.clone(),
             norm: cfg.norm.kind.name().to_string(),
@@ -454,16 +473,86 @@ impl Trainer {
             eval_curve: self.eval_curve.clone(),
             train_curve: self.train_curve.clone(),
             final_eval_return: final_return,
-            wall_seconds: wall,
-            steps_per_second: (self.step - start_step) as f64
-                / start.elapsed().as_secs_f64().max(1e-9),
+            wall_seconds: self.wall_before + clock.elapsed(),
+            steps_per_second: (self.step - clock.start_step) as f64 / clock.elapsed().max(1e-9),
         };
         checkpoint::write_atomic(
             &self.run_dir.join("summary.json"),
             serde_json::to_string_pretty(&summary)?.as_bytes(),
         )?;
         self.tb.flush()?;
-        Ok(Some(summary))
+        Ok(summary)
+    }
+}
+
+/// The work done every so many environment steps, in this order after a step.
+#[derive(Debug, Clone, Copy)]
+enum Periodic {
+    /// Gradient steps, every `replay.train_frequency` once learning has started.
+    Train,
+    /// Speed, epsilon, the updates' means and the progress bar.
+    Log,
+    /// Weight norms, gains, BN statistics (and singular values for SVB).
+    LayerStats,
+    /// An evaluation before the last step (the final one runs after the loop).
+    Evaluate,
+    /// A checkpoint before the last step (the final one runs after the loop).
+    Checkpoint,
+}
+
+impl Periodic {
+    const ALL: [Periodic; 5] = [
+        Periodic::Train,
+        Periodic::Log,
+        Periodic::LayerStats,
+        Periodic::Evaluate,
+        Periodic::Checkpoint,
+    ];
+
+    /// Due after environment step `step`.
+    fn due(self, cfg: &TrainConfig, step: u64) -> bool {
+        let before_end = step < cfg.run.total_steps;
+        match self {
+            Periodic::Train => {
+                step > cfg.replay.learning_starts && every(step, cfg.replay.train_frequency)
+            }
+            Periodic::Log => every(step, cfg.logging.interval.max(1)),
+            Periodic::LayerStats => every(step, cfg.logging.layer_stats_interval),
+            Periodic::Evaluate => before_end && every(step, cfg.eval.interval),
+            Periodic::Checkpoint => before_end && every(step, cfg.checkpoint.interval),
+        }
+    }
+}
+
+/// Time since this process started training, the speed between logs, the progress bar.
+struct Clock {
+    start: Instant,
+    start_step: u64,
+    lap: (Instant, u64),
+    progress: crate::progress::Progress,
+}
+
+impl Clock {
+    fn new(cfg: &TrainConfig, step: u64) -> Self {
+        let progress =
+            crate::progress::Progress::new(cfg.logging.progress, cfg.run.total_steps, step);
+        Self {
+            start: Instant::now(),
+            start_step: step,
+            lap: (Instant::now(), step),
+            progress,
+        }
+    }
+
+    fn elapsed(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Steps per second since the last lap.
+    fn lap(&mut self, step: u64) -> f64 {
+        let (t0, s0) = self.lap;
+        self.lap = (Instant::now(), step);
+        (step - s0) as f64 / t0.elapsed().as_secs_f64().max(1e-9)
     }
 }
 

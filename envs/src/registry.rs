@@ -45,6 +45,27 @@ const MINATAR_GAMES: [&str; 5] = [
     SpaceInvaders::NAME,
 ];
 
+/// The mean return of a uniformly random policy on `spec`'s environment (options are
+/// ignored), where it is known: the lower end of the normalized scores in reports.
+/// CartPole's is Gymnasium's; MinAtar's are those of the MinAtar paper's random agent.
+///
+/// ```
+/// assert_eq!(normrl_envs::registry::random_score("minatar/breakout?sticky=0"), Some(0.54));
+/// assert_eq!(normrl_envs::registry::random_score("gym:ALE/Pong-v5"), None);
+/// ```
+pub fn random_score(spec: &str) -> Option<f64> {
+    let id = spec.split('?').next().unwrap_or(spec);
+    Some(match id {
+        "classic/cartpole" => 22.0,
+        "minatar/breakout" => 0.54,
+        "minatar/asterix" => 0.50,
+        "minatar/freeway" => 0.0,
+        "minatar/seaquest" => 0.11,
+        "minatar/space_invaders" => 2.9,
+        _ => return None,
+    })
+}
+
 /// Builds the environment named by `spec` (`id` or `id?key=value&...`).
 pub fn make(spec: &str) -> Result<Box<dyn Env>, EnvError> {
     let (id, query) = spec.split_once('?').unwrap_or((spec, ""));

@@ -303,93 +303,108 @@ impl ReplayBuffer {
         batch: &mut Batch,
         rng: &mut R,
     ) -> Result<(), ReplayError> {
-        let size = batch.size;
         let need = match sampler {
             Sampler::Uniform | Sampler::Recent { .. } => 1,
-            Sampler::Sequential | Sampler::Online => size,
+            Sampler::Sequential | Sampler::Online => batch.size.max(1),
         };
-        if self.transitions < need.max(1) {
+        if self.transitions < need {
             return Err(ReplayError::TooFew {
                 have: self.transitions,
-                need: need.max(1),
+                need,
                 sampler: sampler.name(),
             });
         }
+        match sampler {
+            Sampler::Uniform => self.sample_uniform(batch, rng),
+            Sampler::Recent { window } => self.sample_recent(window, batch, rng),
+            Sampler::Sequential => self.sample_sequential(batch, rng),
+            Sampler::Online => self.sample_online(batch),
+        }
+        Ok(())
+    }
+
+    /// How many frames are stored, and the slot of the oldest.
+    fn stored(&self) -> (usize, usize) {
         let stored = (self.written as usize).min(self.capacity);
         let oldest = (self.head + self.capacity + 1 - stored) % self.capacity;
-        match sampler {
-            Sampler::Uniform => {
-                for row in 0..size {
-                    // Rejection keeps the draw uniform over transitions; at most one
-                    // slot per episode lacks one.
-                    let slot = loop {
-                        let s = (oldest + rng.random_range(0..stored)) % self.capacity;
-                        if self.has_transition[s] {
-                            break s;
-                        }
-                    };
+        (stored, oldest)
+    }
+
+    /// A slot drawn by `draw` until it holds a transition: rejection keeps the draw
+    /// uniform over transitions (at most one slot per episode lacks one).
+    fn draw_transition(&self, mut draw: impl FnMut() -> usize) -> usize {
+        loop {
+            let s = draw();
+            if self.has_transition[s] {
+                return s;
+            }
+        }
+    }
+
+    fn sample_uniform<R: Rng>(&self, batch: &mut Batch, rng: &mut R) {
+        let (stored, oldest) = self.stored();
+        for row in 0..batch.size {
+            let slot =
+                self.draw_transition(|| (oldest + rng.random_range(0..stored)) % self.capacity);
+            self.fill(batch, row, slot);
+        }
+    }
+
+    fn sample_recent<R: Rng>(&self, window: usize, batch: &mut Batch, rng: &mut R) {
+        // How many slots back the newest `window` transitions reach (episode ends add
+        // slots without transitions).
+        let window = window.clamp(1, self.transitions);
+        let mut slots_back = 0;
+        let mut found = 0;
+        while found < window {
+            slots_back += 1;
+            if self.has_transition[self.back(slots_back)] {
+                found += 1;
+            }
+        }
+        for row in 0..batch.size {
+            let slot = self.draw_transition(|| self.back(rng.random_range(1..=slots_back)));
+            self.fill(batch, row, slot);
+        }
+    }
+
+    /// A uniform start among transitions followed by at least `size - 1` more;
+    /// rejection keeps it uniform.
+    fn sample_sequential<R: Rng>(&self, batch: &mut Batch, rng: &mut R) {
+        let (stored, oldest) = self.stored();
+        'draw: loop {
+            let mut slot = (oldest + rng.random_range(0..stored)) % self.capacity;
+            if !self.has_transition[slot] {
+                continue;
+            }
+            let mut row = 0;
+            loop {
+                if self.has_transition[slot] {
                     self.fill(batch, row, slot);
-                }
-            }
-            Sampler::Recent { window } => {
-                // How many slots back the newest `window` transitions reach (episode
-                // ends add slots without transitions).
-                let window = window.clamp(1, self.transitions);
-                let mut slots_back = 0;
-                let mut found = 0;
-                while found < window {
-                    slots_back += 1;
-                    if self.has_transition[self.back(slots_back)] {
-                        found += 1;
+                    row += 1;
+                    if row == batch.size {
+                        return;
                     }
                 }
-                for row in 0..size {
-                    let slot = loop {
-                        let s = self.back(rng.random_range(1..=slots_back));
-                        if self.has_transition[s] {
-                            break s;
-                        }
-                    };
-                    self.fill(batch, row, slot);
-                }
-            }
-            Sampler::Sequential => {
-                // A uniform start among transitions followed by at least `size - 1`
-                // more; rejection keeps it uniform.
-                'draw: loop {
-                    let mut slot = (oldest + rng.random_range(0..stored)) % self.capacity;
-                    if !self.has_transition[slot] {
-                        continue;
-                    }
-                    let mut row = 0;
-                    loop {
-                        if self.has_transition[slot] {
-                            self.fill(batch, row, slot);
-                            row += 1;
-                            if row == size {
-                                break 'draw;
-                            }
-                        }
-                        slot = (slot + 1) % self.capacity;
-                        if slot == self.head {
-                            continue 'draw;
-                        }
-                    }
-                }
-            }
-            Sampler::Online => {
-                let mut row = size;
-                let mut back = 0;
-                while row > 0 {
-                    back += 1;
-                    let slot = self.back(back);
-                    if self.has_transition[slot] {
-                        row -= 1;
-                        self.fill(batch, row, slot);
-                    }
+                slot = (slot + 1) % self.capacity;
+                if slot == self.head {
+                    continue 'draw;
                 }
             }
         }
-        Ok(())
+    }
+
+    /// The newest `size` transitions, oldest first.
+    fn sample_online(&self, batch: &mut Batch) {
+        let mut row = batch.size;
+        let mut back = 0;
+        while row > 0 {
+            back += 1;
+            let slot = self.back(back);
+            if self.has_transition[slot] {
+                row -= 1;
+                self.fill(batch, row, slot);
+            }
+        }
     }
 }
