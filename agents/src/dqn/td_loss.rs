@@ -15,10 +15,10 @@
 //! assert!((loss.to_scalar::<f32>().unwrap() - expected).abs() < 1e-6);
 //! ```
 
-use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+use candle_core::{CustomOp1, Result, Shape, Tensor};
 
 use super::Loss;
-use crate::kernels::dense::f32_slice;
+use crate::kernels::cpu_forward;
 use crate::kernels::fused::with_values;
 use crate::Metric;
 
@@ -171,15 +171,11 @@ impl TdLoss {
 }
 
 impl CustomOp1 for TdLoss {
-    fn name(&self) -> &'static str {
-        "td-loss"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (b, a) = self.dims(l.shape())?;
-        let mean = self.value(f32_slice(s, l)?, b, a);
-        Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
-    }
+    cpu_forward!("td-loss", |op, q @ l| {
+        let (b, a) = op.dims(l.shape())?;
+        let mean = op.value(q, b, a);
+        Ok((vec![mean], Shape::from(())))
+    });
 
     fn bwd(&self, q: &Tensor, _loss: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         let (b, a) = self.dims(q.shape())?;

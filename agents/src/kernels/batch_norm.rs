@@ -7,11 +7,11 @@
 //! `dbeta = Σ dy`, `dgamma = Σ dy·x̂`, `dt = gamma · inv_std · (dy - Σdy/n - x̂ Σdy·x̂/n)`
 //! with batch statistics; with running statistics (constants) `dt = gamma · inv_std · dy`.
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Tensor, Var};
 
-use super::dense::f32_slice;
 use super::feature_pass::{affine_features, affine_in_place, block, Affine, BLOCK};
 use super::fused::{gradient_through_relu, relu_in_place, with_values, Units};
+use super::{cpu_forward, Grads3};
 
 /// Per-unit batch mean and population variance of host values laid out as `units`
 /// says.
@@ -265,23 +265,10 @@ impl BatchNormOp {
 }
 
 impl CustomOp3 for BatchNormOp {
-    fn name(&self) -> &'static str {
-        "batch-norm"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (t, gamma, beta) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
-        let out = self.normalize(&Units::of(l1.shape())?, t, gamma, beta, self.relu)?;
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+    cpu_forward!("batch-norm", |op, t @ l1, gamma @ l2, beta @ l3| {
+        let out = op.normalize(&Units::of(l1.shape())?, t, gamma, beta, op.relu)?;
+        Ok((out, l1.shape().clone()))
+    });
 
     fn bwd(
         &self,
@@ -290,7 +277,7 @@ impl CustomOp3 for BatchNormOp {
         beta: &Tensor,
         out: &Tensor,
         grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    ) -> Grads3 {
         let units = Units::of(t.shape())?;
         let gamma_values = gamma.to_vec1::<f32>()?;
         let (dt, dgamma, dbeta) = if units.inner == 1 {

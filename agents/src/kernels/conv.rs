@@ -15,11 +15,12 @@
 //! assert_eq!(y.flatten_all().unwrap().to_vec1::<f32>().unwrap(), vec![5.0]);
 //! ```
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::{CustomOp2, Result, Shape, Tensor};
 
-use super::dense::{f32_slice, product, transposed, Order, View};
+use super::dense::{product, transposed, Order, View};
 use super::fused::with_values;
 use super::kernel_core::KernelCore;
+use super::{cpu_forward, Grads2};
 
 /// Shape parameters of one convolution.
 #[derive(Debug, Clone, Copy)]
@@ -175,28 +176,12 @@ impl KernelCore for Dims {
 struct ColumnConv(Dims);
 
 impl CustomOp2 for ColumnConv {
-    fn name(&self) -> &'static str {
-        "data-conv2d"
-    }
+    cpu_forward!("data-conv2d", |op, a @ l1, b @ l2| {
+        let out = op.0.forward(a, b);
+        Ok((out, op.0.out_shape()))
+    });
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let out = self.0.forward(f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        Ok((CpuStorage::F32(out), self.0.out_shape()))
-    }
-
-    fn bwd(
-        &self,
-        cols: &Tensor,
-        w: &Tensor,
-        _out: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, cols: &Tensor, w: &Tensor, _out: &Tensor, grad: &Tensor) -> Grads2 {
         let (dw, _) = with_values(cols, |cols| {
             with_values(&grad.contiguous()?, |g| {
                 Ok(self.0.backward(cols, &[], g, false))

@@ -24,10 +24,23 @@ pub(crate) struct Affine<'a> {
     pub relu: bool,
 }
 
+/// The feature passes go down whole rows of `units` values; anything else is a bug of
+/// the caller's.
+#[inline]
+fn assert_whole_rows(len: usize, units: usize) {
+    assert!(
+        units > 0 && len.is_multiple_of(units),
+        "feature pass: {len} values are not whole rows of {units} units"
+    );
+}
+
 crate::kernels::avx2::dispatch! {
     /// `relu((t - c_u) * s_u + b_u)` for every value of `t` (`[B, units]`), each part
     /// only where the layer has it, block by block of units ([`BLOCK`]) down the rows.
     pub(crate) fn affine_features(t: &[f32], units: usize, affine: Affine<'_>) -> Vec<f32> {
+        // Checked before the length is set below: a partial row would leave values
+        // unwritten.
+        assert_whole_rows(t.len(), units);
         let mut out = Vec::with_capacity(t.len());
         let spare = &mut out.spare_capacity_mut()[..t.len()];
         // Loops, not a closure: that would compile outside the AVX2 copy.
@@ -49,6 +62,7 @@ crate::kernels::avx2::dispatch! {
     /// [`affine_features`] in place, where the kernel's output is not kept: no buffer to
     /// allocate.
     pub(crate) fn affine_in_place(t: &mut [f32], units: usize, affine: Affine<'_>) {
+        assert_whole_rows(t.len(), units);
         let full = units / BLOCK * BLOCK;
         for start in (0..full).step_by(BLOCK) {
             affine_block_in_place::<BLOCK>(t, units, affine, start);
@@ -237,6 +251,12 @@ mod tests {
     /// 19 units: one whole block of [`BLOCK`] and three single units.
     const UNITS: usize = BLOCK + 3;
     const ROWS: usize = 5;
+
+    #[test]
+    #[should_panic(expected = "not whole rows")]
+    fn a_partial_row_is_refused_before_any_value_is_written() {
+        affine_features(&values(2 * UNITS + 1, 1), UNITS, Affine::default());
+    }
 
     #[test]
     fn affine_matches_its_definition_value_for_value() {

@@ -13,10 +13,11 @@
 //! assert_eq!(y.to_vec2::<f32>().unwrap(), vec![vec![0.0, 3.0], vec![4.0, 0.0]]);
 //! ```
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{CustomOp1, CustomOp2, Result, Shape, Storage, Tensor};
 
 use super::dense::{f32_slice, lane_sum};
 use super::feature_pass::{affine_features, output_gradient, Affine, SavedOutput};
+use super::{cpu_forward, Grads2};
 
 /// Runs `f` on a CPU tensor's values.
 pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
@@ -188,29 +189,12 @@ pub(crate) fn unit_bias_fits(t: &Shape, bias: &[f32]) -> Result<Units> {
 }
 
 impl CustomOp2 for UnitBias {
-    fn name(&self) -> &'static str {
-        "add-unit-bias"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+    cpu_forward!("add-unit-bias", |op, t @ l1, b @ l2| {
         let out = unit_bias_fits(l1.shape(), b)?.map(t, b, |t, b| t + b);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+        Ok((out, l1.shape().clone()))
+    });
 
-    fn bwd(
-        &self,
-        t: &Tensor,
-        b: &Tensor,
-        _out: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, t: &Tensor, b: &Tensor, _out: &Tensor, grad: &Tensor) -> Grads2 {
         let grad = grad.contiguous()?;
         let units = Units::of(t.shape())?;
         let db = with_values(&grad, |g| Ok(units.sums(g)))?;
@@ -224,30 +208,13 @@ impl CustomOp2 for UnitBias {
 struct BiasRelu;
 
 impl CustomOp2 for BiasRelu {
-    fn name(&self) -> &'static str {
-        "unit-bias-relu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+    cpu_forward!("unit-bias-relu", |op, t @ l1, b @ l2| {
         let units = unit_bias_fits(l1.shape(), b)?;
         let out = bias_relu_values(&units, t, b);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+        Ok((out, l1.shape().clone()))
+    });
 
-    fn bwd(
-        &self,
-        t: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, t: &Tensor, b: &Tensor, out: &Tensor, grad: &Tensor) -> Grads2 {
         let (dt, db) = bias_relu_gradients(&Units::of(t.shape())?, out, grad)?;
         Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
     }
@@ -296,17 +263,9 @@ pub(crate) fn bias_relu_gradients(
 struct Relu;
 
 impl CustomOp1 for Relu {
-    fn name(&self) -> &'static str {
-        "relu"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let v = f32_slice(s, l)?;
-        Ok((
-            CpuStorage::F32(v.iter().map(|x| x.max(0.0)).collect()),
-            l.shape().clone(),
-        ))
-    }
+    cpu_forward!("relu", |op, v @ l| {
+        Ok((v.iter().map(|x| x.max(0.0)).collect(), l.shape().clone()))
+    });
 
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         relu_backward(res, grad).map(Some)

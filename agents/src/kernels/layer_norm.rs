@@ -5,10 +5,11 @@
 //! `dbeta = Σ_b dy`, `dgamma = Σ_b dy·x̂`, and with `d = dy·gamma`,
 //! `dt = (d - Σd/n - x̂ Σ(d·x̂)/n) / sqrt(var + eps)`.
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CustomOp3, Result, Shape, Tensor};
 
-use super::dense::{f32_slice, lane_sum};
+use super::dense::lane_sum;
 use super::fused::{gradient_through_relu, with_values};
+use super::{cpu_forward, Grads3};
 
 /// Host values `t` of whole rows of `gamma.len()` features.
 pub(crate) fn check_rows(t: &[f32], gamma: &[f32]) -> Result<()> {
@@ -48,33 +49,13 @@ impl FusedLayerNorm {
 }
 
 impl CustomOp3 for FusedLayerNorm {
-    fn name(&self) -> &'static str {
-        "layer-norm"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (t, gamma, beta) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
+    cpu_forward!("layer-norm", |op, t @ l1, gamma @ l2, beta @ l3| {
         Self::features(l1.shape(), l2.shape())?;
-        let out = self.forward_values(t, gamma, beta);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+        let out = op.forward_values(t, gamma, beta);
+        Ok((out, l1.shape().clone()))
+    });
 
-    fn bwd(
-        &self,
-        t: &Tensor,
-        gamma: &Tensor,
-        beta: &Tensor,
-        out: &Tensor,
-        dy: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, t: &Tensor, gamma: &Tensor, beta: &Tensor, out: &Tensor, dy: &Tensor) -> Grads3 {
         let dy = gradient_through_relu(self.relu, out, dy)?;
         Self::features(t.shape(), gamma.shape())?;
         let (dt, dgamma, dbeta) = with_values(t, |t| {

@@ -13,11 +13,12 @@
 //! assert_eq!(fc.apply(&x, &w).unwrap().to_vec2::<f32>().unwrap(), vec![vec![11.0]]);
 //! ```
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::{CustomOp2, Result, Shape, Tensor};
 
-use super::dense::{f32_slice, product, transposed, Order, View};
+use super::dense::{product, transposed, Order, View};
 use super::fused::with_values;
 use super::kernel_core::KernelCore;
+use super::{cpu_forward, Grads2};
 
 pub(crate) struct LinearOp;
 
@@ -91,29 +92,13 @@ impl KernelCore for LinearCore {
 }
 
 impl CustomOp2 for LinearOp {
-    fn name(&self) -> &'static str {
-        "linear"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
+    cpu_forward!("linear", |op, a @ l1, b @ l2| {
         let core = LinearCore::of(l1.shape(), l2.shape())?;
-        let y = core.forward(f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        Ok((CpuStorage::F32(y), core.out_shape()))
-    }
+        let y = core.forward(a, b);
+        Ok((y, core.out_shape()))
+    });
 
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _y: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, x: &Tensor, w: &Tensor, _y: &Tensor, grad: &Tensor) -> Grads2 {
         let core = LinearCore::of(x.shape(), w.shape())?;
         let (dw, dx) = with_values(x, |xv| {
             with_values(w, |wv| {

@@ -1,10 +1,10 @@
 //! Mean-only batch norm's training forward and backward as fused CPU ops: `y = t -
 //! mean_u`, alone or with the layer's bias and ReLU in the same op.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::{CustomOp1, CustomOp2, Result, Tensor};
 
-use super::dense::f32_slice;
 use super::fused::{bias_relu_gradients, bias_relu_values, unit_bias_fits, with_values, Units};
+use super::{cpu_forward, Grads2};
 
 /// Each unit's mean from its sum over `per_unit` values.
 pub(crate) fn batch_means(sums: &[f32], per_unit: usize) -> Vec<f32> {
@@ -36,15 +36,10 @@ pub(crate) struct SubtractUnitMean {
 }
 
 impl CustomOp1 for SubtractUnitMean {
-    fn name(&self) -> &'static str {
-        "subtract-unit-mean"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let t = f32_slice(s, l)?;
-        let out = Units::of(l.shape())?.map(t, &self.mean, |t, m| t - m);
-        Ok((CpuStorage::F32(out), l.shape().clone()))
-    }
+    cpu_forward!("subtract-unit-mean", |op, t @ l| {
+        let out = Units::of(l.shape())?.map(t, &op.mean, |t, m| t - m);
+        Ok((out, l.shape().clone()))
+    });
 
     fn bwd(&self, t: &Tensor, _out: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         if !self.batch_statistics {
@@ -66,38 +61,17 @@ pub(crate) struct CenteredBiasRelu {
 }
 
 impl CustomOp2 for CenteredBiasRelu {
-    fn name(&self) -> &'static str {
-        "centered-bias-relu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (t, b) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+    cpu_forward!("centered-bias-relu", |op, t @ l1, b @ l2| {
         let units = unit_bias_fits(l1.shape(), b)?;
-        if self.mean.len() != units.units {
-            candle_core::bail!(
-                "mean of {} values for {} units",
-                self.mean.len(),
-                units.units
-            );
+        if op.mean.len() != units.units {
+            candle_core::bail!("mean of {} values for {} units", op.mean.len(), units.units);
         }
         // (t - m) + b equals t + (b - m) up to rounding; one shift per unit.
-        let out = bias_relu_values(&units, t, &mean_shift(Some(b), &self.mean));
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+        let out = bias_relu_values(&units, t, &mean_shift(Some(b), &op.mean));
+        Ok((out, l1.shape().clone()))
+    });
 
-    fn bwd(
-        &self,
-        t: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, t: &Tensor, b: &Tensor, out: &Tensor, grad: &Tensor) -> Grads2 {
         let units = Units::of(t.shape())?;
         let (d, db) = bias_relu_gradients(&units, out, grad)?;
         let dt = if self.batch_statistics {

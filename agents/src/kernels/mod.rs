@@ -14,3 +14,44 @@ pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod mean_only_bn;
 pub(crate) mod weight_norm;
+
+use candle_core::Tensor;
+
+/// A two-input custom op's gradients with respect to its inputs.
+pub(crate) type Grads2 = candle_core::Result<(Option<Tensor>, Option<Tensor>)>;
+/// A three-input custom op's gradients with respect to its inputs.
+pub(crate) type Grads3 = candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)>;
+
+/// Writes a candle custom op's `name` and `cpu_fwd`, the boilerplate every op here
+/// shares: each input unpacked to its contiguous `f32` values (bound to the name before
+/// `@`, its layout to the name after), the op itself bound to `$op`, and the body's
+/// `Ok((values, shape))` returned as CPU storage.
+///
+/// ```text
+/// impl CustomOp2 for UnitBias {
+///     cpu_forward!("add-unit-bias", |op, t @ lt, b @ lb| {
+///         Ok((add(t, b), lt.shape().clone()))
+///     });
+///     fn bwd(...) -> Grads2 { ... }
+/// }
+/// ```
+macro_rules! cpu_forward {
+    ($name:literal, |$op:ident, $($x:ident @ $l:ident),+| $body:block) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        fn cpu_fwd(
+            &self,
+            $($x: &candle_core::CpuStorage, $l: &candle_core::Layout),+
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            #[allow(unused_variables)]
+            let $op = self;
+            $(let $x = $crate::kernels::dense::f32_slice($x, $l)?;)+
+            let result: candle_core::Result<(Vec<f32>, candle_core::Shape)> = $body;
+            let (values, shape) = result?;
+            Ok((candle_core::CpuStorage::F32(values), shape))
+        }
+    };
+}
+pub(crate) use cpu_forward;

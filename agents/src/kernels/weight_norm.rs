@@ -12,11 +12,12 @@
 //! data); [`ScaleByGain`] scales the output of any other kernel, whose own op then adds
 //! its part of `dL/dv`.
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{CustomOp2, CustomOp3, Result, Shape, Storage, Tensor};
 
 use super::dense::{dot, f32_slice, lane_sum};
 use super::fused::{with_values, Units};
 use super::kernel_core::KernelCore;
+use super::{cpu_forward, Grads2, Grads3};
 
 /// The units of an output of `shape`, checked against the gains and inverse norms.
 fn units_of(shape: &Shape, g: &[f32], inv_norms: &[f32]) -> Result<Units> {
@@ -156,32 +157,12 @@ impl<K: KernelCore> NormedKernel<K> {
 }
 
 impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
-    fn name(&self) -> &'static str {
-        "weight-normed-kernel"
-    }
+    cpu_forward!("weight-normed-kernel", |op, input @ l1, v @ l2, g @ l3| {
+        let y = op.forward_values(input, v, g)?;
+        Ok((y, op.core.out_shape()))
+    });
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (input, v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
-        let y = self.forward_values(input, v, g)?;
-        Ok((CpuStorage::F32(y), self.core.out_shape()))
-    }
-
-    fn bwd(
-        &self,
-        input: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        y: &Tensor,
-        dy: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, input: &Tensor, v: &Tensor, g: &Tensor, y: &Tensor, dy: &Tensor) -> Grads3 {
         let dy = dy.contiguous()?;
         let input_gradient = input.track_op();
         let (dinput, dv, dg) = with_values(g, |gains| {
@@ -218,34 +199,14 @@ pub(crate) struct ScaleByGain {
 }
 
 impl CustomOp3 for ScaleByGain {
-    fn name(&self) -> &'static str {
-        "weight-norm-scale"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        _s2: &CpuStorage,
-        _l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (t, g) = (f32_slice(s1, l1)?, f32_slice(s3, l3)?);
-        let units = units_of(l1.shape(), g, &self.inv_norms)?;
+    cpu_forward!("weight-norm-scale", |op, t @ l1, _s2 @ _l2, g @ l3| {
+        let units = units_of(l1.shape(), g, &op.inv_norms)?;
         let mut out = t.to_vec();
-        scale_in_place(units, &mut out, &unit_scales(g, &self.inv_norms));
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
+        scale_in_place(units, &mut out, &unit_scales(g, &op.inv_norms));
+        Ok((out, l1.shape().clone()))
+    });
 
-    fn bwd(
-        &self,
-        t: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        _y: &Tensor,
-        dy: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, t: &Tensor, v: &Tensor, g: &Tensor, _y: &Tensor, dy: &Tensor) -> Grads3 {
         let dy = dy.contiguous()?;
         let units = Units::of(t.shape())?;
         let gains = g.to_vec1::<f32>()?;
@@ -290,35 +251,18 @@ crate::kernels::avx2::dispatch! {
 }
 
 impl CustomOp2 for FusedWeightNorm {
-    fn name(&self) -> &'static str {
-        "fused-weight-norm"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (v, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let n = v.len() / self.units;
-        let inv = inverse_norms(v, self.units);
+    cpu_forward!("fused-weight-norm", |op, v @ l1, g @ l2| {
+        let n = v.len() / op.units;
+        let inv = inverse_norms(v, op.units);
         let mut w = Vec::with_capacity(v.len());
         for (i, row) in v.chunks_exact(n).enumerate() {
             let scale = g[i] * inv[i];
             w.extend(row.iter().map(|x| x * scale));
         }
-        Ok((CpuStorage::F32(w), l1.shape().clone()))
-    }
+        Ok((w, l1.shape().clone()))
+    });
 
-    fn bwd(
-        &self,
-        v: &Tensor,
-        g: &Tensor,
-        _w: &Tensor,
-        dw: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, v: &Tensor, g: &Tensor, _w: &Tensor, dw: &Tensor) -> Grads2 {
         let dw = dw.contiguous()?;
         let (v_s, v_l) = v.storage_and_layout();
         let (g_s, g_l) = g.storage_and_layout();
