@@ -1,4 +1,4 @@
-//! The normalization layers against their definitions in `shared/spec/normalization.md`.
+//! The normalization layers against their definitions (`docs/methods.md`).
 
 mod common;
 use common::*;

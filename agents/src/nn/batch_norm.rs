@@ -8,7 +8,7 @@
 //! is (its unbiased update is undefined); the running mean is updated. No NaN arises.
 //!
 //! Evaluation mode keeps its statistics' inverse deviations (and `gamma / std`, `beta`)
-//! for one version of the store (see [`ParamStore::bump_version`]): whatever changes the
+//! for one version of the store (see [`ParamStore::version`]): whatever changes the
 //! running statistics or the parameters outside a training forward, a copy, a load or
 //! an optimizer step must bump it.
 //!
@@ -23,7 +23,6 @@
 //! assert_eq!(y, vec![vec![-1.0], vec![1.0]]);
 //! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
@@ -32,6 +31,7 @@ use super::activation_norm::{
     mean_of, push, ActivationNorm, HostGradient, HostLayer, HostOutput, NormTape,
 };
 use super::kernel::{unit_moments, values_per_unit};
+use super::params::StoreVersion;
 use super::{svb, BnStats, Group, HostGradients, ParamStore};
 use crate::kernels::batch_norm::{self as batch_norm_op, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
@@ -44,7 +44,7 @@ pub struct BatchNorm {
     pub(crate) running_var: Var,
     momentum: f64,
     eps: f64,
-    version: Arc<AtomicU64>,
+    version: StoreVersion,
     /// Evaluation mode for one version of the store: acting reads it on every call.
     evaluation: Mutex<Option<(u64, Arc<Evaluation>)>>,
 }
@@ -167,7 +167,7 @@ impl BatchNorm {
                         unbiased,
                     )?;
                 }
-                self.version.fetch_add(1, Ordering::AcqRel);
+                self.version.bump();
                 Ok(Arc::new(BatchNormOp::training(mean, &var, self.eps)))
             }
             BnStats::Running => Ok(self.evaluation()?.op.clone()),
@@ -176,7 +176,7 @@ impl BatchNorm {
 
     /// Evaluation mode, rebuilt only when the store's version changed.
     pub(crate) fn evaluation(&self) -> Result<Arc<Evaluation>> {
-        let version = self.version.load(Ordering::Acquire);
+        let version = self.version.get();
         let mut cache = self.evaluation.lock().expect("batch-norm cache poisoned");
         if let Some((v, evaluation)) = cache.as_ref() {
             if *v == version {
@@ -207,14 +207,14 @@ impl BatchNorm {
                 let batch_mean = mean.detach().flatten_all()?;
                 let running_mean =
                     ((self.running_mean.as_tensor() * (1.0 - m))? + (batch_mean * m)?)?;
-                self.running_mean.set(&running_mean)?;
+                self.version.set(&self.running_mean, &running_mean)?;
                 if n > 1 {
                     let unbiased = (var.detach().flatten_all()? * (n as f64 / (n as f64 - 1.0)))?;
                     let running_var =
                         ((self.running_var.as_tensor() * (1.0 - m))? + (unbiased * m)?)?;
-                    self.running_var.set(&running_var)?;
+                    self.version.set(&self.running_var, &running_var)?;
                 }
-                self.version.fetch_add(1, Ordering::AcqRel);
+                self.version.bump();
                 (mean, var)
             }
             BnStats::Running => (
@@ -238,13 +238,8 @@ impl BatchNorm {
         let gamma: Vec<f32> = self.gamma.as_tensor().to_vec1()?;
         let sigma: Vec<f32> = (self.running_var() + self.eps)?.sqrt()?.to_vec1()?;
         let bounded = svb::bound_bn_gains(&gamma, &sigma, bbn_eps);
-        self.gamma.set(&Tensor::from_vec(
-            bounded,
-            gamma.len(),
-            self.gamma.device(),
-        )?)?;
-        self.version.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        let bounded = Tensor::from_vec(bounded, gamma.len(), self.gamma.device())?;
+        self.version.set(&self.gamma, &bounded)
     }
 }
 

@@ -7,6 +7,7 @@ use candle_core::{Result, Tensor, Var};
 use super::activation_norm::{ActivationNorm, Identity};
 use super::init::InitRng;
 use super::kernel::unit_moments;
+use super::params::StoreVersion;
 use super::{
     svb, BatchNorm, Group, Kernel, LayerNorm, MeanOnlyBn, NormConfig, NormKind, ParamStore, Pass,
     WeightNorm,
@@ -47,6 +48,7 @@ pub struct NormLayer {
     pub(crate) norm: Norm,
     pub(crate) relu: bool,
     svb: bool,
+    version: StoreVersion,
 }
 
 /// Scalars describing a layer's state, for logging.
@@ -123,6 +125,7 @@ impl NormLayer {
             norm,
             relu: true,
             svb: kind.uses_svb(),
+            version: store.version_handle(),
         })
     }
 
@@ -154,6 +157,7 @@ impl NormLayer {
             norm: Norm::None,
             relu: false,
             svb: false,
+            version: store.version_handle(),
         })
     }
 
@@ -287,9 +291,8 @@ impl NormLayer {
             wn.set_gain(&scale.flatten_all()?)?;
             let bias = self.norm.method().initial_bias(&(mean * &scale)?)?;
             if let Some(b) = &self.bias {
-                b.set(&bias.flatten_all()?)?;
+                self.version.set(b, &bias.flatten_all()?)?;
             }
-            wn.mark_changed();
         }
         self.forward(x, Pass::EVAL)
     }
@@ -300,7 +303,8 @@ impl NormLayer {
             return Ok(());
         }
         if let WeightParam::Plain(w) = &self.weight {
-            w.set(&svb::project(w.as_tensor(), config.svb_eps)?)?;
+            self.version
+                .set(w, &svb::project(w.as_tensor(), config.svb_eps)?)?;
         }
         if let (Norm::Batch(bn), NormKind::Bbn) = (&self.norm, config.kind) {
             bn.bound_gains(config.bbn_eps)?;

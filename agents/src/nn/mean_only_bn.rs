@@ -21,6 +21,7 @@ use super::activation_norm::{
     mean_of, push, with_bias, ActivationNorm, HostGradient, HostLayer, HostOutput, NormTape,
 };
 use super::kernel::unit_mean;
+use super::params::StoreVersion;
 use super::{BnStats, Group, HostGradients, ParamStore};
 use crate::kernels::batch_norm as batch_norm_op;
 use crate::kernels::feature_pass::{
@@ -32,6 +33,7 @@ use crate::kernels::mean_only_bn::{self as mean_only_bn_op, batch_means, mean_sh
 pub struct MeanOnlyBn {
     running_mean: Var,
     momentum: f64,
+    version: StoreVersion,
 }
 
 impl MeanOnlyBn {
@@ -41,6 +43,7 @@ impl MeanOnlyBn {
         Ok(Self {
             running_mean: store.zeros(&format!("{prefix}.running_mean"), units, Group::Buffer)?,
             momentum,
+            version: store.version_handle(),
         })
     }
 
@@ -50,7 +53,7 @@ impl MeanOnlyBn {
 
     /// Sets the running mean (data-dependent initialization).
     pub fn set_running_mean(&self, mean: &Tensor) -> Result<()> {
-        self.running_mean.set(&mean.flatten_all()?)
+        self.version.set(&self.running_mean, &mean.flatten_all()?)
     }
 
     pub fn forward(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
@@ -83,6 +86,7 @@ impl MeanOnlyBn {
             BnStats::Batch => {
                 let (mean, _) = batch_norm_op::moments_of(units, t);
                 batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
+                self.version.bump();
                 Ok((mean, true))
             }
             BnStats::Running => {
@@ -121,7 +125,7 @@ impl MeanOnlyBn {
                 let batch = mean.detach().flatten_all()?;
                 let running = ((self.running_mean.as_tensor() * (1.0 - self.momentum))?
                     + (batch * self.momentum)?)?;
-                self.running_mean.set(&running)?;
+                self.version.set(&self.running_mean, &running)?;
                 t.broadcast_sub(&mean)
             }
             BnStats::Running => {

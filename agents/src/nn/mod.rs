@@ -1,5 +1,11 @@
-//! Q-networks and the seven normalization methods of `shared/spec/normalization.md`,
-//! on candle, for Linear and Conv2d layers alike.
+//! Q-networks and the seven normalization methods (`docs/methods.md`), on candle, for
+//! Linear and Conv2d layers alike.
+//!
+//! A layer ([`NormLayer`]) is a kernel, plain or weight-normed ([`WeightNorm`]), an
+//! activation normalization ([`BatchNorm`], [`MeanOnlyBn`], [`LayerNorm`] or none, each
+//! implementing one trait in its own file), a bias and a ReLU. Each method's file holds
+//! its parameters, init, graph forward and the host path's forward and backward; the
+//! CPU loops they call are in [`crate::kernels`].
 
 mod activation_norm;
 mod batch_norm;
@@ -10,7 +16,7 @@ mod kernel;
 mod layer;
 mod layer_norm;
 mod mean_only_bn;
-mod params;
+pub(crate) mod params;
 mod qnet;
 pub mod svb;
 mod weight_norm;

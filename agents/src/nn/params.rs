@@ -35,6 +35,30 @@ pub struct Param {
     pub group: Group,
 }
 
+/// A layer's link to its store's version. Every change a layer makes to a variable
+/// outside an optimizer step goes through [`StoreVersion::set`] (or, for changes in
+/// place, is followed by [`StoreVersion::bump`]), so that caches keyed by the version
+/// (weight norm's `w` and norms, batch norm's evaluation statistics) never go stale.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreVersion(Arc<AtomicU64>);
+
+impl StoreVersion {
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// `var = value`, then a new version.
+    pub(crate) fn set(&self, var: &Var, value: &Tensor) -> Result<()> {
+        var.set(value)?;
+        self.bump();
+        Ok(())
+    }
+}
+
 /// Every variable of one network, in creation order.
 #[derive(Debug, Clone)]
 pub struct ParamStore {
@@ -102,9 +126,10 @@ impl ParamStore {
         self.version.load(Ordering::Acquire)
     }
 
-    /// A handle that layers keep to read the version.
-    pub fn version_handle(&self) -> Arc<AtomicU64> {
-        self.version.clone()
+    /// The handle through which a layer changes its variables (and so moves the
+    /// version) and reads the version that keys its caches.
+    pub(crate) fn version_handle(&self) -> StoreVersion {
+        StoreVersion(self.version.clone())
     }
 
     /// Marks every derived cache stale. Call after changing variables in place.

@@ -25,12 +25,12 @@
 //! assert_eq!(w, vec![vec![6.0, 0.0, 8.0], vec![0.0, -1.0, 0.0]]);
 //! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::push;
+use super::params::StoreVersion;
 use super::HostGradients;
 use super::{Group, Kernel, ParamStore};
 use crate::kernels::conv::DataConv2d;
@@ -51,7 +51,7 @@ pub struct WeightNorm {
     pub(crate) v: Var,
     /// One gain per output unit, shape `[units]`.
     pub(crate) g: Var,
-    version: Arc<AtomicU64>,
+    version: StoreVersion,
     cache: Mutex<Option<(u64, Tensor)>>,
     unit_norms: UnitNormCache,
 }
@@ -191,7 +191,7 @@ impl WeightNorm {
 
     /// `w` without gradient, recomputed only when the store's version changed.
     pub fn cached_weight(&self) -> Result<Tensor> {
-        let version = self.version.load(Ordering::Acquire);
+        let version = self.version.get();
         let mut cache = self.cache.lock().expect("weight cache poisoned");
         if let Some((v, w)) = cache.as_ref() {
             if *v == version {
@@ -206,19 +206,14 @@ impl WeightNorm {
     /// `1/||v_u||` and `g_u/||v_u||` on host values, computed once per version of the
     /// store (see [`UnitNorms`]). CPU only.
     pub fn unit_norms(&self) -> Result<Arc<UnitNorms>> {
-        let version = self.version.load(Ordering::Acquire);
+        let version = self.version.get();
         let units = self.kernel.units();
         self.unit_norms.get(version, &self.v, &self.g, units)
     }
 
-    /// Marks the cached `w` stale after `g` or `v` changed outside an optimizer step.
-    pub fn mark_changed(&self) {
-        self.version.fetch_add(1, Ordering::AcqRel);
-    }
-
     /// Sets `g` (after data-dependent initialization).
     pub fn set_gain(&self, g: &Tensor) -> Result<()> {
-        self.g.set(&g.reshape(self.kernel.units())?)
+        self.version.set(&self.g, &g.reshape(self.kernel.units())?)
     }
 }
 
