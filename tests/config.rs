@@ -1,6 +1,9 @@
 //! Config parsing, overrides and the errors a user sees for bad configs.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use normrl::compare::{describe_plan, CompareConfig};
 
 use normrl::config::TrainConfig;
 
@@ -35,15 +38,48 @@ fn defaults_and_overrides() {
     assert_eq!(parse(&c.to_toml(), &[]).unwrap(), c);
 }
 
-#[test]
-fn shipped_configs_parse() {
-    for entry in std::fs::read_dir("configs")
-        .unwrap()
-        .chain(std::fs::read_dir("configs/minatar").unwrap())
-    {
+/// Every `.toml` under `dir`, recursively.
+fn toml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = vec![];
+    for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            TrainConfig::load(&path, &[]).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        if path.is_dir() {
+            files.extend(toml_files(&path));
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn every_shipped_config_parses_and_every_comparison_plans() {
+    let files = toml_files(Path::new("configs"));
+    let (compare, train): (Vec<_>, Vec<_>) = files
+        .iter()
+        .partition(|p| p.parent().is_some_and(|d| d.ends_with("compare")));
+    assert!(train.len() >= 7 && compare.len() >= 4, "{files:?}");
+    for path in train {
+        TrainConfig::load(path, &[]).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+    }
+    for path in compare {
+        let fail = |e: anyhow::Error| -> ! { panic!("{}: {e:#}", path.display()) };
+        // What `normrl compare --dry-run` does: expand the grid (each run validated as a
+        // training config) and describe the plan.
+        let config = CompareConfig::load(path).unwrap_or_else(|e| fail(e));
+        let runs = config.expand().unwrap_or_else(|e| fail(e));
+        assert!(!runs.is_empty(), "{}: no runs", path.display());
+        describe_plan(&config, &runs, 1).unwrap_or_else(|e| fail(e));
+        for run in &runs {
+            config.config_for(run).unwrap_or_else(|e| fail(e));
+        }
+        if let Some(baseline) = &config.report.baseline {
+            assert!(
+                runs.iter().any(|r| &r.variant == baseline),
+                "{}: the baseline {baseline} is not a planned variant",
+                path.display()
+            );
         }
     }
 }
