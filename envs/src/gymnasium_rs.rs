@@ -7,8 +7,7 @@
 //! use normrl_envs::gymnasium_rs::GymnasiumRs;
 //! use normrl_envs::Env;
 //!
-//! // Their CartPole differs from Gymnasium's (see shared/spec/stack.md): an adapter
-//! // target, not normrl's CartPole.
+//! // Their CartPole differs from Gymnasium's: an adapter target, not normrl's CartPole.
 //! let mut env = GymnasiumRs::new("gymnasium-rs/cartpole", gymnasium_rs::envs::cartpole::CartPole::new()).unwrap();
 //! let mut obs = [0.0f32; 4];
 //! env.reset(Some(1), &mut obs).unwrap();

@@ -1,5 +1,6 @@
 //! The five MinAtar-style games (Breakout, Asterix, Freeway, Seaquest, Space Invaders),
-//! written from `shared/spec/minatar.md`, and the common wrapper that adds sticky
+//! written from a description of MinAtar's rules (not from its source; see
+//! `docs/environments.md` for how they are checked against it), and the common wrapper that adds sticky
 //! actions and seeding.
 //!
 //! Observations are `[C, 10, 10]` channels-first `f32` grids of 0.0 and 1.0.
