@@ -18,8 +18,8 @@
 use candle_core::{CustomOp1, Result, Shape, Tensor};
 
 use super::Loss;
-use crate::kernels::cpu_forward;
 use crate::kernels::fused::with_values;
+use crate::kernels::{cpu_forward, gradient_like};
 use crate::Metric;
 
 /// An update's loss, as logged: the mean TD loss and the mean Q of the taken actions.
@@ -181,7 +181,7 @@ impl CustomOp1 for TdLoss {
         let (b, a) = self.dims(q.shape())?;
         let upstream = grad.to_scalar::<f32>()?;
         let dq = with_values(q, |values| Ok(self.gradient(values, b, a, upstream)))?;
-        Ok(Some(Tensor::from_vec(dq, q.shape(), q.device())?))
+        gradient_like(dq, q)
     }
 }
 

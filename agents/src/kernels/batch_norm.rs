@@ -9,9 +9,10 @@
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Tensor, Var};
 
+use super::dense::f32_slice_mut;
 use super::feature_pass::{affine_features, affine_in_place, block, Affine, BLOCK};
 use super::fused::{gradient_through_relu, relu_in_place, with_values, Units};
-use super::{cpu_forward, Grads3};
+use super::{cpu_forward, gradient_like, Grads3};
 
 /// Per-unit batch mean and population variance of host values laid out as `units`
 /// says.
@@ -123,11 +124,8 @@ impl candle_core::InplaceOp1 for BlendRunning<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
-        let (CpuStorage::F32(v), Some((a, b))) = (storage, layout.contiguous_offsets()) else {
-            candle_core::bail!("running statistics must be contiguous f32 values");
-        };
         let m = self.momentum;
-        for (r, x) in v[a..b].iter_mut().zip(self.batch) {
+        for (r, x) in f32_slice_mut(storage, layout)?.iter_mut().zip(self.batch) {
             *r = (1.0 - m) * *r + m * x * self.factor;
         }
         Ok(())
@@ -286,9 +284,9 @@ impl CustomOp3 for BatchNormOp {
             self.gradients_over_channels(&units, t, &gamma_values, out, grad)?
         };
         Ok((
-            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
-            Some(Tensor::from_vec(dgamma, gamma.shape(), gamma.device())?),
-            Some(Tensor::from_vec(dbeta, beta.shape(), beta.device())?),
+            gradient_like(dt, t)?,
+            gradient_like(dgamma, gamma)?,
+            gradient_like(dbeta, beta)?,
         ))
     }
 }

@@ -20,7 +20,7 @@ use candle_core::{CustomOp2, Result, Shape, Tensor};
 use super::dense::{product, transposed, Order, View};
 use super::fused::with_values;
 use super::kernel_core::KernelCore;
-use super::{cpu_forward, Grads2};
+use super::{cpu_forward, gradient_like, Grads2};
 
 /// Shape parameters of one convolution.
 #[derive(Debug, Clone, Copy)]
@@ -187,6 +187,6 @@ impl CustomOp2 for ColumnConv {
                 Ok(self.0.backward(cols, &[], g, false))
             })
         })?;
-        Ok((None, Some(Tensor::from_vec(dw, w.shape(), w.device())?)))
+        Ok((None, gradient_like(dw, w)?))
     }
 }

@@ -17,6 +17,14 @@ pub(crate) fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> 
     }
 }
 
+/// The `f32` values of a contiguous CPU storage, to change in place (an in-place op).
+pub(crate) fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout) -> Result<&'a mut [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),
+        _ => candle_core::bail!("in-place CPU ops need contiguous f32 tensors"),
+    }
+}
+
 /// A `rows x cols` matrix whose element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
 pub(crate) struct View<'a> {

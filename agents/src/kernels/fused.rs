@@ -17,7 +17,7 @@ use candle_core::{CustomOp1, CustomOp2, Result, Shape, Storage, Tensor};
 
 use super::dense::{f32_slice, lane_sum};
 use super::feature_pass::{affine_features, output_gradient, Affine, SavedOutput};
-use super::{cpu_forward, Grads2};
+use super::{cpu_forward, gradient_like, Grads2};
 
 /// Runs `f` on a CPU tensor's values.
 pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
@@ -101,6 +101,19 @@ impl Units {
         }
     }
 
+    /// `x` and `y` cut to this layout's values and `per_unit` to its units (which also
+    /// checks, once, that they hold that many).
+    #[inline(always)]
+    fn views<'a, P>(
+        &self,
+        x: &'a [f32],
+        y: &'a [f32],
+        per_unit: &'a [P],
+    ) -> (&'a [f32], &'a [f32], &'a [P]) {
+        let len = self.outer * self.units * self.inner;
+        (&x[..len], &y[..len], &per_unit[..self.units])
+    }
+
     /// `f(x, per_unit[u])` for every value `x` (of unit `u`), in memory order.
     #[inline]
     pub(crate) fn map<P: Copy>(
@@ -121,9 +134,9 @@ impl Units {
         per_unit: &[P],
         f: impl Fn(f32, f32, P) -> f32,
     ) -> Vec<f32> {
-        let (units, len) = (self.units, self.outer * self.units * self.inner);
-        let (x, y, per_unit) = (&x[..len], &y[..len], &per_unit[..units]);
-        let mut out = Vec::with_capacity(len);
+        let (x, y, per_unit) = self.views(x, y, per_unit);
+        let units = self.units;
+        let mut out = Vec::with_capacity(x.len());
         if self.inner == 1 {
             // Runs of one value: a whole row of units at a time.
             for (xs, ys) in x.chunks_exact(units).zip(y.chunks_exact(units)) {
@@ -153,8 +166,8 @@ impl Units {
         per_unit: &[P],
         f: impl Fn(f32, f32, P) -> f32,
     ) -> Vec<f32> {
-        let (units, len) = (self.units, self.outer * self.units * self.inner);
-        let (x, y, per_unit) = (&x[..len], &y[..len], &per_unit[..units]);
+        let (x, y, per_unit) = self.views(x, y, per_unit);
+        let units = self.units;
         let mut sums = vec![0f32; units];
         if self.inner == 1 {
             for (xs, ys) in x.chunks_exact(units).zip(y.chunks_exact(units)) {
@@ -198,10 +211,7 @@ impl CustomOp2 for UnitBias {
         let grad = grad.contiguous()?;
         let units = Units::of(t.shape())?;
         let db = with_values(&grad, |g| Ok(units.sums(g)))?;
-        Ok((
-            Some(grad),
-            Some(Tensor::from_vec(db, b.shape(), b.device())?),
-        ))
+        Ok((Some(grad), gradient_like(db, b)?))
     }
 }
 
@@ -216,7 +226,7 @@ impl CustomOp2 for BiasRelu {
 
     fn bwd(&self, t: &Tensor, b: &Tensor, out: &Tensor, grad: &Tensor) -> Grads2 {
         let (dt, db) = bias_relu_gradients(&Units::of(t.shape())?, out, grad)?;
-        Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
+        Ok((Some(dt), gradient_like(db, b)?))
     }
 }
 

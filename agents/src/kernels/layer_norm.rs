@@ -9,7 +9,7 @@ use candle_core::{CustomOp3, Result, Shape, Tensor};
 
 use super::dense::lane_sum;
 use super::fused::{gradient_through_relu, with_values};
-use super::{cpu_forward, Grads3};
+use super::{cpu_forward, gradient_like, Grads3};
 
 /// Host values `t` of whole rows of `gamma.len()` features.
 pub(crate) fn check_rows(t: &[f32], gamma: &[f32]) -> Result<()> {
@@ -64,9 +64,9 @@ impl CustomOp3 for FusedLayerNorm {
             })
         })?;
         Ok((
-            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
-            Some(Tensor::from_vec(dgamma, gamma.shape(), gamma.device())?),
-            Some(Tensor::from_vec(dbeta, beta.shape(), beta.device())?),
+            gradient_like(dt, t)?,
+            gradient_like(dgamma, gamma)?,
+            gradient_like(dbeta, beta)?,
         ))
     }
 }

@@ -18,7 +18,7 @@ use candle_core::{CustomOp2, Result, Shape, Tensor};
 use super::dense::{product, transposed, Order, View};
 use super::fused::with_values;
 use super::kernel_core::KernelCore;
-use super::{cpu_forward, Grads2};
+use super::{cpu_forward, gradient_like, Grads2};
 
 pub(crate) struct LinearOp;
 
@@ -110,6 +110,6 @@ impl CustomOp2 for LinearOp {
         let dx = dx
             .map(|dx| Tensor::from_vec(dx, x.shape(), x.device()))
             .transpose()?;
-        Ok((dx, Some(Tensor::from_vec(dw, w.shape(), w.device())?)))
+        Ok((dx, gradient_like(dw, w)?))
     }
 }

@@ -4,7 +4,7 @@
 use candle_core::{CustomOp1, CustomOp2, Result, Tensor};
 
 use super::fused::{bias_relu_gradients, bias_relu_values, unit_bias_fits, with_values, Units};
-use super::{cpu_forward, Grads2};
+use super::{cpu_forward, gradient_like, Grads2};
 
 /// Each unit's mean from its sum over `per_unit` values.
 pub(crate) fn batch_means(sums: &[f32], per_unit: usize) -> Vec<f32> {
@@ -48,7 +48,7 @@ impl CustomOp1 for SubtractUnitMean {
         let grad = grad.contiguous()?;
         let units = Units::of(t.shape())?;
         let dt = with_values(&grad, |dy| Ok(centered(&units, dy, &units.sums(dy))))?;
-        Ok(Some(Tensor::from_vec(dt, t.shape(), t.device())?))
+        gradient_like(dt, t)
     }
 }
 
@@ -80,6 +80,6 @@ impl CustomOp2 for CenteredBiasRelu {
         } else {
             d
         };
-        Ok((Some(dt), Some(Tensor::from_vec(db, b.shape(), b.device())?)))
+        Ok((Some(dt), gradient_like(db, b)?))
     }
 }

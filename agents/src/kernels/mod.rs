@@ -17,6 +17,15 @@ pub(crate) mod weight_norm;
 
 use candle_core::Tensor;
 
+/// A custom op's gradient of one input: `values` in the shape and on the device of
+/// `like`.
+pub(crate) fn gradient_like(
+    values: Vec<f32>,
+    like: &Tensor,
+) -> candle_core::Result<Option<Tensor>> {
+    Tensor::from_vec(values, like.shape(), like.device()).map(Some)
+}
+
 /// A two-input custom op's gradients with respect to its inputs.
 pub(crate) type Grads2 = candle_core::Result<(Option<Tensor>, Option<Tensor>)>;
 /// A three-input custom op's gradients with respect to its inputs.

@@ -17,7 +17,7 @@ use candle_core::{CustomOp2, CustomOp3, Result, Shape, Storage, Tensor};
 use super::dense::{dot, f32_slice, lane_sum};
 use super::fused::{with_values, Units};
 use super::kernel_core::KernelCore;
-use super::{cpu_forward, Grads2, Grads3};
+use super::{cpu_forward, gradient_like, Grads2, Grads3};
 
 /// The units of an output of `shape`, checked against the gains and inverse norms.
 fn units_of(shape: &Shape, g: &[f32], inv_norms: &[f32]) -> Result<Units> {
@@ -180,8 +180,8 @@ impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
             dinput
                 .map(|d| Tensor::from_vec(d, input.shape(), input.device()))
                 .transpose()?,
-            Some(Tensor::from_vec(dv, v.shape(), v.device())?),
-            Some(Tensor::from_vec(dg, g.shape(), g.device())?),
+            gradient_like(dv, v)?,
+            gradient_like(dg, g)?,
         ))
     }
 }
@@ -221,9 +221,9 @@ impl CustomOp3 for ScaleByGain {
             Ok(dv)
         })?;
         Ok((
-            Some(Tensor::from_vec(dt, t.shape(), t.device())?),
-            Some(Tensor::from_vec(dv, v.shape(), v.device())?),
-            Some(Tensor::from_vec(dg, g.shape(), g.device())?),
+            gradient_like(dt, t)?,
+            gradient_like(dv, v)?,
+            gradient_like(dg, g)?,
         ))
     }
 }

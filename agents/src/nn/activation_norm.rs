@@ -20,6 +20,14 @@ use crate::kernels::feature_pass::{
 use crate::kernels::fused::{self, with_values};
 use crate::kernels::layer_norm::RowStatistics;
 
+/// One layer on candle's graph, as its normalization sees it: what follows the
+/// normalization, and which batch-norm statistics to use.
+pub(crate) struct GraphLayer<'a> {
+    pub bias: Option<&'a Tensor>,
+    pub relu: bool,
+    pub stats: BnStats,
+}
+
 /// One hidden layer on the host path, as its normalization sees it.
 pub(crate) struct HostLayer<'a> {
     /// Output units (features).
@@ -31,6 +39,16 @@ pub(crate) struct HostLayer<'a> {
     /// scaled per unit.
     pub scale: Option<&'a [f32]>,
     pub relu: bool,
+    pub stats: BnStats,
+}
+
+/// What a host backward reads: the layer, the normalization's tape, the kernel output
+/// `t` the forward kept (empty where it kept none) and the layer's output `out`.
+pub(crate) struct Saved<'a> {
+    pub layer: HostLayer<'a>,
+    pub tape: &'a NormTape,
+    pub t: &'a [f32],
+    pub out: &'a [f32],
 }
 
 /// What a normalization's host backward reads besides the kernel's output.
@@ -53,11 +71,43 @@ pub(crate) struct HostOutput {
     pub tape: NormTape,
 }
 
+impl HostOutput {
+    /// `out` where the forward wrote a new buffer and keeps the kernel's output `t`;
+    /// else (`None`) `t` itself, transformed in place, is the output.
+    pub(crate) fn kept_or_in_place(out: Option<Vec<f32>>, t: Vec<f32>, tape: NormTape) -> Self {
+        match out {
+            Some(out) => Self {
+                out,
+                kernel_output: t,
+                tape,
+            },
+            None => Self {
+                out: t,
+                kernel_output: vec![],
+                tape,
+            },
+        }
+    }
+}
+
 /// A host backward's result: `dL/dt` (the kernel output's gradient) and, where the
 /// kernel was weight-normed, the per-unit sums `Σ dL/d(s t) · t` that give `dL/dg`.
 pub(crate) struct HostGradient {
     pub dt: Vec<f32>,
     pub gain_sums: Vec<f32>,
+}
+
+/// What a host backward returns.
+pub(crate) type Backward = Result<HostGradient>;
+
+impl HostGradient {
+    /// `dL/dt` of a kernel without weight norm.
+    pub(crate) fn plain(dt: Vec<f32>) -> Self {
+        Self {
+            dt,
+            gain_sums: vec![],
+        }
+    }
 }
 
 pub(crate) trait ActivationNorm: Send + Sync {
@@ -66,38 +116,22 @@ pub(crate) trait ActivationNorm: Send + Sync {
         true
     }
 
-    /// Whether the host path runs this method, with a weight-normed kernel or not.
-    fn runs_on_host(&self, weight_normed: bool) -> bool;
+    /// Whether the host path runs this method, with a weight-normed kernel or not (by
+    /// default: without weight norm).
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
+    }
 
-    /// `relu(norm(t) + bias)` (the ReLU only where `relu`) through the graph.
-    fn graph_forward(
-        &self,
-        t: &Tensor,
-        bias: Option<&Tensor>,
-        relu: bool,
-        stats: BnStats,
-    ) -> Result<Tensor>;
+    /// `relu(norm(t) + bias)` (the ReLU only where the layer has one) through the
+    /// graph; `t` is the kernel's output.
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor>;
 
     /// The same on host values; `keep` asks for what [`Self::host_backward`] reads.
-    fn host_forward(
-        &self,
-        layer: &HostLayer,
-        t: Vec<f32>,
-        stats: BnStats,
-        keep: bool,
-    ) -> Result<HostOutput>;
+    fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput>;
 
     /// Pushes the method's (and the bias's) gradients from `dy`, the gradient of the
-    /// layer's output `out`; `t` is the kernel output the forward kept.
-    fn host_backward(
-        &self,
-        layer: &HostLayer,
-        tape: &NormTape,
-        t: &[f32],
-        out: &[f32],
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> Result<HostGradient>;
+    /// layer's output.
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward;
 
     /// The layer's bias after weight norm's data-dependent init, from `mean_scaled`, each
     /// unit's mean of `t` times its new gain: `-mean_scaled` centers the output.
@@ -141,14 +175,8 @@ impl ActivationNorm for Identity {
         true
     }
 
-    fn graph_forward(
-        &self,
-        t: &Tensor,
-        bias: Option<&Tensor>,
-        relu: bool,
-        _stats: BnStats,
-    ) -> Result<Tensor> {
-        match (bias, relu) {
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
+        match (layer.bias, layer.relu) {
             (Some(b), true) => fused::bias_relu(t, b),
             (Some(b), false) => fused::add_unit_bias(t, b),
             (None, true) => fused::relu(t),
@@ -156,13 +184,7 @@ impl ActivationNorm for Identity {
         }
     }
 
-    fn host_forward(
-        &self,
-        layer: &HostLayer,
-        mut t: Vec<f32>,
-        _stats: BnStats,
-        keep: bool,
-    ) -> Result<HostOutput> {
+    fn host_forward(&self, layer: &HostLayer, mut t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         // Weight norm's backward reads the kernel's output; else it is not kept and
         // becomes the layer's output in place.
         let kept = keep && layer.scale.is_some();
@@ -180,35 +202,17 @@ impl ActivationNorm for Identity {
                 Ok(None)
             }
         })?;
-        Ok(match out {
-            Some(out) => HostOutput {
-                out,
-                kernel_output: t,
-                tape: NormTape::None,
-            },
-            None => HostOutput {
-                out: t,
-                kernel_output: vec![],
-                tape: NormTape::None,
-            },
-        })
+        Ok(HostOutput::kept_or_in_place(out, t, NormTape::None))
     }
 
-    fn host_backward(
-        &self,
-        layer: &HostLayer,
-        _tape: &NormTape,
-        t: &[f32],
-        out: &[f32],
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> Result<HostGradient> {
-        let saved = SavedOutput {
-            y: layer.relu.then_some(out),
-            scaled: layer.scale.map(|s| (t, s)),
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+        let layer = &saved.layer;
+        let output = SavedOutput {
+            y: layer.relu.then_some(saved.out),
+            scaled: layer.scale.map(|s| (saved.t, s)),
         };
         let mut dt = dy;
-        let sums = output_gradient(&mut dt, layer.units, saved);
+        let sums = output_gradient(&mut dt, layer.units, output);
         if let Some(b) = layer.bias {
             push(grads, b, sums.d);
         }

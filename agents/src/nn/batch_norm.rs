@@ -28,7 +28,8 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    mean_of, push, ActivationNorm, HostGradient, HostLayer, HostOutput, NormTape,
+    mean_of, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostLayer, HostOutput,
+    NormTape, Saved,
 };
 use super::kernel::{unit_moments, values_per_unit};
 use super::params::StoreVersion;
@@ -248,43 +249,22 @@ impl ActivationNorm for BatchNorm {
         false
     }
 
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        !weight_normed
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
+        self.forward_then(t, layer.stats, layer.relu)
     }
 
-    fn graph_forward(
-        &self,
-        t: &Tensor,
-        bias: Option<&Tensor>,
-        relu: bool,
-        stats: BnStats,
-    ) -> Result<Tensor> {
-        debug_assert!(bias.is_none(), "batch norm's layer has no bias");
-        self.forward_then(t, stats, relu)
-    }
-
-    fn host_forward(
-        &self,
-        layer: &HostLayer,
-        mut t: Vec<f32>,
-        stats: BnStats,
-        keep: bool,
-    ) -> Result<HostOutput> {
-        if stats == BnStats::Running && !keep {
+    fn host_forward(&self, layer: &HostLayer, mut t: Vec<f32>, keep: bool) -> Result<HostOutput> {
+        if layer.stats == BnStats::Running && !keep {
             // Acting and TD targets: the cached statistics and parameters, in place.
             affine_in_place(&mut t, layer.units, self.evaluation()?.affine(layer.relu));
-            return Ok(HostOutput {
-                out: t,
-                kernel_output: vec![],
-                tape: NormTape::None,
-            });
+            return Ok(HostOutput::kept_or_in_place(None, t, NormTape::None));
         }
         let units = Units {
             outer: layer.rows,
             units: layer.units,
             inner: 1,
         };
-        let op = self.host_op(&units, &t, stats)?;
+        let op = self.host_op(&units, &t, layer.stats)?;
         let out = with_values(self.gamma.as_tensor(), |gamma| {
             with_values(self.beta.as_tensor(), |beta| {
                 if keep {
@@ -296,43 +276,21 @@ impl ActivationNorm for BatchNorm {
                 }
             })
         })?;
-        let tape = NormTape::Batch(op);
-        Ok(match out {
-            Some(out) => HostOutput {
-                out,
-                kernel_output: t,
-                tape,
-            },
-            None => HostOutput {
-                out: t,
-                kernel_output: vec![],
-                tape,
-            },
-        })
+        Ok(HostOutput::kept_or_in_place(out, t, NormTape::Batch(op)))
     }
 
-    fn host_backward(
-        &self,
-        layer: &HostLayer,
-        tape: &NormTape,
-        t: &[f32],
-        out: &[f32],
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> Result<HostGradient> {
-        let NormTape::Batch(op) = tape else {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+        let NormTape::Batch(op) = saved.tape else {
             candle_core::bail!("host backward: the forward kept no batch-norm statistics");
         };
         let mut dt = dy;
+        let relu = saved.layer.relu;
         let (dgamma, dbeta) = with_values(self.gamma.as_tensor(), |gamma| {
-            Ok(op.feature_gradients(gamma, t, out, &mut dt, layer.relu))
+            Ok(op.feature_gradients(gamma, saved.t, saved.out, &mut dt, relu))
         })?;
         push(grads, &self.gamma, dgamma);
         push(grads, &self.beta, dbeta);
-        Ok(HostGradient {
-            dt,
-            gain_sums: vec![],
-        })
+        Ok(HostGradient::plain(dt))
     }
 
     fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use candle_core::{Result, TensorId};
 
-use super::activation_norm::{push, HostLayer, NormTape};
+use super::activation_norm::{push, HostLayer, NormTape, Saved};
 use super::layer::WeightParam;
 use super::weight_norm::UnitNorms;
 use super::{BnStats, Kernel, NormLayer, QNetwork};
@@ -129,13 +129,19 @@ impl NormLayer {
     }
 
     /// The layer as its normalization sees it, with weight norm's scales if any.
-    fn host_layer<'a>(&'a self, rows: usize, norms: Option<&'a UnitNorms>) -> HostLayer<'a> {
+    fn host_layer<'a>(
+        &'a self,
+        rows: usize,
+        norms: Option<&'a UnitNorms>,
+        stats: BnStats,
+    ) -> HostLayer<'a> {
         HostLayer {
             units: self.kernel.units(),
             rows,
             bias: self.bias.as_ref(),
             scale: norms.map(|n| &n.scales[..]),
             relu: self.relu,
+            stats,
         }
     }
 
@@ -168,8 +174,8 @@ impl NormLayer {
                 (t, Some(norms))
             }
         };
-        let layer = self.host_layer(rows, weight_norm.as_deref());
-        let output = self.norm.method().host_forward(&layer, t, stats, keep)?;
+        let layer = self.host_layer(rows, weight_norm.as_deref(), stats);
+        let output = self.norm.method().host_forward(&layer, t, keep)?;
         let saved = LayerTape {
             input: vec![],
             kernel_output: output.kernel_output,
@@ -193,12 +199,15 @@ impl NormLayer {
             candle_core::bail!("host backward: not a Linear layer");
         };
         let rows = saved.input.len() / n_in.max(1);
-        let layer = self.host_layer(rows, saved.weight_norm.as_deref());
-        let t = &saved.kernel_output;
-        let d = self
-            .norm
-            .method()
-            .host_backward(&layer, &saved.norm, t, out, dy, grads)?;
+        // The statistics are the tape's; the layer's mode is not read again.
+        let layer = self.host_layer(rows, saved.weight_norm.as_deref(), BnStats::Batch);
+        let tape = Saved {
+            layer,
+            tape: &saved.norm,
+            t: &saved.kernel_output,
+            out,
+        };
+        let d = self.norm.method().host_backward(&tape, dy, grads)?;
         let core = LinearCore::new(rows, n_in, n_out);
         match (&self.weight, &saved.weight_norm) {
             (WeightParam::Plain(w), _) => {

@@ -4,7 +4,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{ActivationNorm, Identity};
+use super::activation_norm::{ActivationNorm, GraphLayer, Identity};
 use super::init::InitRng;
 use super::kernel::unit_moments;
 use super::params::StoreVersion;
@@ -249,8 +249,13 @@ impl NormLayer {
         }
     }
 
-    fn bias_tensor(&self) -> Option<&Tensor> {
-        self.bias.as_ref().map(Var::as_tensor)
+    /// The layer as its normalization sees it on the graph.
+    fn graph_layer(&self, relu: bool, pass: Pass) -> GraphLayer<'_> {
+        GraphLayer {
+            bias: self.bias.as_ref().map(Var::as_tensor),
+            relu,
+            stats: pass.stats,
+        }
     }
 
     /// The kernel applied with the layer's (possibly normalized) weight: differentiable
@@ -267,7 +272,7 @@ impl NormLayer {
         let t = self.kernel_output(x, pass.differentiable)?;
         self.norm
             .method()
-            .graph_forward(&t, self.bias_tensor(), false, pass.stats)
+            .graph_forward(&t, &self.graph_layer(false, pass))
     }
 
     /// The layer's output through candle's graph.
@@ -275,7 +280,7 @@ impl NormLayer {
         let t = self.kernel_output(x, pass.differentiable)?;
         self.norm
             .method()
-            .graph_forward(&t, self.bias_tensor(), self.relu, pass.stats)
+            .graph_forward(&t, &self.graph_layer(self.relu, pass))
     }
 
     /// Weight norm's data-dependent init on batch `x`: per unit, with

@@ -21,9 +21,12 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{push, ActivationNorm, HostGradient, HostLayer, HostOutput, NormTape};
+use super::activation_norm::{
+    push, ActivationNorm, Backward, GraphLayer, HostGradient, HostLayer, HostOutput, NormTape,
+    Saved,
+};
 use super::kernel::sample_moments;
-use super::{BnStats, HostGradients};
+use super::HostGradients;
 use super::{Group, ParamStore};
 use crate::kernels::fused::{relu_mask, with_values};
 use crate::kernels::layer_norm::{
@@ -123,28 +126,11 @@ impl ActivationNorm for LayerNorm {
         false
     }
 
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        !weight_normed
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
+        self.forward_then(t, layer.relu)
     }
 
-    fn graph_forward(
-        &self,
-        t: &Tensor,
-        bias: Option<&Tensor>,
-        relu: bool,
-        _stats: BnStats,
-    ) -> Result<Tensor> {
-        debug_assert!(bias.is_none(), "layer norm's layer has no bias");
-        self.forward_then(t, relu)
-    }
-
-    fn host_forward(
-        &self,
-        layer: &HostLayer,
-        t: Vec<f32>,
-        _stats: BnStats,
-        keep: bool,
-    ) -> Result<HostOutput> {
+    fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         let (out, statistics) = self.host_values(&t, layer.relu)?;
         // The backward reads the input and its statistics.
         Ok(HostOutput {
@@ -154,24 +140,14 @@ impl ActivationNorm for LayerNorm {
         })
     }
 
-    fn host_backward(
-        &self,
-        layer: &HostLayer,
-        tape: &NormTape,
-        t: &[f32],
-        out: &[f32],
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> Result<HostGradient> {
-        let NormTape::Layer(statistics) = tape else {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+        let NormTape::Layer(statistics) = saved.tape else {
             candle_core::bail!("host backward: the forward kept no layer-norm statistics");
         };
-        let (dt, dgamma, dbeta) = self.host_gradients(t, statistics, out, dy, layer.relu)?;
+        let relu = saved.layer.relu;
+        let (dt, dgamma, dbeta) = self.host_gradients(saved.t, statistics, saved.out, dy, relu)?;
         push(grads, &self.gamma, dgamma);
         push(grads, &self.beta, dbeta);
-        Ok(HostGradient {
-            dt,
-            gain_sums: vec![],
-        })
+        Ok(HostGradient::plain(dt))
     }
 }

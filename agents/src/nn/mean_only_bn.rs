@@ -18,7 +18,8 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    mean_of, push, with_bias, ActivationNorm, HostGradient, HostLayer, HostOutput, NormTape,
+    mean_of, push, with_bias, ActivationNorm, Backward, GraphLayer, HostGradient, HostLayer,
+    HostOutput, NormTape, Saved,
 };
 use super::kernel::unit_mean;
 use super::params::StoreVersion;
@@ -143,35 +144,23 @@ impl ActivationNorm for MeanOnlyBn {
         weight_normed
     }
 
-    fn graph_forward(
-        &self,
-        t: &Tensor,
-        bias: Option<&Tensor>,
-        relu: bool,
-        stats: BnStats,
-    ) -> Result<Tensor> {
-        if let (Some(b), true) = (bias, relu) {
-            return self.forward_bias_relu(t, b, stats);
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
+        if let (Some(b), true) = (layer.bias, layer.relu) {
+            return self.forward_bias_relu(t, b, layer.stats);
         }
-        let y = self.forward(t, stats)?;
-        let y = match bias {
+        let y = self.forward(t, layer.stats)?;
+        let y = match layer.bias {
             Some(b) => fused::add_unit_bias(&y, b)?,
             None => y,
         };
-        if relu {
+        if layer.relu {
             fused::relu(&y)
         } else {
             Ok(y)
         }
     }
 
-    fn host_forward(
-        &self,
-        layer: &HostLayer,
-        t: Vec<f32>,
-        stats: BnStats,
-        keep: bool,
-    ) -> Result<HostOutput> {
+    fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         let units = Units {
             outer: layer.rows,
             units: layer.units,
@@ -188,7 +177,7 @@ impl ActivationNorm for MeanOnlyBn {
             }
             None => (t, vec![]),
         };
-        let (mean, batch_statistics) = self.host_mean(&units, &y, stats)?;
+        let (mean, batch_statistics) = self.host_mean(&units, &y, layer.stats)?;
         let shift = with_bias(layer.bias, |b| Ok(mean_shift(b, &mean)))?;
         let affine = Affine {
             bias: Some(&shift),
@@ -203,23 +192,16 @@ impl ActivationNorm for MeanOnlyBn {
         })
     }
 
-    fn host_backward(
-        &self,
-        layer: &HostLayer,
-        tape: &NormTape,
-        t: &[f32],
-        out: &[f32],
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> Result<HostGradient> {
-        let &NormTape::MeanOnly { batch_statistics } = tape else {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+        let &NormTape::MeanOnly { batch_statistics } = saved.tape else {
             candle_core::bail!("host backward: the forward kept no mean-only BN statistics");
         };
+        let layer = &saved.layer;
         // Through the ReLU and the bias, then the batch mean, then weight norm's scale
         // (dL/dg's sums from the kernel's output).
         let mut d = dy;
         let relu = SavedOutput {
-            y: layer.relu.then_some(out),
+            y: layer.relu.then_some(saved.out),
             scaled: None,
         };
         let d_sums = output_gradient(&mut d, layer.units, relu).d;
@@ -236,7 +218,7 @@ impl ActivationNorm for MeanOnlyBn {
         }
         let scale = SavedOutput {
             y: None,
-            scaled: layer.scale.map(|s| (t, s)),
+            scaled: layer.scale.map(|s| (saved.t, s)),
         };
         let sums = output_gradient(&mut d, layer.units, scale);
         Ok(HostGradient {

@@ -24,7 +24,7 @@ use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
 
 use super::staggered::Staggered;
 use super::{OptimizerConfig, OptimizerKind};
-use crate::kernels::dense::lane_sum;
+use crate::kernels::dense::{f32_slice_mut, lane_sum};
 use crate::nn::{Group, HostGradients, ParamStore};
 use crate::Metric;
 
@@ -165,14 +165,12 @@ impl candle_core::InplaceOp1 for FusedUpdate<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
-        let (CpuStorage::F32(p), Some((a, b))) = (storage, layout.contiguous_offsets()) else {
-            candle_core::bail!("the fused optimizer needs contiguous f32 variables");
-        };
+        let p = f32_slice_mut(storage, layout)?;
         let mut state = self.state.borrow_mut();
         let [s0, s1] = &mut **state;
         update(
             &self.coefficients,
-            &mut p[a..b],
+            p,
             self.grad,
             s0.as_mut_slice(),
             s1.as_mut_slice(),

@@ -13,8 +13,7 @@
 //! assert_eq!(stats.last_return, Some(stats.last_length.unwrap() as f64));
 //! ```
 
-use crate::env::from_state;
-use crate::{ActionSpace, Env, EnvError, EpisodeStats, ObservationSpace, Step};
+use crate::{Env, EnvError, EpisodeStats, Step};
 
 pub struct Monitor<E> {
     inner: E,
@@ -35,15 +34,8 @@ impl<E: Env> Monitor<E> {
 }
 
 impl<E: Env> Env for Monitor<E> {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    fn observation_space(&self) -> ObservationSpace {
-        self.inner.observation_space()
-    }
-    fn action_space(&self) -> ActionSpace {
-        self.inner.action_space()
-    }
+    pass_through!(state: stats);
+
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
         self.stats.current_return = 0.0;
         self.stats.current_length = 0;
@@ -64,12 +56,5 @@ impl<E: Env> Env for Monitor<E> {
     }
     fn episode_stats(&self) -> Option<EpisodeStats> {
         Some(self.stats)
-    }
-    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
-        Ok(serde_json::json!({ "inner": self.inner.save_state()?, "stats": self.stats }))
-    }
-    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
-        self.stats = from_state(&state["stats"])?;
-        self.inner.load_state(&state["inner"])
     }
 }

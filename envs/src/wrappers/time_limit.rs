@@ -12,8 +12,7 @@
 //! assert!(last.truncated && !last.terminated);
 //! ```
 
-use crate::env::from_state;
-use crate::{ActionSpace, Env, EnvError, EpisodeStats, ObservationSpace, Step};
+use crate::{Env, EnvError, EpisodeStats, Step};
 
 /// Sets `truncated` on the step that reaches `max_steps` (unless the episode terminated
 /// on that same step, in which case termination wins and truncation is also reported,
@@ -44,15 +43,8 @@ impl<E: Env> TimeLimit<E> {
 }
 
 impl<E: Env> Env for TimeLimit<E> {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    fn observation_space(&self) -> ObservationSpace {
-        self.inner.observation_space()
-    }
-    fn action_space(&self) -> ActionSpace {
-        self.inner.action_space()
-    }
+    pass_through!(state: elapsed);
+
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
         self.elapsed = 0;
         self.inner.reset(seed, obs)
@@ -67,12 +59,5 @@ impl<E: Env> Env for TimeLimit<E> {
     }
     fn episode_stats(&self) -> Option<EpisodeStats> {
         self.inner.episode_stats()
-    }
-    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
-        Ok(serde_json::json!({ "inner": self.inner.save_state()?, "elapsed": self.elapsed }))
-    }
-    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
-        self.elapsed = from_state(&state["elapsed"])?;
-        self.inner.load_state(&state["inner"])
     }
 }
