@@ -194,6 +194,7 @@ impl Dqn {
 
     /// Gradient-free Q-values `[rows, n_actions]` (row-major) of `net` on host
     /// observations.
+    #[inline]
     fn q_of(&self, net: &QNetwork, obs: &[f32], rows: usize, stats: BnStats) -> Result<Vec<f32>> {
         match self.engine {
             Engine::Host => net.host_forward(obs, rows, stats, None),

@@ -10,6 +10,7 @@
 use candle_core::{CpuStorage, Layout, Result};
 
 /// The `f32` values of a contiguous CPU storage.
+#[inline]
 pub(crate) fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
     match (s, l.contiguous_offsets()) {
         (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
@@ -18,6 +19,7 @@ pub(crate) fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> 
 }
 
 /// The `f32` values of a contiguous CPU storage, to change in place (an in-place op).
+#[inline]
 pub(crate) fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout) -> Result<&'a mut [f32]> {
     match (s, l.contiguous_offsets()) {
         (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),

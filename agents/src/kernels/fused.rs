@@ -20,6 +20,7 @@ use super::feature_pass::{affine_features, output_gradient, Affine, SavedOutput}
 use super::{cpu_forward, gradient_like, Grads2};
 
 /// Runs `f` on a CPU tensor's values.
+#[inline]
 pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
     let (s, l) = t.storage_and_layout();
     match &*s {

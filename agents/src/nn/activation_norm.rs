@@ -74,6 +74,7 @@ pub(crate) struct HostOutput {
 impl HostOutput {
     /// `out` where the forward wrote a new buffer and keeps the kernel's output `t`;
     /// else (`None`) `t` itself, transformed in place, is the output.
+    #[inline]
     pub(crate) fn kept_or_in_place(out: Option<Vec<f32>>, t: Vec<f32>, tape: NormTape) -> Self {
         match out {
             Some(out) => Self {
@@ -102,6 +103,7 @@ pub(crate) type Backward = Result<HostGradient>;
 
 impl HostGradient {
     /// `dL/dt` of a kernel without weight norm.
+    #[inline]
     pub(crate) fn plain(dt: Vec<f32>) -> Self {
         Self {
             dt,
@@ -151,11 +153,13 @@ pub(crate) fn mean_of(values: &[f32]) -> f64 {
 }
 
 /// Pushes `var`'s gradient.
+#[inline]
 pub(crate) fn push(grads: &mut HostGradients, var: &Var, grad: Vec<f32>) {
     grads.push((var.id(), grad));
 }
 
 /// Runs `f` with the bias's values, if the layer has one.
+#[inline]
 pub(crate) fn with_bias<R>(
     bias: Option<&Var>,
     f: impl FnOnce(Option<&[f32]>) -> Result<R>,
@@ -184,6 +188,7 @@ impl ActivationNorm for Identity {
         }
     }
 
+    #[inline]
     fn host_forward(&self, layer: &HostLayer, mut t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         // Weight norm's backward reads the kernel's output; else it is not kept and
         // becomes the layer's output in place.

@@ -253,6 +253,7 @@ impl ActivationNorm for BatchNorm {
         self.forward_then(t, layer.stats, layer.relu)
     }
 
+    #[inline]
     fn host_forward(&self, layer: &HostLayer, mut t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         if layer.stats == BnStats::Running && !keep {
             // Acting and TD targets: the cached statistics and parameters, in place.

@@ -36,7 +36,8 @@ use std::sync::Arc;
 use candle_core::{Result, TensorId};
 
 use super::activation_norm::{push, HostLayer, NormTape, Saved};
-use super::layer::WeightParam;
+use super::activation_norm::{ActivationNorm, Identity};
+use super::layer::{with_method, Norm, WeightParam};
 use super::weight_norm::UnitNorms;
 use super::{BnStats, Kernel, NormLayer, QNetwork};
 use crate::kernels::fused::with_values;
@@ -125,10 +126,11 @@ impl NormLayer {
     fn runs_on_host(&self) -> bool {
         let linear = matches!(self.kernel, Kernel::Linear { .. });
         let normed = matches!(self.weight, WeightParam::Normed(_));
-        linear && self.norm.method().runs_on_host(normed)
+        linear && with_method!(&self.norm, |m| m.runs_on_host(normed))
     }
 
     /// The layer as its normalization sees it, with weight norm's scales if any.
+    #[inline]
     fn host_layer<'a>(
         &'a self,
         rows: usize,
@@ -175,7 +177,7 @@ impl NormLayer {
             }
         };
         let layer = self.host_layer(rows, weight_norm.as_deref(), stats);
-        let output = self.norm.method().host_forward(&layer, t, keep)?;
+        let output = with_method!(&self.norm, |m| m.host_forward(&layer, t, keep))?;
         let saved = LayerTape {
             input: vec![],
             kernel_output: output.kernel_output,
@@ -207,7 +209,7 @@ impl NormLayer {
             t: &saved.kernel_output,
             out,
         };
-        let d = self.norm.method().host_backward(&tape, dy, grads)?;
+        let d = with_method!(&self.norm, |m| m.host_backward(&tape, dy, grads))?;
         let core = LinearCore::new(rows, n_in, n_out);
         match (&self.weight, &saved.weight_norm) {
             (WeightParam::Plain(w), _) => {

@@ -130,6 +130,7 @@ impl ActivationNorm for LayerNorm {
         self.forward_then(t, layer.relu)
     }
 
+    #[inline]
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         let (out, statistics) = self.host_values(&t, layer.relu)?;
         // The backward reads the input and its statistics.

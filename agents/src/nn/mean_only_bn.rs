@@ -160,6 +160,7 @@ impl ActivationNorm for MeanOnlyBn {
         }
     }
 
+    #[inline]
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         let units = Units {
             outer: layer.rows,

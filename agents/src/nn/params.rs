@@ -43,10 +43,12 @@ pub struct Param {
 pub(crate) struct StoreVersion(Arc<AtomicU64>);
 
 impl StoreVersion {
+    #[inline]
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Acquire)
     }
 
+    #[inline]
     pub(crate) fn bump(&self) {
         self.0.fetch_add(1, Ordering::AcqRel);
     }

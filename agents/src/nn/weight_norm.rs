@@ -205,6 +205,7 @@ impl WeightNorm {
 
     /// `1/||v_u||` and `g_u/||v_u||` on host values, computed once per version of the
     /// store (see [`UnitNorms`]). CPU only.
+    #[inline]
     pub fn unit_norms(&self) -> Result<Arc<UnitNorms>> {
         let version = self.version.get();
         let units = self.kernel.units();
@@ -221,6 +222,7 @@ impl WeightNorm {
 /// by `g_u/||v_u||` in the layer's output pass; `w` is never formed.
 impl WeightNorm {
     /// The kernel's output `v x` on host values, and the norms that scale it.
+    #[inline]
     pub(crate) fn host_kernel(
         &self,
         core: &LinearCore,
