@@ -227,7 +227,7 @@ impl Dqn {
     pub fn update(&mut self, batch: &Batch) -> Result<UpdateInfo> {
         self.initialize_once(batch)?;
         let targets = self.targets(batch)?;
-        let q = self.forward_for_update(batch)?;
+        let q = self.q_for_update(batch)?;
         let (loss, gradients) = self.loss_and_gradients(q, batch, &targets)?;
         let grad_norm = self.optimizer.apply(&gradients)?;
         self.finish_update(loss, grad_norm)
@@ -305,7 +305,7 @@ impl Dqn {
 
     /// The online network's Q-values of the batch's observations, differentiable, with
     /// the batch-norm statistics of `dqn.online_bn_mode`.
-    fn forward_for_update(&self, batch: &Batch) -> Result<UpdateForward> {
+    fn q_for_update(&self, batch: &Batch) -> Result<UpdateForward> {
         let stats = self.config.online_bn_mode;
         if self.engine == Engine::Host {
             let mut tape = HostTape::default();

@@ -10,15 +10,18 @@
 
 use std::sync::Arc;
 
-use candle_core::{Result, Tensor, Var};
+use candle_core::{Result, Tensor, TensorId, Var};
 
-use super::{BnStats, HostGradients};
+use super::BnStats;
 use crate::kernels::batch_norm::BatchNormOp;
 use crate::kernels::feature_pass::{
     affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
 };
 use crate::kernels::fused::{self, with_values};
 use crate::kernels::layer_norm::RowStatistics;
+
+/// Each trainable variable's gradient from the host path, by the variable's id.
+pub type HostGradients = Vec<(TensorId, Vec<f32>)>;
 
 /// One layer on candle's graph, as its normalization sees it: what follows the
 /// normalization, and which batch-norm statistics to use.

@@ -28,12 +28,12 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    mean_of, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostLayer, HostOutput,
-    NormTape, Saved,
+    mean_of, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients, HostLayer,
+    HostOutput, NormTape, Saved,
 };
 use super::kernel::{unit_moments, values_per_unit};
 use super::params::StoreVersion;
-use super::{svb, BnStats, Group, HostGradients, ParamStore};
+use super::{svb, BnStats, Group, ParamStore};
 use crate::kernels::batch_norm::{self as batch_norm_op, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
 use crate::kernels::fused::{with_values, Units};

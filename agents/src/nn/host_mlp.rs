@@ -33,9 +33,9 @@
 
 use std::sync::Arc;
 
-use candle_core::{Result, TensorId};
+use candle_core::Result;
 
-use super::activation_norm::{push, HostLayer, NormTape, Saved};
+use super::activation_norm::{push, HostGradients, HostLayer, NormTape, Saved};
 use super::activation_norm::{ActivationNorm, Identity};
 use super::layer::{with_method, Norm, WeightParam};
 use super::weight_norm::UnitNorms;
@@ -58,9 +58,6 @@ struct LayerTape {
     weight_norm: Option<Arc<UnitNorms>>,
     norm: NormTape,
 }
-
-/// Each trainable variable's gradient, by the variable's id.
-pub type HostGradients = Vec<(TensorId, Vec<f32>)>;
 
 impl QNetwork {
     /// True when [`Self::host_forward`] and [`Self::host_backward`] can run this network:

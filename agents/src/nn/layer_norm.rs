@@ -22,11 +22,10 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    push, ActivationNorm, Backward, GraphLayer, HostGradient, HostLayer, HostOutput, NormTape,
-    Saved,
+    push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients, HostLayer, HostOutput,
+    NormTape, Saved,
 };
 use super::kernel::sample_moments;
-use super::HostGradients;
 use super::{Group, ParamStore};
 use crate::kernels::fused::{relu_mask, with_values};
 use crate::kernels::layer_norm::{

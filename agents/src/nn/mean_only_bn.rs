@@ -18,12 +18,12 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    mean_of, push, with_bias, ActivationNorm, Backward, GraphLayer, HostGradient, HostLayer,
-    HostOutput, NormTape, Saved,
+    mean_of, push, with_bias, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients,
+    HostLayer, HostOutput, NormTape, Saved,
 };
 use super::kernel::unit_mean;
 use super::params::StoreVersion;
-use super::{BnStats, Group, HostGradients, ParamStore};
+use super::{BnStats, Group, ParamStore};
 use crate::kernels::batch_norm as batch_norm_op;
 use crate::kernels::feature_pass::{
     affine_features, affine_in_place, output_gradient, Affine, SavedOutput,

@@ -21,9 +21,10 @@ mod qnet;
 pub mod svb;
 mod weight_norm;
 
+pub use activation_norm::HostGradients;
 pub use batch_norm::BatchNorm;
 pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};
-pub use host_mlp::{HostGradients, HostTape};
+pub use host_mlp::HostTape;
 pub use kernel::{unit_moments, Kernel};
 pub use layer::{LayerStats, NormLayer};
 pub use layer_norm::LayerNorm;

@@ -29,9 +29,8 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::push;
+use super::activation_norm::{push, HostGradients};
 use super::params::StoreVersion;
-use super::HostGradients;
 use super::{Group, Kernel, ParamStore};
 use crate::kernels::conv::DataConv2d;
 use crate::kernels::fused::with_values;
