@@ -49,6 +49,10 @@ pub struct RunConfig {
     pub device: String,
     /// CPU threads for tensor work (1 is fastest for small networks).
     pub threads: usize,
+    /// Accept values that are legal but almost surely a mistake (training that never
+    /// starts, a rising epsilon, ...). Written to the resolved config only when set.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_odd: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,6 +116,7 @@ impl Default for RunConfig {
             total_steps: 100_000,
             device: "cpu".into(),
             threads: 1,
+            allow_odd: false,
         }
     }
 }
@@ -176,11 +181,7 @@ impl Default for TrainConfig {
             optimizer: OptimizerConfig::default(),
             dqn: DqnConfig::default(),
             replay: ReplayConfig::default(),
-            exploration: LinearSchedule {
-                start: 1.0,
-                end: 0.05,
-                steps: 10_000,
-            },
+            exploration: LinearSchedule::default(),
             eval: EvalConfig::default(),
             logging: LoggingConfig::default(),
             checkpoint: CheckpointConfig::default(),
@@ -250,10 +251,13 @@ impl TrainConfig {
         for o in overrides {
             apply_override(&mut table, o)?;
         }
-        let known = toml::Table::try_from(TrainConfig::default()).expect("defaults serialize");
+        // Every key, those written only when set included.
+        let mut every_key = TrainConfig::default();
+        every_key.run.allow_odd = true;
+        let known = toml::Table::try_from(every_key).expect("defaults serialize");
         check_keys(&table, &known, "")?;
-        let config: TrainConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
-            .map_err(|e| {
+        let config: TrainConfig =
+            serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
                 let path = e.path().to_string();
                 let inner = e.into_inner();
                 let message = inner
@@ -264,6 +268,11 @@ impl TrainConfig {
                     .replace("expected f64", "expected a number");
                 anyhow::anyhow!("invalid value for '{path}': {message}")
             })?;
+        let resolved = toml::Table::try_from(&config).expect("configs serialize");
+        let unknown = crate::validate::unknown_tagged_keys(&table, &resolved, "");
+        if !unknown.is_empty() {
+            bail!("{}", unknown.join("\n"));
+        }
         config.validate()?;
         Ok(config)
     }
@@ -281,54 +290,10 @@ impl TrainConfig {
         toml::to_string_pretty(self).expect("configs serialize")
     }
 
-    /// Range checks across sections; the error lists every problem.
+    /// Range checks across sections, conflicting choices and odd ones (see
+    /// [`crate::validate`]); the error lists every problem.
     pub fn validate(&self) -> Result<()> {
-        let mut problems: Vec<String> = vec![];
-        let mut add = |section: &str, list: Vec<(&str, &str)>| {
-            for (field, allowed) in list {
-                problems.push(format!("{section}.{field} must be {allowed}"));
-            }
-        };
-        add("norm", self.norm.problems());
-        add("optimizer", self.optimizer.problems());
-        add("dqn", self.dqn.problems());
-        let r = &self.replay;
-        let mut replay = vec![];
-        if r.batch_size == 0 {
-            replay.push(("batch_size", "a positive integer"));
-        }
-        if r.capacity < r.batch_size.max(2) + 1 {
-            replay.push(("capacity", "larger than batch_size (and at least 3)"));
-        }
-        if r.train_frequency == 0 {
-            replay.push(("train_frequency", "a positive integer"));
-        }
-        if r.gradient_steps == 0 {
-            replay.push(("gradient_steps", "a positive integer"));
-        }
-        if let Sampler::Recent { window: 0 } = r.sampler {
-            replay.push(("sampler.window", "a positive integer"));
-        }
-        add("replay", replay);
-        let e = &self.exploration;
-        if !((0.0..=1.0).contains(&e.start) && (0.0..=1.0).contains(&e.end)) {
-            add("exploration", vec![("start/end", "in [0, 1]")]);
-        }
-        if !(0.0..=1.0).contains(&self.eval.epsilon) {
-            add("eval", vec![("epsilon", "in [0, 1]")]);
-        }
-        if self.run.threads == 0 {
-            add("run", vec![("threads", "a positive integer")]);
-        }
-        if self.run.total_steps == 0 {
-            add("run", vec![("total_steps", "a positive integer")]);
-        }
-        if let Err(e) = parse_device_spec(&self.run.device) {
-            problems.push(e.to_string());
-        }
-        if let Err(e) = normrl_envs::registry::check(&self.env.id) {
-            problems.push(format!("env.id: {e}"));
-        }
+        let problems = crate::validate::problems(self);
         if problems.is_empty() {
             Ok(())
         } else {

@@ -20,3 +20,4 @@ pub mod stats;
 pub mod tensorboard;
 pub mod train;
 mod train_cmd;
+pub mod validate;

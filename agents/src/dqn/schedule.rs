@@ -12,12 +12,23 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct LinearSchedule {
     pub start: f64,
     pub end: f64,
     /// Steps from `start` to `end`; `end` after that.
     pub steps: u64,
+}
+
+/// Epsilon from 1.0 to 0.05 over 10,000 steps: each key may be left out.
+impl Default for LinearSchedule {
+    fn default() -> Self {
+        Self {
+            start: 1.0,
+            end: 0.05,
+            steps: 10_000,
+        }
+    }
 }
 
 impl LinearSchedule {

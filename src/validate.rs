@@ -1,0 +1,264 @@
+//! What a training config must satisfy beyond its types: ranges, choices that cannot
+//! work together, choices that are legal but almost surely a mistake (refused unless
+//! `run.allow_odd = true`), and keys inside tagged tables that serde lets through.
+//! Every message names the key and what is allowed.
+
+use normrl_agents::nn::Architecture;
+use normrl_agents::replay::Sampler;
+
+use crate::config::{parse_device_spec, TrainConfig};
+
+/// Every problem of `config`, each a line naming its key; empty when it is valid.
+pub fn problems(config: &TrainConfig) -> Vec<String> {
+    let mut problems: Vec<String> = vec![];
+    let mut add = |section: &str, list: Vec<(&str, &str)>| {
+        for (field, allowed) in list {
+            problems.push(format!("{section}.{field} must be {allowed}"));
+        }
+    };
+    add("norm", config.norm.problems());
+    add("optimizer", config.optimizer.problems());
+    add("dqn", config.dqn.problems());
+    add("replay", replay_problems(config));
+    add("run", run_problems(config));
+    add("network", network_problems(config));
+    let e = &config.exploration;
+    if !((0.0..=1.0).contains(&e.start) && (0.0..=1.0).contains(&e.end)) {
+        add("exploration", vec![("start/end", "in [0, 1]")]);
+    }
+    if !(0.0..=1.0).contains(&config.eval.epsilon) {
+        add("eval", vec![("epsilon", "in [0, 1]")]);
+    }
+    if let Err(e) = parse_device_spec(&config.run.device) {
+        problems.push(e.to_string());
+    }
+    if let Err(e) = normrl_envs::registry::check(&config.env.id) {
+        problems.push(format!("env.id: {e}"));
+    }
+    if !config.run.allow_odd {
+        problems.extend(odd_choices(config));
+    }
+    problems
+}
+
+fn replay_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
+    let r = &config.replay;
+    let mut p = vec![];
+    if r.batch_size == 0 {
+        p.push(("batch_size", "a positive integer"));
+    }
+    if r.capacity < r.batch_size.max(2) + 1 {
+        p.push(("capacity", "larger than batch_size (and at least 3)"));
+    }
+    if r.train_frequency == 0 {
+        p.push(("train_frequency", "a positive integer"));
+    }
+    if r.gradient_steps == 0 {
+        p.push(("gradient_steps", "a positive integer"));
+    }
+    if let Sampler::Recent { window: 0 } = r.sampler {
+        p.push(("sampler.window", "a positive integer"));
+    }
+    // The first update comes after `learning_starts` steps, and these samplers take a
+    // whole batch of consecutive transitions.
+    let whole_batch = matches!(r.sampler, Sampler::Sequential | Sampler::Online);
+    if whole_batch && (r.learning_starts as u128) < r.batch_size as u128 {
+        p.push((
+            "learning_starts",
+            "at least replay.batch_size with the sequential and online samplers (they need a whole batch of transitions for the first update)",
+        ));
+    }
+    p
+}
+
+fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
+    let run = &config.run;
+    let mut p = vec![];
+    if run.threads == 0 {
+        p.push(("threads", "a positive integer"));
+    }
+    if run.total_steps == 0 {
+        p.push(("total_steps", "a positive integer"));
+    }
+    let name = run.name.as_str();
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\'])
+        && !name.chars().any(char::is_control);
+    if !plain {
+        p.push((
+            "name",
+            "a plain name (not empty, no '/', '\\', '.' or '..'): it names a directory under runs/",
+        ));
+    }
+    p
+}
+
+fn network_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
+    match &config.network.architecture {
+        Architecture::Mlp { hidden } if hidden.contains(&0) => {
+            vec![("architecture.hidden", "a list of positive layer widths")]
+        }
+        _ => vec![],
+    }
+}
+
+/// Legal values that almost surely are a mistake, each with the reason; accepted with
+/// `run.allow_odd = true` (or `--allow-odd`).
+pub fn odd_choices(config: &TrainConfig) -> Vec<String> {
+    let mut odd = vec![];
+    let mut say = |what: String| {
+        odd.push(format!(
+            "{what} (set run.allow_odd = true, or pass --allow-odd, if you mean it)"
+        ));
+    };
+    let (r, run) = (&config.replay, &config.run);
+    if r.learning_starts >= run.total_steps {
+        say(format!(
+            "replay.learning_starts = {} is not below run.total_steps = {}: the agent would never train",
+            r.learning_starts, run.total_steps
+        ));
+    }
+    if let Sampler::Recent { window } = r.sampler {
+        if window > r.capacity {
+            say(format!(
+                "replay.sampler.window = {window} is larger than replay.capacity = {}: the replay never holds that many",
+                r.capacity
+            ));
+        }
+    }
+    let e = &config.exploration;
+    if e.end > e.start {
+        say(format!(
+            "exploration.end = {} is above exploration.start = {}: epsilon would rise",
+            e.end, e.start
+        ));
+    }
+    if config.eval.episodes == 0 {
+        say("eval.episodes = 0: no evaluation return to report".to_string());
+    }
+    odd
+}
+
+/// Keys inside `type`-tagged tables (samplers, architectures, target updates) that the
+/// chosen type does not have: serde ignores them on unit variants. `user` is the table
+/// as written, `resolved` the parsed config serialized back.
+pub fn unknown_tagged_keys(
+    user: &toml::Table,
+    resolved: &toml::Table,
+    prefix: &str,
+) -> Vec<String> {
+    let mut unknown = vec![];
+    for (key, value) in user {
+        let path = match prefix {
+            "" => key.clone(),
+            _ => format!("{prefix}.{key}"),
+        };
+        let (Some(sub), Some(resolved_sub)) = (
+            value.as_table(),
+            resolved.get(key).and_then(toml::Value::as_table),
+        ) else {
+            continue;
+        };
+        if sub.contains_key("type") {
+            let mut allowed: Vec<&str> = resolved_sub.keys().map(String::as_str).collect();
+            allowed.sort_unstable();
+            for k in sub.keys().filter(|k| !resolved_sub.contains_key(*k)) {
+                unknown.push(format!(
+                    "unknown key '{path}.{k}' for type '{}'; its keys: {}",
+                    sub["type"].as_str().unwrap_or("?"),
+                    allowed.join(", ")
+                ));
+            }
+        } else {
+            unknown.extend(unknown_tagged_keys(sub, resolved_sub, &path));
+        }
+    }
+    unknown
+}
+
+/// The memory a run needs, estimated before anything is allocated or written: the
+/// replay ring and the networks with their gradients and optimizer state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryEstimate {
+    pub replay_bytes: u128,
+    pub network_bytes: u128,
+}
+
+impl MemoryEstimate {
+    pub fn of(
+        config: &TrainConfig,
+        space: &normrl_envs::ObservationSpace,
+        n_actions: usize,
+    ) -> Self {
+        let obs_len: u128 = space.shape.iter().map(|&d| d as u128).product();
+        let frame = match normrl_agents::replay::FrameEncoding::of(space) {
+            normrl_agents::replay::FrameEncoding::Bits => obs_len.div_ceil(64) * 8,
+            normrl_agents::replay::FrameEncoding::Bytes => obs_len,
+            normrl_agents::replay::FrameEncoding::Float => obs_len * 4,
+        };
+        // Per slot besides the frame: action (4 bytes), reward (4) and two flags.
+        let replay_bytes = config.replay.capacity as u128 * (frame + 10);
+        let params = parameter_count(&config.network.architecture, &space.shape, n_actions);
+        // Online and target values, the gradient, two optimizer moments, and weight
+        // norm's cached `w` or the graph's temporaries: about six copies of 4 bytes.
+        let network_bytes = params * 4 * 6;
+        Self {
+            replay_bytes,
+            network_bytes,
+        }
+    }
+
+    pub fn total(&self) -> u128 {
+        self.replay_bytes + self.network_bytes
+    }
+
+    /// An error with the numbers when the run cannot fit in `available` bytes.
+    pub fn check(&self, config: &TrainConfig, available: u64) -> anyhow::Result<()> {
+        if self.total() <= u128::from(available) {
+            return Ok(());
+        }
+        let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+        anyhow::bail!(
+            "this run needs about {:.1} GiB of memory and this machine has {:.1} GiB: the replay takes {:.1} GiB (replay.capacity = {} frames), the networks with their gradients and optimizer state {:.1} GiB (network.architecture); lower replay.capacity or the layer widths",
+            gib(self.total()),
+            gib(u128::from(available)),
+            gib(self.replay_bytes),
+            config.replay.capacity,
+            gib(self.network_bytes),
+        )
+    }
+}
+
+/// Trainable values of the Q-network (weights and biases; normalization parameters are
+/// a few per unit and left out), computed without overflow for any widths.
+fn parameter_count(arch: &Architecture, obs_shape: &[usize], n_actions: usize) -> u128 {
+    let (convs, hidden): (&[(u128, u128, u128)], Vec<u128>) = match arch {
+        Architecture::Mlp { hidden } => (&[], hidden.iter().map(|&h| h as u128).collect()),
+        Architecture::MinatarCnn => (&[(16, 3, 1)], vec![128]),
+        Architecture::NatureCnn => (&[(32, 8, 4), (64, 4, 2), (64, 3, 1)], vec![512]),
+    };
+    let mut shape: Vec<u128> = obs_shape.iter().map(|&d| d as u128).collect();
+    let mut total = 0u128;
+    for &(c_out, k, stride) in convs {
+        let (c_in, h, w) = (shape[0], shape[1], shape[2]);
+        total += c_out * (c_in * k * k + 1);
+        let out = |d: u128| d.saturating_sub(k) / stride + 1;
+        shape = vec![c_out, out(h), out(w)];
+    }
+    let mut width: u128 = shape.iter().product();
+    for h in hidden.into_iter().chain([n_actions as u128]) {
+        total += (width + 1) * h;
+        width = h;
+    }
+    total
+}
+
+/// The machine's memory (MemTotal), where the system says.
+pub fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
