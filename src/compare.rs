@@ -301,6 +301,42 @@ fn estimated_sps(config: &TrainConfig) -> f64 {
         * (32.0 / config.replay.batch_size.max(1) as f64).clamp(0.5, 4.0)
 }
 
+/// Checks the whole plan before anything runs or is created: at least one job, one
+/// directory per run (two variants or seeds with the same label would share one, and
+/// the second would be skipped as finished), and a baseline that is planned.
+pub fn check_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -> Result<()> {
+    if jobs == 0 {
+        bail!("--jobs must be a positive integer");
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    let mut clashes = vec![];
+    for (i, run) in runs.iter().enumerate() {
+        if let Some(first) = seen.insert(&run.rel_dir, i) {
+            clashes.push(format!(
+                "runs {first} and {i} both go to {} (variant '{}', seed {}): give the axes' values or [[variants]] distinct names, and the seeds distinct values",
+                run.rel_dir.display(),
+                run.variant,
+                run.seed
+            ));
+        }
+    }
+    if !clashes.is_empty() {
+        bail!("{}", clashes.join("\n"));
+    }
+    if let Some(baseline) = &config.report.baseline {
+        if !runs.iter().any(|r| &r.variant == baseline) {
+            let variants: std::collections::BTreeSet<&str> =
+                runs.iter().map(|r| r.variant.as_str()).collect();
+            let list: Vec<&str> = variants.into_iter().collect();
+            bail!(
+                "report.baseline = '{baseline}' is not a planned variant; the variants are: {}",
+                list.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Prints the plan: how many runs, how many steps, about how long.
 pub fn describe_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -> Result<String> {
     let mut steps = 0u64;

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::compare::{describe_plan, execute, parse_shard, CompareConfig, ReportConfig};
+use crate::compare::{
+    check_plan, describe_plan, execute, parse_shard, CompareConfig, ReportConfig,
+};
 use crate::report;
 
 #[derive(Debug, clap::Args)]
@@ -25,6 +27,10 @@ pub struct CompareArgs {
     /// Print the plan and stop.
     #[arg(long)]
     pub dry_run: bool,
+    /// Accept legal values that are almost surely a mistake in every run
+    /// (`run.allow_odd = true`).
+    #[arg(long)]
+    pub allow_odd: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -44,8 +50,14 @@ pub struct ReportArgs {
 }
 
 pub fn compare(args: &CompareArgs) -> Result<()> {
-    let config = CompareConfig::load(&args.config)?;
+    let mut config = CompareConfig::load(&args.config)?;
+    if args.allow_odd {
+        config
+            .set
+            .insert("run.allow_odd".into(), toml::Value::Boolean(true));
+    }
     let mut runs = config.expand()?;
+    check_plan(&config, &runs, args.jobs)?;
     let total = runs.len();
     if let Some(shard) = &args.shard {
         let (i, n) = parse_shard(shard)?;

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::{self, CheckpointFiles};
 use crate::config::{parse_device_spec, select_device, TrainConfig};
 use crate::tensorboard::TensorBoard;
+use crate::validate::MemoryEstimate;
 
 /// What a finished run reports (also written to `summary.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,6 +81,18 @@ pub struct Trainer {
     eval_env: Option<Box<dyn Env>>,
 }
 
+/// The summary of a finished run in `run_dir`, if it has one.
+pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
+    let path = run_dir.join("summary.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path)?;
+    let summary = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a run summary", path.display()))?;
+    Ok(Some(summary))
+}
+
 /// Sets the tensor thread count before candle first runs (candle otherwise reads
 /// /proc/cpuinfo on every matmul).
 pub fn set_threads(threads: usize) {
@@ -106,12 +119,17 @@ impl Trainer {
         Ok(trainer)
     }
 
+    /// Everything a run needs, built only after the memory estimate fits; the run
+    /// directory and its TensorBoard file are created last.
     fn build(config: TrainConfig, run_dir: &Path) -> Result<Self> {
         set_threads(config.run.threads);
         let device = select_device(parse_device_spec(&config.run.device)?)?;
         let mut env = make(&config.env.id)?;
         let space = env.observation_space();
         let n_actions = env.action_space().n;
+        if let Some(available) = crate::validate::machine_memory() {
+            MemoryEstimate::of(&config, &space, n_actions).check(&config, available)?;
+        }
         let seed = config.run.seed;
         let agent = Dqn::new(
             &config.network,
@@ -124,7 +142,6 @@ impl Trainer {
             &device,
         )
         .context("cannot build the Q-network")?;
-        let tb = TensorBoard::new(run_dir)?;
         let mut replay = ReplayBuffer::with_encoding(
             config.replay.capacity,
             space.len(),
@@ -133,6 +150,7 @@ impl Trainer {
         let mut obs = vec![0.0; space.len()];
         env.reset(Some(seed), &mut obs)?;
         replay.start_episode(&obs);
+        let tb = TensorBoard::new(run_dir)?;
         Ok(Self {
             batch: Batch::new(config.replay.batch_size, space.len()),
             next_obs: obs.clone(),
@@ -157,23 +175,28 @@ impl Trainer {
         })
     }
 
-    /// Reopens a run from its directory and latest checkpoint.
+    /// Reopens a run from its directory and latest checkpoint. The checkpoint's state
+    /// is read and checked before anything is built or written.
     pub fn resume(run_dir: &Path) -> Result<Self> {
         let config_path = run_dir.join("config.toml");
         let config = TrainConfig::load(&config_path, &[])?;
         let Some(dir) = checkpoint::latest(run_dir)? else {
             bail!("{} has no checkpoint to resume from", run_dir.display());
         };
-        let mut t = Self::build(config, run_dir)?;
         let bytes = std::fs::read(dir.join("state.bin"))?;
-        let state: LoopState =
-            postcard::from_bytes(&bytes).context("checkpoint state.bin is corrupt")?;
-        if state.config_toml != t.config.to_toml() {
+        let corrupt = || format!("checkpoint {} is corrupt", dir.join("state.bin").display());
+        let state: LoopState = postcard::from_bytes(&bytes).with_context(corrupt)?;
+        // A zeroed or truncated file can still decode: its config is then no TOML.
+        if toml::from_str::<toml::Table>(&state.config_toml).map_or(true, |t| t.is_empty()) {
+            bail!("{}", corrupt());
+        }
+        if state.config_toml != config.to_toml() {
             bail!(
                 "{} changed since the checkpoint was written",
                 config_path.display()
             );
         }
+        let mut t = Self::build(config, run_dir)?;
         let device = t.agent.online().store().device().clone();
         t.agent
             .online()
@@ -456,11 +479,23 @@ impl Trainer {
         Ok(ret)
     }
 
-    /// The final evaluation, checkpoint and `summary.json`.
+    /// The final evaluation, checkpoint and `summary.json`. A run resumed from its
+    /// final checkpoint (killed before `summary.json`) has its final evaluation
+    /// already: it only writes what is missing, with the saved results.
     fn finish(&mut self, clock: &Clock) -> Result<RunSummary> {
-        let final_return = self.evaluate_and_log()?;
-        self.log_updates()?;
-        self.save_checkpoint(clock.elapsed())?;
+        let saved_final = self
+            .eval_curve
+            .last()
+            .filter(|(step, _)| *step == self.step);
+        let final_return = match saved_final {
+            Some(&(_, ret)) => ret,
+            None => {
+                let ret = self.evaluate_and_log()?;
+                self.log_updates()?;
+                self.save_checkpoint(clock.elapsed())?;
+                ret
+            }
+        };
         clock.progress.finish();
         let cfg = &self.config;
         let summary = RunSummary {

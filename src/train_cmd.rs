@@ -8,7 +8,7 @@ use normrl_envs::make;
 
 use crate::checkpoint;
 use crate::config::{parse_device_spec, select_device, TrainConfig};
-use crate::train::{evaluate, set_threads, Trainer};
+use crate::train::{evaluate, finished_summary, set_threads, RunSummary, Trainer};
 
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
@@ -28,6 +28,9 @@ pub struct TrainArgs {
     /// Shortcut for `--set run.device=...`.
     #[arg(long)]
     pub device: Option<String>,
+    /// Accept legal values that are almost surely a mistake (`--set run.allow_odd=true`).
+    #[arg(long)]
+    pub allow_odd: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,11 +50,22 @@ pub struct EvalArgs {
 
 pub fn train(args: &TrainArgs) -> Result<()> {
     let mut trainer = match (&args.resume, &args.config) {
-        (Some(dir), _) => Trainer::resume(dir)?,
+        (Some(dir), _) => {
+            if let Some(summary) = finished_summary(dir)? {
+                // Finished is final: nothing trains, evaluates or is rewritten.
+                eprintln!("{} holds a finished run; nothing to resume", dir.display());
+                print_summary(&summary);
+                return Ok(());
+            }
+            Trainer::resume(dir)?
+        }
         (None, Some(path)) => {
             let mut overrides = args.overrides.clone();
             if let Some(d) = &args.device {
                 overrides.push(format!("run.device={d}"));
+            }
+            if args.allow_odd {
+                overrides.push("run.allow_odd=true".into());
             }
             let config = TrainConfig::load(path, &overrides)?;
             let run_dir = args
@@ -82,21 +96,28 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         },
     );
     if let Some(summary) = trainer.run(None)? {
-        println!(
-            "{} {} seed {}: {} steps, {} episodes, final eval return {:.2}, {:.0} steps/s",
-            summary.env,
-            summary.norm,
-            summary.seed,
-            summary.steps,
-            summary.episodes,
-            summary.final_eval_return,
-            summary.steps_per_second
-        );
+        print_summary(&summary);
     }
     Ok(())
 }
 
+fn print_summary(summary: &RunSummary) {
+    println!(
+        "{} {} seed {}: {} steps, {} episodes, final eval return {:.2}, {:.0} steps/s",
+        summary.env,
+        summary.norm,
+        summary.seed,
+        summary.steps,
+        summary.episodes,
+        summary.final_eval_return,
+        summary.steps_per_second
+    );
+}
+
 pub fn eval(args: &EvalArgs) -> Result<()> {
+    if args.episodes == 0 {
+        bail!("--episodes must be a positive integer");
+    }
     let (run_dir, ckpt) = if args.checkpoint.join("checkpoints").exists() {
         let latest = checkpoint::latest(&args.checkpoint)?
             .with_context(|| format!("{} has no checkpoint", args.checkpoint.display()))?;

@@ -106,7 +106,7 @@ impl FrameEncoding {
 
 /// Frame storage: bit-packed for 0/1 observations, bytes for 8-bit images, `f32`
 /// otherwise.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 enum Frames {
     Bits {
         words_per_frame: usize,
@@ -116,7 +116,9 @@ enum Frames {
     Bytes(Vec<u8>),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Checkpoints hold only the filled slots ([`StoredReplay`]): a fresh buffer of 2M
+/// frames is mostly zeros.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReplayBuffer {
     capacity: usize,
     obs_len: usize,
@@ -131,6 +133,133 @@ pub struct ReplayBuffer {
     /// Frames written so far (saturates at capacity in meaning: `len()`).
     written: u64,
     transitions: usize,
+}
+
+/// The filled part of a [`ReplayBuffer`] as a checkpoint stores it: slots fill from 0
+/// upward, so the first `min(written, capacity)` slots of every per-slot vector.
+#[derive(Serialize)]
+struct StoredReplayRef<'a> {
+    capacity: usize,
+    obs_len: usize,
+    frames: FramesRef<'a>,
+    actions: &'a [u32],
+    rewards: &'a [f32],
+    terminated: &'a [bool],
+    has_transition: &'a [bool],
+    head: usize,
+    written: u64,
+    transitions: usize,
+}
+
+/// [`Frames`] borrowed and cut to the filled slots (the same serialized form).
+#[derive(Serialize)]
+enum FramesRef<'a> {
+    Bits {
+        words_per_frame: usize,
+        words: &'a [u64],
+    },
+    Floats(&'a [f32]),
+    Bytes(&'a [u8]),
+}
+
+/// What [`StoredReplayRef`] wrote, read back (older checkpoints, which held every slot,
+/// read the same way).
+#[derive(Deserialize)]
+struct StoredReplay {
+    capacity: usize,
+    obs_len: usize,
+    frames: Frames,
+    actions: Vec<u32>,
+    rewards: Vec<f32>,
+    terminated: Vec<bool>,
+    has_transition: Vec<bool>,
+    head: usize,
+    written: u64,
+    transitions: usize,
+}
+
+impl Serialize for ReplayBuffer {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let filled = (self.written as usize).min(self.capacity);
+        let frames = match &self.frames {
+            Frames::Bits {
+                words_per_frame,
+                words,
+            } => FramesRef::Bits {
+                words_per_frame: *words_per_frame,
+                words: &words[..filled * words_per_frame],
+            },
+            Frames::Floats(v) => FramesRef::Floats(&v[..filled * self.obs_len]),
+            Frames::Bytes(v) => FramesRef::Bytes(&v[..filled * self.obs_len]),
+        };
+        StoredReplayRef {
+            capacity: self.capacity,
+            obs_len: self.obs_len,
+            frames,
+            actions: &self.actions[..filled],
+            rewards: &self.rewards[..filled],
+            terminated: &self.terminated[..filled],
+            has_transition: &self.has_transition[..filled],
+            head: self.head,
+            written: self.written,
+            transitions: self.transitions,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ReplayBuffer {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = StoredReplay::deserialize(deserializer)?;
+        let bad = |what: &str| serde::de::Error::custom(format!("replay buffer: {what}"));
+        let filled = s.actions.len();
+        let per_frame = match &s.frames {
+            Frames::Bits {
+                words_per_frame, ..
+            } => *words_per_frame,
+            _ => s.obs_len,
+        };
+        let frame_values = match &s.frames {
+            Frames::Bits { words, .. } => words.len(),
+            Frames::Floats(v) => v.len(),
+            Frames::Bytes(v) => v.len(),
+        };
+        let lengths_agree = [s.rewards.len(), s.terminated.len(), s.has_transition.len()]
+            .iter()
+            .all(|&n| n == filled);
+        if s.capacity < 2 || filled > s.capacity || s.head >= s.capacity || !lengths_agree {
+            return Err(bad("slot counts do not fit its capacity"));
+        }
+        if frame_values != filled * per_frame {
+            return Err(bad("frames do not fit its slots"));
+        }
+        let capacity = s.capacity;
+        let mut frames = s.frames;
+        match &mut frames {
+            Frames::Bits { words, .. } => words.resize(capacity * per_frame, 0),
+            Frames::Floats(v) => v.resize(capacity * per_frame, 0.0),
+            Frames::Bytes(v) => v.resize(capacity * per_frame, 0),
+        }
+        let grow = |mut v: Vec<bool>| {
+            v.resize(capacity, false);
+            v
+        };
+        let (mut actions, mut rewards) = (s.actions, s.rewards);
+        actions.resize(capacity, 0);
+        rewards.resize(capacity, 0.0);
+        Ok(Self {
+            capacity,
+            obs_len: s.obs_len,
+            frames,
+            actions,
+            rewards,
+            terminated: grow(s.terminated),
+            has_transition: grow(s.has_transition),
+            head: s.head,
+            written: s.written,
+            transitions: s.transitions,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,0 +1,290 @@
+//! Hostile input and interrupted runs: each class of bad input gets exit 2, a message
+//! naming the key, and nothing written; a finished run is final; a checkpoint holds only
+//! the filled replay.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use normrl::config::TrainConfig;
+use normrl::train::Trainer;
+use normrl_agents::replay::{Batch, ReplayBuffer, Sampler};
+use rand::SeedableRng;
+
+fn normrl(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("normrl-hostile-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn parse(overrides: &[&str]) -> Result<TrainConfig, String> {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    TrainConfig::from_toml_str("", &overrides).map_err(|e| format!("{e:#}"))
+}
+
+/// `normrl train` with `overrides` must exit 2 with a message holding every piece of
+/// `expect`, and create nothing.
+fn refused(name: &str, overrides: &[&str], expect: &[&str]) {
+    let dir = temp(name);
+    let run = dir.join("run");
+    let mut args = vec!["train", "--config", "configs/cartpole.toml", "--run-dir"];
+    args.push(run.to_str().unwrap());
+    for o in overrides {
+        args.extend(["--set", o]);
+    }
+    let (code, text) = normrl(&args);
+    assert_eq!(code, 2, "{overrides:?}: {text}");
+    assert!(!text.contains("panicked"), "{overrides:?}: {text}");
+    for piece in expect {
+        assert!(
+            text.contains(piece),
+            "{overrides:?}: '{piece}' not in: {text}"
+        );
+    }
+    assert!(!run.exists(), "{overrides:?}: nothing may be written");
+}
+
+#[test]
+fn inputs_that_panicked_or_aborted_are_refused_with_the_key() {
+    // A hidden layer of width 0 panicked in the initializer.
+    refused(
+        "width0",
+        &["network.architecture={type=\"mlp\",hidden=[64,0]}"],
+        &["network.architecture.hidden", "positive"],
+    );
+    // Capacities that overflowed or aborted the allocator, and a layer of 10^9 units:
+    // refused by the memory estimate, with the numbers, before anything is written.
+    for capacity in ["1000000000000", "9223372036854775000"] {
+        let set = format!("replay.capacity={capacity}");
+        refused(
+            "capacity",
+            &[&set],
+            &["needs about", "replay.capacity", "GiB"],
+        );
+    }
+    refused(
+        "wide",
+        &["network.architecture={type=\"mlp\",hidden=[1000000000]}"],
+        &["needs about", "network.architecture"],
+    );
+    // A run name that climbs out of runs/.
+    refused("name", &["run.name=../../x"], &["run.name", "plain name"]);
+}
+
+#[test]
+fn conflicting_and_odd_values_name_their_keys() {
+    let err = parse(&[
+        "replay.sampler={type=\"sequential\"}",
+        "replay.batch_size=64",
+        "replay.learning_starts=10",
+    ])
+    .unwrap_err();
+    assert!(
+        err.contains("replay.learning_starts") && err.contains("batch_size"),
+        "{err}"
+    );
+    // Odd but legal: refused with the reason, accepted with run.allow_odd.
+    let odd: [(&[&str], &str); 4] = [
+        (&["replay.learning_starts=200000"], "never train"),
+        (
+            &["replay.sampler={type=\"recent\",window=500000}"],
+            "replay.capacity",
+        ),
+        (
+            &["exploration.start=0.1", "exploration.end=0.5"],
+            "epsilon would rise",
+        ),
+        (&["eval.episodes=0"], "eval.episodes"),
+    ];
+    for (overrides, reason) in odd {
+        let err = parse(overrides).unwrap_err();
+        assert!(
+            err.contains(reason) && err.contains("allow_odd"),
+            "{overrides:?}: {err}"
+        );
+        let mut allowed = overrides.to_vec();
+        allowed.push("run.allow_odd=true");
+        parse(&allowed).unwrap_or_else(|e| panic!("{allowed:?}: {e}"));
+    }
+    // Every key of a table is optional, and tagged tables take only their own keys.
+    let partial = parse(&["exploration.steps=500"]).unwrap();
+    assert_eq!(
+        (partial.exploration.start, partial.exploration.steps),
+        (1.0, 500)
+    );
+    for (set, key) in [
+        (
+            "replay.sampler={type=\"uniform\",window=5}",
+            "replay.sampler.window",
+        ),
+        (
+            "network.architecture={type=\"minatar_cnn\",hidden=[3]}",
+            "network.architecture.hidden",
+        ),
+    ] {
+        let err = parse(&[set]).unwrap_err();
+        assert!(
+            err.contains(key) && err.contains("unknown key"),
+            "{set}: {err}"
+        );
+    }
+    let (code, text) = normrl(&["eval", "--checkpoint", "/no/run", "--episodes", "0"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--episodes"), "{text}");
+}
+
+fn tiny_run(dir: &Path) -> normrl::train::RunSummary {
+    let overrides: Vec<String> = [
+        "run.total_steps=600",
+        "replay.learning_starts=100",
+        "eval.interval=0",
+        "eval.episodes=2",
+        "checkpoint.interval=300",
+        "logging.progress=false",
+    ]
+    .map(String::from)
+    .to_vec();
+    let config = TrainConfig::load(Path::new("configs/cartpole.toml"), &overrides).unwrap();
+    Trainer::new(config, dir)
+        .unwrap()
+        .run(None)
+        .unwrap()
+        .unwrap()
+}
+
+fn event_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("events.out.tfevents")
+        })
+        .count()
+}
+
+#[test]
+fn a_finished_run_is_final_and_a_resume_completes_only_what_is_missing() {
+    let dir = temp("final").join("run");
+    let summary = tiny_run(&dir);
+    let written = std::fs::read(dir.join("summary.json")).unwrap();
+    // Resuming a finished run changes nothing and evaluates nothing.
+    let (code, text) = normrl(&["train", "--resume", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("finished run"), "{text}");
+    assert_eq!(std::fs::read(dir.join("summary.json")).unwrap(), written);
+    assert_eq!(event_files(&dir), 1);
+    // Killed after the final checkpoint, before summary.json: the resume writes it from
+    // what was saved, with the same final evaluation (not a second one).
+    std::fs::remove_file(dir.join("summary.json")).unwrap();
+    let completed = Trainer::resume(&dir).unwrap().run(None).unwrap().unwrap();
+    assert_eq!(completed.eval_curve, summary.eval_curve);
+    assert_eq!(completed.final_eval_return, summary.final_eval_return);
+    assert_eq!(completed.train_curve, summary.train_curve);
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_named_and_a_failed_resume_writes_nothing() {
+    let dir = temp("corrupt").join("run");
+    tiny_run(&dir);
+    std::fs::remove_file(dir.join("summary.json")).unwrap();
+    let latest = normrl::checkpoint::latest(&dir).unwrap().unwrap();
+    let state = latest.join("state.bin");
+    let len = std::fs::metadata(&state).unwrap().len() as usize;
+    std::fs::write(&state, vec![0u8; len]).unwrap();
+    for _ in 0..2 {
+        let (code, text) = normrl(&["train", "--resume", dir.to_str().unwrap()]);
+        assert_eq!(code, 2, "{text}");
+        assert!(
+            text.contains("is corrupt") && !text.contains("changed"),
+            "{text}"
+        );
+    }
+    assert_eq!(event_files(&dir), 1, "a failed resume adds no events file");
+}
+
+#[test]
+fn a_comparison_plan_is_checked_before_anything_runs() {
+    let dir = temp("plan");
+    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
+    let write = |name: &str, body: &str| {
+        let path = dir.join(name);
+        let text = format!(
+            "name = \"{name}\"\nbase = \"{}\"\nseeds = 1\n{body}",
+            base.display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let cases = [
+        (
+            write(
+                "same-label",
+                "[[variants]]\nname = \"a\"\nset = {}\n[[variants]]\nname = \"a\"\nset = {}\n",
+            ),
+            "both go to",
+        ),
+        (
+            write(
+                "no-baseline",
+                "[axes]\nnorm = [\"none\"]\n[report]\nbaseline = \"bn\"\n",
+            ),
+            "report.baseline = 'bn'",
+        ),
+    ];
+    for (config, expect) in &cases {
+        let runs = dir.join("runs");
+        let args = [
+            "compare",
+            "--config",
+            config.to_str().unwrap(),
+            "--runs-dir",
+        ];
+        let (code, text) = normrl(&[&args[..], &[runs.to_str().unwrap()]].concat());
+        assert_eq!(code, 2, "{text}");
+        assert!(text.contains(expect), "{expect}: {text}");
+        assert!(!runs.exists(), "nothing created");
+    }
+    let config = cases[1].0.to_str().unwrap();
+    let (code, text) = normrl(&["compare", "--config", config, "--jobs", "0", "--dry-run"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--jobs"), "{text}");
+}
+
+#[test]
+fn a_checkpoint_holds_only_the_filled_replay() {
+    let mut replay = ReplayBuffer::new(1_000_000, 4, false);
+    replay.start_episode(&[0.0; 4]);
+    for t in 0..2000u32 {
+        let obs = [t as f32, 1.0, -1.0, 0.5];
+        replay.push((t % 2) as usize, 1.0, t % 97 == 96, false, &obs);
+        if t % 97 == 96 {
+            replay.start_episode(&obs);
+        }
+    }
+    let bytes = postcard::to_allocvec(&replay).unwrap();
+    // 2,021 frames of 4 floats and their slots, not 10^6 of them (about 26 MB).
+    assert!(bytes.len() < 100_000, "{} bytes", bytes.len());
+    let back: ReplayBuffer = postcard::from_bytes(&bytes).unwrap();
+    assert_eq!(back, replay);
+    let (mut a, mut b) = (Batch::new(64, 4), Batch::new(64, 4));
+    let mut r1 = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(9);
+    let mut r2 = r1.clone();
+    replay.sample(Sampler::Uniform, &mut a, &mut r1).unwrap();
+    back.sample(Sampler::Uniform, &mut b, &mut r2).unwrap();
+    assert_eq!(a, b);
+    // A cut-off buffer is an error, not a panic.
+    assert!(postcard::from_bytes::<ReplayBuffer>(&bytes[..bytes.len() / 2]).is_err());
+}
