@@ -200,3 +200,109 @@ fn cli_rejects_bad_configs_with_exit_code_2_and_writes_nothing() {
     assert!(err.contains("cannot create"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A random TOML value of any type, nested at most `depth` deep.
+fn random_value(rng: &mut impl rand::Rng, depth: u32) -> toml::Value {
+    use toml::Value;
+    let strings = [
+        "none", "uniform", "recent", "mlp", "train", "", "../x", "cuda:9", "é",
+    ];
+    match rng.random_range(0..if depth == 0 { 5 } else { 7 }) {
+        0 => Value::Integer(match rng.random_range(0..4) {
+            0 => rng.random_range(-3..5),
+            1 => i64::MAX,
+            2 => i64::MIN,
+            _ => rng.random_range(0..100_000),
+        }),
+        1 => Value::Float(
+            [f64::NAN, f64::INFINITY, -0.5, 0.0, 0.3, 1.5, 1e300][rng.random_range(0..7)],
+        ),
+        2 => Value::String(strings[rng.random_range(0..strings.len())].into()),
+        3 => Value::Boolean(rng.random()),
+        4 => Value::Array(vec![
+            Value::Integer(rng.random_range(-1..100));
+            rng.random_range(0..3)
+        ]),
+        5 => Value::Array(vec![random_value(rng, depth - 1); rng.random_range(0..3)]),
+        _ => Value::Table(random_table(rng, depth - 1, &[])),
+    }
+}
+
+/// A random table whose keys are mostly real config keys (from `known`), some not.
+fn random_table(
+    rng: &mut impl rand::Rng,
+    depth: u32,
+    known: &[(String, Vec<String>)],
+) -> toml::Table {
+    let mut table = toml::Table::new();
+    for _ in 0..rng.random_range(0..4) {
+        let (section, keys) = match known.len() {
+            0 => (
+                "type".to_string(),
+                vec!["type".to_string(), "window".into()],
+            ),
+            n => known[rng.random_range(0..n)].clone(),
+        };
+        let key = keys[rng.random_range(0..keys.len())].clone();
+        let value = random_value(rng, depth);
+        let entry = table
+            .entry(section)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let Some(t) = entry.as_table_mut() {
+            t.insert(key, value);
+        }
+    }
+    table
+}
+
+#[test]
+fn random_configs_and_overrides_never_panic_and_valid_ones_round_trip() {
+    use rand::{Rng, SeedableRng};
+    let defaults = toml::Table::try_from(TrainConfig::default()).unwrap();
+    let known: Vec<(String, Vec<String>)> = defaults
+        .iter()
+        .filter_map(|(s, v)| {
+            v.as_table()
+                .map(|t| (s.clone(), t.keys().cloned().collect()))
+        })
+        .collect();
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(22);
+    let (mut valid, mut invalid) = (0, 0);
+    for _ in 0..3000 {
+        let text = toml::to_string(&random_table(&mut rng, 2, &known)).unwrap();
+        let mut overrides = vec![];
+        for _ in 0..rng.random_range(0..3) {
+            let (section, keys) = &known[rng.random_range(0..known.len())];
+            let key = &keys[rng.random_range(0..keys.len())];
+            let raw = match rng.random_range(0..4) {
+                0 => random_value(&mut rng, 1).to_string(),
+                1 => "{type=\"recent\",window=-1}".to_string(),
+                2 => "=".to_string(),
+                _ => "[[".to_string(),
+            };
+            let sep = ["=", "", ".."][rng.random_range(0..3)];
+            overrides.push(format!("{section}.{key}{sep}{raw}"));
+        }
+        let outcome = std::panic::catch_unwind(|| TrainConfig::from_toml_str(&text, &overrides));
+        match outcome {
+            Err(_) => panic!("panicked on {text:?} with {overrides:?}"),
+            Ok(Ok(config)) => {
+                valid += 1;
+                let again = TrainConfig::from_toml_str(&config.to_toml(), &[]).unwrap();
+                assert_eq!(again, config, "{text:?} {overrides:?}");
+            }
+            Ok(Err(e)) => {
+                invalid += 1;
+                assert!(
+                    !format!("{e:#}").trim().is_empty(),
+                    "{text:?}: an empty error"
+                );
+            }
+        }
+    }
+    // The generator reaches both outcomes.
+    assert!(
+        valid > 100 && invalid > 100,
+        "{valid} valid, {invalid} invalid"
+    );
+}
