@@ -392,25 +392,31 @@ pub fn execute(
                     continue;
                 }
                 let start = Instant::now();
-                let result = (|| -> Result<f64> {
+                let result = (|| -> Result<crate::train::RunSummary> {
                     let mut trainer = if crate::checkpoint::latest(&dir)?.is_some() {
                         Trainer::resume(&dir)?
                     } else {
                         Trainer::new(config.config_for(run)?, &dir)?
                     };
                     let summary = trainer.run(None)?.context("the run stopped early")?;
-                    Ok(summary.final_eval_return)
+                    Ok(summary)
                 })();
                 let k = done.fetch_add(1, Ordering::SeqCst) + 1;
                 match result {
-                    Ok(ret) => eprintln!(
-                        "[{k}/{}] {} {} seed {}: final eval return {ret:.2} ({:.0} s)",
-                        runs.len(),
-                        run.env,
-                        run.variant,
-                        run.seed,
-                        start.elapsed().as_secs_f64()
-                    ),
+                    Ok(summary) => {
+                        let outcome = match &summary.diverged {
+                            Some(d) => format!("diverged at step {}: {}", d.step, d.what),
+                            None => format!("final eval return {:.2}", summary.final_eval_return),
+                        };
+                        eprintln!(
+                            "[{k}/{}] {} {} seed {}: {outcome} ({:.0} s)",
+                            runs.len(),
+                            run.env,
+                            run.variant,
+                            run.seed,
+                            start.elapsed().as_secs_f64()
+                        )
+                    }
                     Err(e) => {
                         eprintln!(
                             "[{k}/{}] {} failed: {e:#}",

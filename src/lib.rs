@@ -19,5 +19,5 @@ pub mod report;
 pub mod stats;
 pub mod tensorboard;
 pub mod train;
-mod train_cmd;
+pub mod train_cmd;
 pub mod validate;

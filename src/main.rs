@@ -15,7 +15,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::from(2)
+            // 3: the run diverged (its summary says where); 2: anything else.
+            match err.downcast_ref::<normrl::train_cmd::Diverged>() {
+                Some(_) => ExitCode::from(3),
+                None => ExitCode::from(2),
+            }
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct RunRecord {
     pub steps_to_threshold: Option<u64>,
     pub wall_seconds: f64,
     pub steps_per_second: f64,
+    /// The run stopped on a non-finite value: counted, never averaged in.
+    pub diverged: bool,
     #[serde(skip)]
     pub eval_curve: Vec<(u64, f64)>,
 }
@@ -40,7 +42,9 @@ pub struct RunRecord {
 pub struct VariantStats {
     pub env: String,
     pub variant: String,
+    /// Runs that finished (diverged ones are counted apart, in `diverged_runs`).
     pub runs: usize,
+    pub diverged_runs: usize,
     pub final_iqm: f64,
     pub final_ci: (f64, f64),
     pub final_mean: f64,
@@ -114,6 +118,7 @@ pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Resul
                     steps_to_threshold,
                     wall_seconds: s.wall_seconds,
                     steps_per_second: s.steps_per_second,
+                    diverged: s.diverged.is_some(),
                     eval_curve: s.eval_curve,
                 });
             }
@@ -202,7 +207,8 @@ pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
 
 /// One variant's runs on one environment: IQMs with bootstrap intervals, steps to the
 /// threshold, speed.
-fn variant_stats(env: &str, variant: &str, rs: &[&RunRecord]) -> VariantStats {
+fn variant_stats(env: &str, variant: &str, all: &[&RunRecord]) -> VariantStats {
+    let rs: Vec<&RunRecord> = all.iter().copied().filter(|r| !r.diverged).collect();
     let finals: Vec<f64> = rs.iter().map(|r| r.final_return).collect();
     let aucs: Vec<f64> = rs.iter().map(|r| r.auc).collect();
     let mut solved: Vec<u64> = rs.iter().filter_map(|r| r.steps_to_threshold).collect();
@@ -215,6 +221,7 @@ fn variant_stats(env: &str, variant: &str, rs: &[&RunRecord]) -> VariantStats {
         env: env.to_string(),
         variant: variant.to_string(),
         runs: rs.len(),
+        diverged_runs: all.len() - rs.len(),
         final_iqm: iqm(&finals),
         final_ci: ci(&finals, 1),
         final_mean: mean(&finals),
@@ -222,9 +229,8 @@ fn variant_stats(env: &str, variant: &str, rs: &[&RunRecord]) -> VariantStats {
         auc_ci: ci(&aucs, 2),
         // The median over all runs, counting unsolved ones as never: shown only when
         // at least half the runs got there.
-        median_steps_to_threshold: (solved.len() * 2 >= rs.len())
-            .then(|| solved[(rs.len() - 1) / 2])
-            .filter(|_| !solved.is_empty()),
+        median_steps_to_threshold: (!solved.is_empty() && solved.len() * 2 >= rs.len())
+            .then(|| solved[(rs.len() - 1) / 2]),
         solved_runs: solved.len(),
         mean_wall_seconds: mean(&rs.iter().map(|r| r.wall_seconds).collect::<Vec<_>>()),
         mean_steps_per_second: mean(&rs.iter().map(|r| r.steps_per_second).collect::<Vec<_>>()),
@@ -277,6 +283,7 @@ impl Scores<'_> {
                 return vec![];
             };
             rs.iter()
+                .filter(|x| !x.diverged)
                 .map(|x| match normalized {
                     true => normalize(x.final_return, r.random, r.reference),
                     false => x.final_return,
@@ -297,7 +304,7 @@ pub fn markdown(report: &Report) -> String {
         md,
         "IQM = interquartile mean over seeds; intervals are 95% stratified-bootstrap confidence intervals ({BOOTSTRAP_REPS} resamples). Final = the last evaluation; AUC = the mean of the evaluation curve.\n"
     );
-    md.push_str("## Per environment\n\n| env | variant | runs | final IQM [95% CI] | final mean | AUC IQM [95% CI] | steps to threshold (median) | wall s | steps/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("## Per environment\n\n| env | variant | runs | diverged | final IQM [95% CI] | final mean | AUC IQM [95% CI] | steps to threshold (median) | wall s | steps/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for s in &report.per_env {
         let steps = s
             .median_steps_to_threshold
@@ -305,10 +312,11 @@ pub fn markdown(report: &Report) -> String {
             .unwrap_or_else(|| format!("- ({}/{} runs)", s.solved_runs, s.runs));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {} | {} | {:.0} | {:.0} |",
             s.env,
             s.variant,
             s.runs,
+            s.diverged_runs,
             fmt_ci(s.final_iqm, s.final_ci),
             s.final_mean,
             fmt_ci(s.auc_iqm, s.auc_ci),

@@ -35,6 +35,18 @@ pub struct RunSummary {
     pub final_eval_return: f64,
     pub wall_seconds: f64,
     pub steps_per_second: f64,
+    /// Set when training stopped on a non-finite loss, Q-value or parameter: the run
+    /// is over, and reports count it apart instead of averaging its return in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged: Option<Divergence>,
+}
+
+/// Where and how a run diverged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Divergence {
+    pub step: u64,
+    /// What was not finite, e.g. `td_loss = NaN` or `parameter fc0.weight`.
+    pub what: String,
 }
 
 /// Everything besides the networks that a checkpoint must hold to resume exactly.
@@ -79,6 +91,8 @@ pub struct Trainer {
     tb: TensorBoard,
     /// Kept between evaluations: outside environments are costly to start.
     eval_env: Option<Box<dyn Env>>,
+    /// Set when a loss, Q-value or parameter stopped being finite; the loop then ends.
+    diverged: Option<Divergence>,
 }
 
 /// The summary of a finished run in `run_dir`, if it has one.
@@ -172,6 +186,7 @@ impl Trainer {
             replay,
             tb,
             eval_env: None,
+            diverged: None,
         })
     }
 
@@ -309,12 +324,44 @@ impl Trainer {
         evaluate_in(env.as_mut(), &self.agent, &self.config, index)
     }
 
+    /// Records the first divergence (the loop stops after this step).
+    fn diverge(&mut self, what: String) {
+        if self.diverged.is_none() {
+            self.diverged = Some(Divergence {
+                step: self.step,
+                what,
+            });
+        }
+    }
+
+    /// Diverges on the first non-finite trainable value of the online network.
+    fn check_parameters(&mut self) -> Result<()> {
+        let mut bad = None;
+        for p in self.agent.online().store().trainable() {
+            let values: Vec<f32> = p.var.as_tensor().flatten_all()?.to_vec1()?;
+            if values.iter().any(|v| !v.is_finite()) {
+                bad = Some(format!("parameter {} is not finite", p.name));
+                break;
+            }
+        }
+        if let Some(what) = bad {
+            self.diverge(what);
+        }
+        Ok(())
+    }
+
     fn log_updates(&mut self) -> Result<()> {
         let Some([loss, q, g]) = self.update_sums.take() else {
             return Ok(());
         };
         let n = self.updates_since_log.max(1) as f64;
         self.updates_since_log = 0;
+        for (name, sum) in [("td_loss", &loss), ("q_mean", &q), ("grad_norm", &g)] {
+            let v = sum.value()?;
+            if !v.is_finite() {
+                self.diverge(format!("{name} = {v} (mean since the last log)"));
+            }
+        }
         self.tb
             .scalar("losses/td_loss", loss.value()? / n, self.step);
         self.tb.scalar("losses/q_values", q.value()? / n, self.step);
@@ -324,7 +371,20 @@ impl Trainer {
     }
 
     /// Adds an update's numbers to the sums logged next (on a GPU without waiting).
+    /// Values already on the host are checked at once; a device's at the next log.
     fn record_update(&mut self, info: &UpdateInfo) -> Result<()> {
+        let named = [
+            ("td_loss", &info.td_loss),
+            ("q_mean", &info.q_mean),
+            ("grad_norm", &info.grad_norm),
+        ];
+        let bad = named.into_iter().find_map(|(name, metric)| match metric {
+            Metric::Host(v) if !v.is_finite() => Some(format!("{name} = {v}")),
+            _ => None,
+        });
+        if let Some(what) = bad {
+            self.diverge(what);
+        }
         let next = match self.update_sums.take() {
             None => [
                 info.td_loss.clone(),
@@ -367,14 +427,18 @@ impl Trainer {
             self.tb.restart(self.step + 1);
         }
         let mut clock = Clock::new(&self.config, self.step);
-        while self.step < end {
+        while self.step < end && self.diverged.is_none() {
             let epsilon = self.config.exploration.at(self.step);
             self.env_step(epsilon)?;
             for task in Periodic::ALL {
-                if task.due(&self.config, self.step) {
+                // A diverged run evaluates and checkpoints nothing more.
+                if self.diverged.is_none() && task.due(&self.config, self.step) {
                     self.run_task(task, epsilon, &mut clock)?;
                 }
             }
+        }
+        if let Some(divergence) = self.diverged.clone() {
+            return self.finish_diverged(&clock, divergence).map(Some);
         }
         if self.step < total {
             // Stopped early on request: leave a checkpoint to resume from.
@@ -438,6 +502,7 @@ impl Trainer {
         match task {
             Periodic::Train => self.train(),
             Periodic::Log => {
+                self.check_parameters()?;
                 let sps = clock.lap(self.step);
                 self.tb.scalar("charts/SPS", sps, self.step);
                 self.tb.scalar("charts/epsilon", epsilon, self.step);
@@ -479,16 +544,30 @@ impl Trainer {
         Ok(ret)
     }
 
+    /// A diverged run's end: no evaluation (its policy is not finite), a summary that
+    /// says where it diverged and holds the curves so far, no checkpoint to resume.
+    fn finish_diverged(&mut self, clock: &Clock, divergence: Divergence) -> Result<RunSummary> {
+        eprintln!("diverged at step {}: {}", divergence.step, divergence.what);
+        self.tb.text(
+            "diverged",
+            &format!("diverged at step {}: {}", divergence.step, divergence.what),
+            self.step,
+        );
+        clock.progress.finish();
+        let last = self.eval_curve.last().map_or(f64::NAN, |(_, r)| *r);
+        let summary = self.summary(clock, last, Some(divergence));
+        self.write_summary(&summary)?;
+        Ok(summary)
+    }
+
     /// The final evaluation, checkpoint and `summary.json`. A run resumed from its
     /// final checkpoint (killed before `summary.json`) has its final evaluation
     /// already: it only writes what is missing, with the saved results.
     fn finish(&mut self, clock: &Clock) -> Result<RunSummary> {
-        let saved_final = self
-            .eval_curve
-            .last()
-            .filter(|(step, _)| *step == self.step);
+        let step = self.step;
+        let saved_final = self.eval_curve.last().filter(|(s, _)| *s == step).copied();
         let final_return = match saved_final {
-            Some(&(_, ret)) => ret,
+            Some((_, ret)) => ret,
             None => {
                 let ret = self.evaluate_and_log()?;
                 self.log_updates()?;
@@ -497,8 +576,21 @@ impl Trainer {
             }
         };
         clock.progress.finish();
+        let summary = self.summary(clock, final_return, None);
+        self.write_summary(&summary)?;
+        Ok(summary)
+    }
+}
+
+impl Trainer {
+    fn summary(
+        &self,
+        clock: &Clock,
+        final_return: f64,
+        diverged: Option<Divergence>,
+    ) -> RunSummary {
         let cfg = &self.config;
-        let summary = RunSummary {
+        RunSummary {
             env: cfg.env.id.clone(),
             norm: cfg.norm.kind.name().to_string(),
             seed: cfg.run.seed,
@@ -507,16 +599,25 @@ impl Trainer {
             updates: self.agent.updates(),
             eval_curve: self.eval_curve.clone(),
             train_curve: self.train_curve.clone(),
-            final_eval_return: final_return,
+            // JSON has no NaN: a diverged run without evaluations reports 0, and
+            // reports never average a diverged run in.
+            final_eval_return: if final_return.is_finite() {
+                final_return
+            } else {
+                0.0
+            },
             wall_seconds: self.wall_before + clock.elapsed(),
             steps_per_second: (self.step - clock.start_step) as f64 / clock.elapsed().max(1e-9),
-        };
+            diverged,
+        }
+    }
+
+    fn write_summary(&mut self, summary: &RunSummary) -> Result<()> {
         checkpoint::write_atomic(
             &self.run_dir.join("summary.json"),
-            serde_json::to_string_pretty(&summary)?.as_bytes(),
+            serde_json::to_string_pretty(summary)?.as_bytes(),
         )?;
-        self.tb.flush()?;
-        Ok(summary)
+        self.tb.flush()
     }
 }
 

@@ -8,7 +8,7 @@ use normrl_envs::make;
 
 use crate::checkpoint;
 use crate::config::{parse_device_spec, select_device, TrainConfig};
-use crate::train::{evaluate, finished_summary, set_threads, RunSummary, Trainer};
+use crate::train::{evaluate, finished_summary, set_threads, Divergence, RunSummary, Trainer};
 
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
@@ -97,9 +97,28 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     );
     if let Some(summary) = trainer.run(None)? {
         print_summary(&summary);
+        if let Some(d) = summary.diverged {
+            return Err(Diverged(d).into());
+        }
     }
     Ok(())
 }
+
+/// A run that stopped on a non-finite value: `normrl train` exits with status 3.
+#[derive(Debug)]
+pub struct Diverged(pub Divergence);
+
+impl std::fmt::Display for Diverged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "diverged at step {}: {} (recorded in summary.json)",
+            self.0.step, self.0.what
+        )
+    }
+}
+
+impl std::error::Error for Diverged {}
 
 fn print_summary(summary: &RunSummary) {
     println!(

@@ -288,3 +288,51 @@ fn a_checkpoint_holds_only_the_filled_replay() {
     // A cut-off buffer is an error, not a panic.
     assert!(postcard::from_bytes::<ReplayBuffer>(&bytes[..bytes.len() / 2]).is_err());
 }
+
+#[test]
+fn a_diverged_run_stops_says_where_and_reports_count_it_apart() {
+    let dir = temp("diverge");
+    let run = dir.join("run");
+    // Adam moves each weight by about the learning rate: 1e38 overflows at once.
+    let (code, text) = normrl(&[
+        "train",
+        "--config",
+        "configs/cartpole.toml",
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--set",
+        "optimizer.lr=1e38",
+        "--set",
+        "run.total_steps=2000",
+        "--set",
+        "replay.learning_starts=100",
+        "--set",
+        "logging.progress=false",
+    ]);
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("diverged at step"), "{text}");
+    let summary = normrl::train::finished_summary(&run).unwrap().unwrap();
+    let d = summary
+        .diverged
+        .clone()
+        .expect("the summary records the divergence");
+    assert!(
+        d.step > 100 && d.step < 2000 && summary.steps == d.step,
+        "{d:?}"
+    );
+    // Finished is final for a diverged run too.
+    let (code, text) = normrl(&["train", "--resume", run.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    // The report counts it apart and averages nothing in for it.
+    let records =
+        normrl::report::load_runs(std::slice::from_ref(&dir), &Default::default()).unwrap();
+    let report = normrl::report::build(records, &Default::default()).unwrap();
+    let stats = &report.per_env[0];
+    assert_eq!((stats.runs, stats.diverged_runs), (0, 1));
+    assert!(
+        stats.final_iqm.is_nan(),
+        "no finished run, no score: {}",
+        stats.final_iqm
+    );
+    assert!(normrl::report::markdown(&report).contains("| 0 | 1 |"));
+}
