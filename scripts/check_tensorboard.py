@@ -1,13 +1,18 @@
 """Reads a run's TensorBoard event files with TensorBoard's own EventAccumulator and
-checks the tags and values normrl writes. Usage: check_tensorboard.py RUN_DIR
-Prints one JSON object with every scalar tag's (step, value) pairs and the text tags."""
+checks the tags and values normrl writes. Usage: check_tensorboard.py RUN_DIR [--raw]
+(--raw: keep orphaned events, as a reader that ignores restart markers would).
+Prints one JSON object with every scalar tag's (step, value) pairs, the text tags and
+the hparams plugin's data, decoded with TensorBoard's own protos."""
 import json
 import sys
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 run = sys.argv[1]
-acc = EventAccumulator(run, size_guidance={"scalars": 0, "tensors": 0})
+raw = "--raw" in sys.argv[2:]
+acc = EventAccumulator(
+    run, size_guidance={"scalars": 0, "tensors": 0}, purge_orphaned_data=not raw
+)
 acc.Reload()
 tags = acc.Tags()
 out = {"scalars": {}, "tensors": {}}

@@ -29,6 +29,56 @@ fn masked_crc32c(bytes: &[u8]) -> u32 {
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
+/// Drops from every event file in `dir` the events logged after `step`, and a record
+/// cut off mid-write: what a killed run logged after its last checkpoint, which the
+/// resumed run logs again. Each file is rewritten atomically, so every reader (not only
+/// those that purge orphaned events after a restart marker) sees each step once.
+pub fn truncate_after(dir: &Path, step: u64) -> Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let path = entry?.path();
+        let is_events = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents"));
+        if !is_events || path.extension().is_some_and(|e| e == "tmp") {
+            continue;
+        }
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let kept = records_up_to(&bytes, step);
+        if kept.len() < bytes.len() {
+            crate::checkpoint::write_atomic(&path, &kept)?;
+        }
+    }
+    Ok(())
+}
+
+/// The whole records of a TFRecord stream whose event's step is at most `step`.
+fn records_up_to(bytes: &[u8], step: u64) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at + 12 <= bytes.len() {
+        let len = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let Some(end) = usize::try_from(len)
+            .ok()
+            .and_then(|len| (at + 12).checked_add(len))
+            .and_then(|e| e.checked_add(4))
+            .filter(|&e| e <= bytes.len())
+        else {
+            break;
+        };
+        let data = &bytes[at + 12..end - 4];
+        let crc_ok = masked_crc32c(data).to_le_bytes() == bytes[end - 4..end];
+        let event = Event::parse_from_bytes(data).ok().filter(|_| crc_ok);
+        match event {
+            Some(e) if e.get_step() <= step as i64 => kept.extend_from_slice(&bytes[at..end]),
+            Some(_) => {}
+            None => break,
+        }
+        at = end;
+    }
+    kept
+}
+
 pub struct TensorBoard {
     writer: BufWriter<File>,
     dir: PathBuf,

@@ -211,6 +211,7 @@ impl Trainer {
                 config_path.display()
             );
         }
+        crate::tensorboard::truncate_after(run_dir, state.step)?;
         let mut t = Self::build(config, run_dir)?;
         let device = t.agent.online().store().device().clone();
         t.agent
