@@ -6,7 +6,9 @@ the hparams plugin's data, decoded with TensorBoard's own protos."""
 import json
 import sys
 
+from google.protobuf import json_format
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 run = sys.argv[1]
 raw = "--raw" in sys.argv[2:]
@@ -15,9 +17,18 @@ acc = EventAccumulator(
 )
 acc.Reload()
 tags = acc.Tags()
-out = {"scalars": {}, "tensors": {}}
+out = {"scalars": {}, "tensors": {}, "hparams": {}}
 for tag in tags["scalars"]:
     out["scalars"][tag] = [[e.step, e.value] for e in acc.Scalars(tag)]
+hparams_tags = set()
+try:
+    for tag, content in acc.PluginTagToContent("hparams").items():
+        data = plugin_data_pb2.HParamsPluginData.FromString(content)
+        out["hparams"][tag] = json_format.MessageToDict(data)
+        hparams_tags.add(tag)
+except KeyError:
+    pass
 for tag in tags.get("tensors", []):
-    out["tensors"][tag] = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors(tag)]
+    if tag not in hparams_tags:
+        out["tensors"][tag] = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors(tag)]
 print(json.dumps(out))

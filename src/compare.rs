@@ -368,6 +368,19 @@ pub fn describe_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -
     ))
 }
 
+/// The HParams dashboard's experiment (axes, values, metrics) at the root of the runs,
+/// in an event file of its own, written once per invocation.
+fn write_experiment(config: &CompareConfig, runs: &[PlannedRun], root: &Path) -> Result<()> {
+    let configs = runs
+        .iter()
+        .map(|r| config.config_for(r))
+        .collect::<Result<Vec<_>>>()?;
+    let content = crate::hparams::experiment(&config.name, &configs, crate::train::unix_seconds());
+    let mut tb = crate::tensorboard::TensorBoard::new(root)?;
+    tb.plugin_summary(crate::hparams::EXPERIMENT_TAG, "hparams", content, 0);
+    tb.flush()
+}
+
 /// Runs `runs` with `jobs` workers, each single-threaded: finished runs (with a
 /// `summary.json`) are skipped, interrupted ones resume from their checkpoint.
 pub fn execute(
@@ -377,6 +390,7 @@ pub fn execute(
     jobs: usize,
 ) -> Result<usize> {
     set_threads(1);
+    write_experiment(config, runs, root)?;
     let next = AtomicUsize::new(0);
     let errors = Mutex::new(Vec::new());
     let done = AtomicUsize::new(0);

@@ -12,6 +12,7 @@ pub mod compare;
 mod compare_cmd;
 pub mod config;
 mod env_cmd;
+pub mod hparams;
 pub mod parity;
 mod plots;
 mod progress;

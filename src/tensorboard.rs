@@ -19,6 +19,7 @@ use tensorboard_proto::summary::{
     Summary, SummaryMetadata, SummaryMetadata_PluginData, Summary_Value,
 };
 use tensorboard_proto::tensor::TensorProto;
+use tensorboard_proto::tensor_shape::{TensorShapeProto, TensorShapeProto_Dim};
 use tensorboard_proto::types::DataType;
 
 const CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
@@ -177,6 +178,29 @@ impl TensorBoard {
         let mut v = Summary_Value::new();
         v.set_tag(tag.to_string());
         v.set_simple_value(value as f32);
+        self.add(v, step);
+    }
+
+    /// A summary for `plugin` (its `content` is the plugin's own protobuf), with the
+    /// empty tensor TensorFlow writes for such summaries: the hparams dashboard reads
+    /// its data this way.
+    pub fn plugin_summary(&mut self, tag: &str, plugin: &str, content: Vec<u8>, step: u64) {
+        let mut dim = TensorShapeProto_Dim::new();
+        dim.set_size(0);
+        let mut shape = TensorShapeProto::new();
+        shape.set_dim(RepeatedField::from_vec(vec![dim]));
+        let mut tensor = TensorProto::new();
+        tensor.set_dtype(DataType::DT_FLOAT);
+        tensor.set_tensor_shape(shape);
+        let mut data = SummaryMetadata_PluginData::new();
+        data.set_plugin_name(plugin.to_string());
+        data.set_content(content);
+        let mut meta = SummaryMetadata::new();
+        meta.set_plugin_data(data);
+        let mut v = Summary_Value::new();
+        v.set_tag(tag.to_string());
+        v.set_metadata(meta);
+        v.set_tensor(tensor);
         self.add(v, step);
     }
 

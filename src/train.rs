@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, CheckpointFiles};
 use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::hparams;
 use crate::tensorboard::TensorBoard;
 use crate::validate::MemoryEstimate;
 
@@ -93,6 +94,13 @@ pub struct Trainer {
     eval_env: Option<Box<dyn Env>>,
     /// Set when a loss, Q-value or parameter stopped being finite; the loop then ends.
     diverged: Option<Divergence>,
+}
+
+/// Seconds since the epoch, for TensorBoard's session times.
+pub fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The summary of a finished run in `run_dir`, if it has one.
@@ -422,6 +430,9 @@ impl Trainer {
         if self.step == 0 {
             let config = format!("```toml\n{}\n```", self.config.to_toml());
             self.tb.text("config", &config, 0);
+            let start = hparams::session_start(&self.config, unix_seconds());
+            self.tb
+                .plugin_summary(hparams::SESSION_START_TAG, "hparams", start, 0);
         } else {
             // Events from after the checkpoint (steps > `self.step`) were lost with the
             // interrupted process's replay state; TensorBoard drops them from here on.
@@ -614,6 +625,9 @@ impl Trainer {
     }
 
     fn write_summary(&mut self, summary: &RunSummary) -> Result<()> {
+        let end = hparams::session_end(summary.diverged.is_none(), unix_seconds());
+        self.tb
+            .plugin_summary(hparams::SESSION_END_TAG, "hparams", end, self.step);
         checkpoint::write_atomic(
             &self.run_dir.join("summary.json"),
             serde_json::to_string_pretty(summary)?.as_bytes(),

@@ -104,6 +104,84 @@ fn tensorboard_reads_our_event_files() {
         .as_str()
         .unwrap_or_else(|| panic!("{:?}", v["tensors"]));
     assert!(config_text.contains("weight_norm"));
+    // The HParams dashboard's session, decoded with TensorBoard's own protos.
+    let start = &v["hparams"]["_hparams_/session_start_info"]["sessionStartInfo"];
+    // (protobuf's JSON form writes each `Value` as the plain value)
+    assert_eq!(start["hparams"]["norm"], "weight_norm", "{start}");
+    assert_eq!(start["hparams"]["batch_size"], 64.0, "{start}");
+    let group = start["groupName"].as_str().unwrap();
+    assert!(
+        group.contains("norm=weight_norm") && !group.contains("seed"),
+        "{group}"
+    );
+    let end = &v["hparams"]["_hparams_/session_end_info"]["sessionEndInfo"];
+    assert_eq!(end["status"], "STATUS_SUCCESS", "{end}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A comparison's experiment: its axes with the values its runs take, and the
+/// metrics, at the root of its runs; each run's session groups its seeds.
+#[test]
+fn a_comparison_writes_the_hparams_experiment() {
+    let dir = std::env::temp_dir().join(format!("normrl-tb-hparams-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
+    let config = dir.join("grid.toml");
+    let text = format!(
+        "name = \"grid\"\nbase = \"{}\"\nseeds = 2\n[set]\n\"run.total_steps\" = 400\n\"replay.learning_starts\" = 100\n\"eval.interval\" = 0\n\"eval.episodes\" = 1\n[axes]\nnorm = [\"none\", \"layer_norm\"]\nbatch_size = [4, 8]\n",
+        base.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    let runs = dir.join("runs");
+    let status = Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args([
+            "compare",
+            "--config",
+            config.to_str().unwrap(),
+            "--jobs",
+            "2",
+        ])
+        .arg("--runs-dir")
+        .arg(&runs)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let root = read_with_tensorboard(&runs);
+    let experiment = &root["hparams"]["_hparams_/experiment"]["experiment"];
+    let infos = experiment["hparamInfos"].as_array().unwrap();
+    let domain = |name: &str| -> Vec<serde_json::Value> {
+        let info = infos.iter().find(|i| i["name"] == name).unwrap();
+        info["domainDiscrete"].as_array().unwrap().clone()
+    };
+    let norms: Vec<String> = domain("norm")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(norms, ["layer_norm", "none"]);
+    let sizes: Vec<f64> = domain("batch_size")
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(sizes, [4.0, 8.0]);
+    let metrics: Vec<&str> = experiment["metricInfos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"]["tag"].as_str().unwrap())
+        .collect();
+    assert!(metrics.contains(&"eval/episodic_return"), "{metrics:?}");
+    // The two seeds of one variant share a group.
+    let group_of = |seed: u64| {
+        let run = runs.join(format!("classic_cartpole/none-b4/seed-{seed}"));
+        let v = read_with_tensorboard(&run);
+        v["hparams"]["_hparams_/session_start_info"]["sessionStartInfo"]["groupName"].clone()
+    };
+    assert_eq!(group_of(1), group_of(2));
     let _ = std::fs::remove_dir_all(dir);
 }
 
