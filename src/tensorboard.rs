@@ -192,16 +192,7 @@ impl TensorBoard {
         let mut tensor = TensorProto::new();
         tensor.set_dtype(DataType::DT_FLOAT);
         tensor.set_tensor_shape(shape);
-        let mut data = SummaryMetadata_PluginData::new();
-        data.set_plugin_name(plugin.to_string());
-        data.set_content(content);
-        let mut meta = SummaryMetadata::new();
-        meta.set_plugin_data(data);
-        let mut v = Summary_Value::new();
-        v.set_tag(tag.to_string());
-        v.set_metadata(meta);
-        v.set_tensor(tensor);
-        self.add(v, step);
+        self.plugin_value(tag, plugin, content, tensor, step);
     }
 
     /// A text summary (rendered as Markdown by TensorBoard's text plugin).
@@ -209,10 +200,23 @@ impl TensorBoard {
         let mut tensor = TensorProto::new();
         tensor.set_dtype(DataType::DT_STRING);
         tensor.set_string_val(RepeatedField::from_vec(vec![text.as_bytes().to_vec()]));
-        let mut plugin = SummaryMetadata_PluginData::new();
-        plugin.set_plugin_name("text".to_string());
+        self.plugin_value(tag, "text", vec![], tensor, step);
+    }
+
+    /// A tensor value tagged for `plugin`, with its plugin data.
+    fn plugin_value(
+        &mut self,
+        tag: &str,
+        plugin: &str,
+        content: Vec<u8>,
+        tensor: TensorProto,
+        step: u64,
+    ) {
+        let mut data = SummaryMetadata_PluginData::new();
+        data.set_plugin_name(plugin.to_string());
+        data.set_content(content);
         let mut meta = SummaryMetadata::new();
-        meta.set_plugin_data(plugin);
+        meta.set_plugin_data(data);
         let mut v = Summary_Value::new();
         v.set_tag(tag.to_string());
         v.set_metadata(meta);

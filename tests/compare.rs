@@ -2,19 +2,10 @@
 //! on re-run, shards merged by `normrl report`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn normrl(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+
+use common::normrl;
 
 fn setup(name: &str) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("normrl-compare-{name}-{}", std::process::id()));

@@ -1,7 +1,8 @@
 //! Config parsing, overrides and the errors a user sees for bad configs.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use normrl::compare::{describe_plan, CompareConfig};
 
@@ -132,15 +133,10 @@ fn errors_name_the_key_and_what_is_allowed() {
     }
 }
 
+/// The binary's exit status and standard error.
 fn normrl(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (code, _, err) = common::normrl(args);
+    (code, err)
 }
 
 #[test]

@@ -3,24 +3,18 @@
 //! the filled replay.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use normrl::config::TrainConfig;
 use normrl::train::Trainer;
 use normrl_agents::replay::{Batch, ReplayBuffer, Sampler};
 use rand::SeedableRng;
 
+mod common;
+
+/// The binary's exit status and everything it printed.
 fn normrl(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let (code, out, err) = common::normrl(args);
+    (code, out + &err)
 }
 
 fn temp(name: &str) -> PathBuf {
@@ -246,13 +240,12 @@ fn a_comparison_plan_is_checked_before_anything_runs() {
     ];
     for (config, expect) in &cases {
         let runs = dir.join("runs");
-        let args = [
-            "compare",
-            "--config",
-            config.to_str().unwrap(),
-            "--runs-dir",
-        ];
-        let (code, text) = normrl(&[&args[..], &[runs.to_str().unwrap()]].concat());
+        let line = format!(
+            "compare --config {} --runs-dir {}",
+            config.display(),
+            runs.display()
+        );
+        let (code, text) = normrl(&line.split(' ').collect::<Vec<_>>());
         assert_eq!(code, 2, "{text}");
         assert!(text.contains(expect), "{expect}: {text}");
         assert!(!runs.exists(), "nothing created");
@@ -294,21 +287,11 @@ fn a_diverged_run_stops_says_where_and_reports_count_it_apart() {
     let dir = temp("diverge");
     let run = dir.join("run");
     // Adam moves each weight by about the learning rate: 1e38 overflows at once.
-    let (code, text) = normrl(&[
-        "train",
-        "--config",
-        "configs/cartpole.toml",
-        "--run-dir",
-        run.to_str().unwrap(),
-        "--set",
-        "optimizer.lr=1e38",
-        "--set",
-        "run.total_steps=2000",
-        "--set",
-        "replay.learning_starts=100",
-        "--set",
-        "logging.progress=false",
-    ]);
+    let line = format!(
+        "train --config configs/cartpole.toml --run-dir {} --set optimizer.lr=1e38 --set run.total_steps=2000 --set replay.learning_starts=100 --set logging.progress=false",
+        run.display()
+    );
+    let (code, text) = normrl(&line.split(' ').collect::<Vec<_>>());
     assert_eq!(code, 3, "{text}");
     assert!(text.contains("diverged at step"), "{text}");
     let summary = normrl::train::finished_summary(&run).unwrap().unwrap();

@@ -1,10 +1,26 @@
-//! Shared by the integration tests that talk to Python (TensorBoard's reader, the
-//! Gymnasium bridge): a virtual environment under `target/` with
-//! `tests/python-requirements.txt`, made on first use and reused afterwards.
+//! Shared by the integration tests: running the `normrl` binary, and for those that
+//! talk to Python (TensorBoard's reader, the Gymnasium bridge) a virtual environment
+//! under `target/` with `tests/python-requirements.txt`, made on first use and reused
+//! afterwards.
+
+#![allow(dead_code)] // each test binary uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+/// Runs the `normrl` binary: its exit status, standard output and standard error.
+pub fn normrl(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
 
 /// The venv's interpreter. Panics with the reason when Python or pip cannot set it up.
 pub fn python() -> &'static Path {

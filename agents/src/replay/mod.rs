@@ -136,16 +136,18 @@ pub struct ReplayBuffer {
 }
 
 /// The filled part of a [`ReplayBuffer`] as a checkpoint stores it: slots fill from 0
-/// upward, so the first `min(written, capacity)` slots of every per-slot vector.
-#[derive(Serialize)]
-struct StoredReplayRef<'a> {
+/// upward, so the first `min(written, capacity)` slots of every per-slot vector. Written
+/// from borrowed slices, read back into vectors (older checkpoints, which held every
+/// slot, read the same way).
+#[derive(Serialize, Deserialize)]
+struct StoredReplay<Fr, U, F, B> {
     capacity: usize,
     obs_len: usize,
-    frames: FramesRef<'a>,
-    actions: &'a [u32],
-    rewards: &'a [f32],
-    terminated: &'a [bool],
-    has_transition: &'a [bool],
+    frames: Fr,
+    actions: U,
+    rewards: F,
+    terminated: B,
+    has_transition: B,
     head: usize,
     written: u64,
     transitions: usize,
@@ -162,22 +164,6 @@ enum FramesRef<'a> {
     Bytes(&'a [u8]),
 }
 
-/// What [`StoredReplayRef`] wrote, read back (older checkpoints, which held every slot,
-/// read the same way).
-#[derive(Deserialize)]
-struct StoredReplay {
-    capacity: usize,
-    obs_len: usize,
-    frames: Frames,
-    actions: Vec<u32>,
-    rewards: Vec<f32>,
-    terminated: Vec<bool>,
-    has_transition: Vec<bool>,
-    head: usize,
-    written: u64,
-    transitions: usize,
-}
-
 impl Serialize for ReplayBuffer {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let filled = (self.written as usize).min(self.capacity);
@@ -192,7 +178,7 @@ impl Serialize for ReplayBuffer {
             Frames::Floats(v) => FramesRef::Floats(&v[..filled * self.obs_len]),
             Frames::Bytes(v) => FramesRef::Bytes(&v[..filled * self.obs_len]),
         };
-        StoredReplayRef {
+        StoredReplay {
             capacity: self.capacity,
             obs_len: self.obs_len,
             frames,
@@ -210,7 +196,8 @@ impl Serialize for ReplayBuffer {
 
 impl<'de> Deserialize<'de> for ReplayBuffer {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let s = StoredReplay::deserialize(deserializer)?;
+        type Owned = StoredReplay<Frames, Vec<u32>, Vec<f32>, Vec<bool>>;
+        let s = Owned::deserialize(deserializer)?;
         let bad = |what: &str| serde::de::Error::custom(format!("replay buffer: {what}"));
         let filled = s.actions.len();
         let per_frame = match &s.frames {
