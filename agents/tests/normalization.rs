@@ -397,7 +397,7 @@ fn svb_projects_singular_values_into_bounds() {
 }
 
 #[test]
-fn bbn_bounds_relative_bn_gains() {
+fn bbn_bounds_gain_magnitudes_and_keeps_their_signs() {
     let cfg = NormConfig {
         kind: NormKind::Bbn,
         bbn_eps: 0.2,
@@ -407,7 +407,24 @@ fn bbn_bounds_relative_bn_gains() {
     let net = QNetwork::new(&QNetworkConfig::mlp(vec![32, 32]), &cfg, &[6], 3, 0, &DEV).unwrap();
     let x = InitRng::new(8).normal((64, 6), 2.0, &DEV).unwrap();
     perturb(&net, &x, 30);
-    let ratios = |net: &QNetwork| -> Vec<Vec<f64>> {
+    // Learned gains can be negative (in front of a ReLU) or 0: make some so.
+    for name in ["fc0.bn.gamma", "fc1.bn.gamma"] {
+        let var = &net.store().get(name).unwrap().var;
+        let mut gamma: Vec<f32> = var.as_tensor().to_vec1().unwrap();
+        for (i, g) in gamma.iter_mut().enumerate() {
+            match i % 5 {
+                0 => *g = -3.0 * g.abs(),
+                1 => *g = -0.01,
+                4 if i < 10 => *g = 0.0,
+                _ => {}
+            }
+        }
+        let n = gamma.len();
+        var.set(&Tensor::from_vec(gamma, n, &DEV).unwrap()).unwrap();
+    }
+    // Per BN layer: gamma, sigma (unchanged by the projection) and alpha, the mean
+    // gain magnitude |gamma| / sigma.
+    let gains = |net: &QNetwork| -> Vec<(Vec<f32>, Vec<f32>, f64)> {
         net.layers()
             .filter_map(|l| l.batch_norm())
             .map(|bn| {
@@ -418,31 +435,41 @@ fn bbn_bounds_relative_bn_gains() {
                     .unwrap()
                     .to_vec1()
                     .unwrap();
-                let r: Vec<f64> = gamma
+                let alpha = gamma
                     .iter()
                     .zip(&sigma)
-                    .map(|(g, s)| f64::from(*g) / f64::from(*s))
-                    .collect();
-                let alpha = r.iter().sum::<f64>() / r.len() as f64;
-                r.iter().map(|v| v / alpha).collect()
+                    .map(|(g, s)| f64::from(g.abs()) / f64::from(*s))
+                    .sum::<f64>()
+                    / gamma.len() as f64;
+                (gamma, sigma, alpha)
             })
             .collect()
     };
-    let before = ratios(&net);
-    assert!(
-        before
+    let ratio = |g: f32, s: f32, alpha: f64| f64::from(g.abs()) / (f64::from(s) * alpha);
+    let before = gains(&net);
+    let out_of_bounds = before.iter().any(|(gamma, sigma, alpha)| {
+        gamma
             .iter()
-            .flatten()
-            .any(|r| !(1.0 / 1.2..=1.2).contains(r)),
-        "{before:?}"
-    );
+            .zip(sigma)
+            .any(|(g, s)| !(1.0 / 1.2..=1.2).contains(&ratio(*g, *s, *alpha)))
+    });
+    assert!(out_of_bounds, "{before:?}");
     net.after_optimizer_step(1).unwrap();
-    for layer in ratios(&net) {
-        for r in layer {
-            // alpha itself moves when gains are clamped; the bound holds to first order
-            // and is re-applied at every SVB step.
-            assert!((1.0 / 1.2 - 0.05..=1.2 + 0.05).contains(&r), "{r}");
+    for ((gamma_before, sigma, alpha), (gamma_after, _, _)) in before.iter().zip(&gains(&net)) {
+        for ((b, a), s) in gamma_before.iter().zip(gamma_after).zip(sigma) {
+            // No sign changes, 0 stays 0, and every other magnitude is bounded
+            // relative to the mean magnitude at the projection.
+            assert_eq!(
+                b.signum() * f32::from(*b != 0.0),
+                a.signum() * f32::from(*a != 0.0)
+            );
+            let r = ratio(*a, *s, *alpha);
+            assert!(
+                *a == 0.0 || (1.0 / 1.2 - 1e-4..=1.2 + 1e-4).contains(&r),
+                "{r}"
+            );
         }
+        assert!(gamma_after.iter().any(|g| *g < 0.0));
     }
     for s in all_singular_values(&net) {
         assert!((1.0 / 1.05 - 1e-4..=1.05 + 1e-4).contains(&s), "{s}");

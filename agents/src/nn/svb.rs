@@ -65,25 +65,38 @@ pub fn project(w: &Tensor, eps: f64) -> Result<Tensor> {
     clamp_singular_values(w, 1.0 / (1.0 + eps), 1.0 + eps)
 }
 
-/// Bounded BN: with per-channel gains `gamma_i / sigma_i` and `alpha` their mean,
-/// rewrites each `gamma_i` so that `gamma_i / (sigma_i * alpha)` lies in
-/// `[1/(1+eps), 1+eps]`. Returns the new `gamma`.
+/// Bounded BN: with per-channel gain magnitudes `|gamma_i| / sigma_i` and `alpha` their
+/// mean, rewrites each `|gamma_i|` so that `|gamma_i| / (sigma_i * alpha)` lies in
+/// `[1/(1+eps), 1+eps]`, keeping each gamma's sign (a negative gain in front of a ReLU
+/// is a learned value; clamping the signed ratio turned such gains positive and made
+/// BBN collapse on CartPole). A gamma of 0 stays 0. Returns the new `gamma`.
+///
+/// ```
+/// let gamma = normrl_agents::nn::svb::bound_bn_gains(&[2.0, -3.0, 0.0, 0.1], &[1.0; 4], 0.2);
+/// // alpha = 1.275: 2 and -3 are bounded to ±1.2 alpha, 0.1 raised to alpha / 1.2.
+/// let expected = [1.53, -1.53, 0.0, 1.0625];
+/// assert!(gamma.iter().zip(expected).all(|(g, e)| (g - e).abs() < 1e-5), "{gamma:?}");
+/// ```
 pub fn bound_bn_gains(gamma: &[f32], sigma: &[f32], eps: f64) -> Vec<f32> {
-    let ratios: Vec<f64> = gamma
+    let magnitudes: Vec<f64> = gamma
         .iter()
         .zip(sigma)
-        .map(|(&g, &s)| f64::from(g) / f64::from(s))
+        .map(|(&g, &s)| f64::from(g).abs() / f64::from(s))
         .collect();
-    let alpha = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;
-    if alpha.abs() < f64::MIN_POSITIVE {
+    let alpha = magnitudes.iter().sum::<f64>() / magnitudes.len().max(1) as f64;
+    if alpha < f64::MIN_POSITIVE || !alpha.is_finite() {
         return gamma.to_vec();
     }
-    ratios
+    gamma
         .iter()
         .zip(sigma)
-        .map(|(&r, &s)| {
-            let bounded = (r / alpha).clamp(1.0 / (1.0 + eps), 1.0 + eps);
-            (bounded * f64::from(s) * alpha) as f32
+        .zip(&magnitudes)
+        .map(|((&g, &s), &m)| {
+            if g == 0.0 {
+                return 0.0;
+            }
+            let bounded = (m / alpha).clamp(1.0 / (1.0 + eps), 1.0 + eps);
+            (f64::from(g).signum() * bounded * f64::from(s) * alpha) as f32
         })
         .collect()
 }
