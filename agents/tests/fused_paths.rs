@@ -9,7 +9,7 @@ use candle_core::{Tensor, Var};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
     BatchNorm, BnStats, Group, Kernel, LayerNorm, MeanOnlyBn, NormKind, ParamStore, Pass, QNetwork,
-    QNetworkConfig, WeightNorm,
+    QNetworkConfig, RmsNorm, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use rand::{Rng, SeedableRng};
@@ -172,6 +172,63 @@ fn fused_layer_norm_matches_the_reference() {
         let names = ["output", "dx", "dgamma", "dbeta"];
         let context = format!("{shape:?} relu {relu}");
         assert_matches(&names, &fused, &reference, |_| 1e-5, &context);
+    }
+}
+
+/// RMSNorm's fused op against autodiff through tensor ops (Linear and conv shapes,
+/// with and without the ReLU), and its values against the definition by hand.
+#[test]
+fn fused_rms_norm_matches_the_reference_and_its_definition() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
+    let cases = [vec![32usize, 64], vec![8, 16, 8, 8], vec![1, 5]];
+    for (shape, relu) in cases
+        .iter()
+        .flat_map(|s| [(s.clone(), false), (s.clone(), true)])
+    {
+        let features = &shape[1..];
+        let gamma = random(features, &mut rng, 1.0);
+        let x = random(&shape, &mut rng, 0.5);
+        let upstream = random(&shape, &mut rng, 0.0);
+        let run = |fused: bool| {
+            let mut store = ParamStore::new(DEV);
+            let rms = RmsNorm::new(&mut store, "l", features, 1e-5).unwrap();
+            store.get("l.rms.gamma").unwrap().var.set(&gamma).unwrap();
+            let (y, dx, grads) = forward_backward(&x, &upstream, |x| match (fused, relu) {
+                (true, false) => rms.forward(x).unwrap(),
+                (true, true) => rms.forward_relu(x).unwrap(),
+                (false, false) => rms.forward_reference(x).unwrap(),
+                (false, true) => rms.forward_reference(x).unwrap().relu().unwrap(),
+            });
+            let var = store.get("l.rms.gamma").unwrap().var.clone();
+            [y, dx, grads.get(var.as_tensor()).unwrap().clone()]
+        };
+        let (fused, reference) = (run(true), run(false));
+        let context = format!("{shape:?} relu {relu}");
+        assert_matches(
+            &["output", "dx", "dgamma"],
+            &fused,
+            &reference,
+            |_| 1e-5,
+            &context,
+        );
+        // By hand: y = gamma * x / sqrt(mean(x^2) + eps), per sample.
+        let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+        let gs: Vec<f32> = gamma.flatten_all().unwrap().to_vec1().unwrap();
+        let ys: Vec<f32> = fused[0].flatten_all().unwrap().to_vec1().unwrap();
+        for (row, out) in xs.chunks(gs.len()).zip(ys.chunks(gs.len())) {
+            let ms = row.iter().map(|v| f64::from(v * v)).sum::<f64>() / row.len() as f64;
+            let inv = 1.0 / (ms + 1e-5).sqrt();
+            for ((v, g), y) in row.iter().zip(&gs).zip(out) {
+                let mut expected = f64::from(*v) * inv * f64::from(*g);
+                if relu {
+                    expected = expected.max(0.0);
+                }
+                assert!(
+                    (f64::from(*y) - expected).abs() < 1e-5,
+                    "{context}: {y} vs {expected}"
+                );
+            }
+        }
     }
 }
 

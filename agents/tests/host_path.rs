@@ -12,7 +12,7 @@ use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::replay::Batch;
 
 /// All seven methods.
-const HOST_KINDS: [NormKind; 7] = [
+const HOST_KINDS: [NormKind; 8] = [
     NormKind::None,
     NormKind::WeightNorm,
     NormKind::Svb,
@@ -20,6 +20,7 @@ const HOST_KINDS: [NormKind; 7] = [
     NormKind::Bbn,
     NormKind::LayerNorm,
     NormKind::WnMeanOnlyBn,
+    NormKind::RmsNorm,
 ];
 
 fn norm(kind: NormKind) -> NormConfig {

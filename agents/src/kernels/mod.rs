@@ -13,6 +13,7 @@ pub(crate) mod kernel_core;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod mean_only_bn;
+pub(crate) mod rms_norm;
 pub(crate) mod weight_norm;
 
 use candle_core::Tensor;

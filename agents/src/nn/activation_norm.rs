@@ -59,6 +59,8 @@ pub(crate) enum NormTape {
     None,
     Batch(Arc<BatchNormOp>),
     Layer(RowStatistics),
+    /// RMSNorm: each row's `1 / rms`.
+    Rms(Vec<f32>),
     /// Mean-only BN: whether it subtracted the batch's mean (else the running mean, a
     /// constant).
     MeanOnly {

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::{non_negative, positive};
 
-/// The seven normalization methods.
+/// The normalization methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NormKind {
@@ -15,10 +15,11 @@ pub enum NormKind {
     LayerNorm,
     Svb,
     Bbn,
+    RmsNorm,
 }
 
 impl NormKind {
-    pub const ALL: [NormKind; 7] = [
+    pub const ALL: [NormKind; 8] = [
         NormKind::None,
         NormKind::WeightNorm,
         NormKind::WnMeanOnlyBn,
@@ -26,6 +27,7 @@ impl NormKind {
         NormKind::LayerNorm,
         NormKind::Svb,
         NormKind::Bbn,
+        NormKind::RmsNorm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -37,6 +39,7 @@ impl NormKind {
             NormKind::LayerNorm => "layer_norm",
             NormKind::Svb => "svb",
             NormKind::Bbn => "bbn",
+            NormKind::RmsNorm => "rms_norm",
         }
     }
 
@@ -82,7 +85,7 @@ pub struct NormConfig {
     pub bn_momentum: f64,
     /// BN's variance epsilon (> 0).
     pub bn_eps: f64,
-    /// LN's variance epsilon (> 0).
+    /// LN's variance epsilon, and RMSNorm's (> 0).
     pub ln_eps: f64,
     /// SVB bound: singular values are kept in `[1/(1+eps), 1+eps]`.
     pub svb_eps: f64,

@@ -12,7 +12,7 @@
 //! fused ops' own functions. The values are the graph path's to rounding (tested to
 //! 1e-5 relative).
 //!
-//! CPU only, for networks of Linear layers, with any of the seven methods
+//! CPU only, for networks of Linear layers, with any of the methods
 //! ([`QNetwork::runs_on_host`]); CNNs use the graph.
 //!
 //! ```

@@ -10,7 +10,7 @@ use super::kernel::unit_moments;
 use super::params::StoreVersion;
 use super::{
     svb, BatchNorm, Group, Kernel, LayerNorm, MeanOnlyBn, NormConfig, NormKind, ParamStore, Pass,
-    WeightNorm,
+    RmsNorm, WeightNorm,
 };
 
 /// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
@@ -26,6 +26,7 @@ pub(crate) enum Norm {
     MeanOnly(MeanOnlyBn),
     Batch(BatchNorm),
     Layer(LayerNorm),
+    Rms(RmsNorm),
 }
 
 impl Norm {
@@ -49,6 +50,7 @@ macro_rules! with_method {
             Norm::MeanOnly($m) => $body,
             Norm::Batch($m) => $body,
             Norm::Layer($m) => $body,
+            Norm::Rms($m) => $body,
         }
     };
 }
@@ -118,6 +120,7 @@ impl NormLayer {
             NormKind::LayerNorm => {
                 Norm::Layer(LayerNorm::new(store, name, out_shape, config.ln_eps)?)
             }
+            NormKind::RmsNorm => Norm::Rms(RmsNorm::new(store, name, out_shape, config.ln_eps)?),
             NormKind::None | NormKind::WeightNorm | NormKind::Svb => Norm::None,
         };
         // BN and LN carry their own shift (beta); mean-only BN keeps the layer's bias.

@@ -1,8 +1,8 @@
-//! Q-networks and the seven normalization methods (`docs/methods.md`), on candle, for
+//! Q-networks and the normalization methods (`docs/methods.md`), on candle, for
 //! Linear and Conv2d layers alike.
 //!
 //! A layer ([`NormLayer`]) is a kernel, plain or weight-normed ([`WeightNorm`]), an
-//! activation normalization ([`BatchNorm`], [`MeanOnlyBn`], [`LayerNorm`] or none, each
+//! activation normalization ([`BatchNorm`], [`MeanOnlyBn`], [`LayerNorm`], [`RmsNorm`] or none, each
 //! implementing one trait in its own file), a bias and a ReLU. Each method's file holds
 //! its parameters, init, graph forward and the host path's forward and backward; the
 //! CPU loops they call are in [`crate::kernels`].
@@ -18,6 +18,7 @@ mod layer_norm;
 mod mean_only_bn;
 pub(crate) mod params;
 mod qnet;
+mod rms_norm;
 pub mod svb;
 mod weight_norm;
 
@@ -31,6 +32,7 @@ pub use layer_norm::LayerNorm;
 pub use mean_only_bn::MeanOnlyBn;
 pub use params::{Group, Param, ParamStore};
 pub use qnet::QNetwork;
+pub use rms_norm::RmsNorm;
 pub use weight_norm::{UnitNorms, WeightNorm};
 
 /// Which statistics the batch-statistics layers (batch norm, BBN, mean-only BN)

@@ -1,0 +1,128 @@
+//! RMSNorm (Zhang & Sennrich, 2019; DreamerV3 uses it in every layer): each sample is
+//! divided by the root mean square of all of a layer's features (`(C, H, W)` for conv)
+//! and scaled per feature: `y = gamma * t / sqrt(mean(t²) + eps)`. No centering, no
+//! shift (and so no layer bias), no batch statistics. On the CPU one fused op computes
+//! it and its closed-form backward; elsewhere (and as the tested reference)
+//! differentiable tensor ops do.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use normrl_agents::nn::{ParamStore, RmsNorm};
+//!
+//! let mut store = ParamStore::new(Device::Cpu);
+//! let rms = RmsNorm::new(&mut store, "fc", &[2], 0.0).unwrap();
+//! let t = Tensor::new(&[[3.0f32, 4.0], [1.0, -1.0]], &Device::Cpu).unwrap();
+//! let y = rms.forward(&t).unwrap().to_vec2::<f32>().unwrap();
+//! // Root mean squares sqrt(12.5) and 1.
+//! let root = 12.5f32.sqrt();
+//! assert!((y[0][0] - 3.0 / root).abs() < 1e-6 && (y[0][1] - 4.0 / root).abs() < 1e-6);
+//! assert_eq!(y[1], vec![1.0, -1.0]);
+//! ```
+
+use candle_core::{Result, Tensor, Var};
+
+use super::activation_norm::{
+    push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients, HostLayer, HostOutput,
+    NormTape, Saved,
+};
+use super::{Group, ParamStore};
+use crate::kernels::fused::{relu_mask, with_values};
+use crate::kernels::layer_norm::check_rows;
+use crate::kernels::rms_norm::{inverse_rms, rms_gradients, scale_rows, FusedRmsNorm};
+
+pub struct RmsNorm {
+    gamma: Var,
+    eps: f64,
+}
+
+impl RmsNorm {
+    /// `features`: one sample's shape, e.g. `[n]` or `[C, H, W]`.
+    pub fn new(store: &mut ParamStore, prefix: &str, features: &[usize], eps: f64) -> Result<Self> {
+        Ok(Self {
+            gamma: store.ones(&format!("{prefix}.rms.gamma"), features, Group::Weight)?,
+            eps,
+        })
+    }
+
+    pub fn forward(&self, t: &Tensor) -> Result<Tensor> {
+        self.forward_then(t, false)
+    }
+
+    /// `relu(forward(t))`, in one op on the CPU.
+    pub fn forward_relu(&self, t: &Tensor) -> Result<Tensor> {
+        self.forward_then(t, true)
+    }
+
+    fn forward_then(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
+        if !t.device().is_cpu() {
+            let y = self.forward_reference(t)?;
+            return if relu { y.relu() } else { Ok(y) };
+        }
+        let op = FusedRmsNorm {
+            eps: self.eps,
+            relu,
+        };
+        t.contiguous()?
+            .apply_op2(&self.gamma.as_tensor().contiguous()?, op)
+    }
+
+    /// The layer through candle's tensor ops.
+    pub fn forward_reference(&self, t: &Tensor) -> Result<Tensor> {
+        let samples = t.dim(0)?;
+        let flat = t.reshape((samples, ()))?;
+        let mean_square = flat.sqr()?.mean_keepdim(1)?;
+        let inv = (mean_square + self.eps)?.sqrt()?.recip()?;
+        let scaled = flat.broadcast_mul(&inv)?.reshape(t.shape())?;
+        scaled.broadcast_mul(self.gamma.as_tensor())
+    }
+
+    /// [`Self::forward`] (with the ReLU if `relu`) on host values (rows of this layer's
+    /// features); also returns each row's `1 / rms`, which the backward reads.
+    fn host_values(&self, t: &[f32], relu: bool) -> Result<(Vec<f32>, Vec<f32>)> {
+        with_values(self.gamma.as_tensor(), |gamma| {
+            check_rows(t, gamma)?;
+            let inv = inverse_rms(t, gamma.len(), self.eps);
+            Ok((scale_rows(t, &inv, gamma, relu), inv))
+        })
+    }
+}
+
+impl ActivationNorm for RmsNorm {
+    fn keeps_bias(&self) -> bool {
+        false
+    }
+
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
+        self.forward_then(t, layer.relu)
+    }
+
+    #[inline]
+    fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
+        let (out, inv) = self.host_values(&t, layer.relu)?;
+        // The backward reads the input and each row's inverse RMS.
+        Ok(HostOutput {
+            out,
+            kernel_output: if keep { t } else { vec![] },
+            tape: NormTape::Rms(inv),
+        })
+    }
+
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+        let NormTape::Rms(inv) = saved.tape else {
+            candle_core::bail!("host backward: the forward kept no RMSNorm statistics");
+        };
+        let dy = match saved.layer.relu {
+            true => relu_mask(saved.out, &dy),
+            false => dy,
+        };
+        let (dt, dgamma) = with_values(self.gamma.as_tensor(), |gamma| {
+            check_rows(saved.t, gamma)?;
+            if inv.len() * gamma.len() != saved.t.len() {
+                candle_core::bail!("RMSNorm: statistics of another input");
+            }
+            Ok(rms_gradients(saved.t, inv, gamma, &dy))
+        })?;
+        push(grads, &self.gamma, dgamma);
+        Ok(HostGradient::plain(dt))
+    }
+}
