@@ -138,95 +138,102 @@ fn fused_batch_norm_matches_the_reference() {
     }
 }
 
-#[test]
-fn fused_layer_norm_matches_the_reference() {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+/// A per-sample norm's forward: `(x, fused, relu)` to its output.
+type NormForward = Box<dyn Fn(&Tensor, bool, bool) -> Tensor>;
+
+/// A per-sample normalization's fused op against autodiff through its tensor ops, on
+/// Linear and conv shapes, with and without the ReLU. `params` are its variables by
+/// name, set to random values around the given offsets; `build` makes it in a store.
+/// Returns each case's input, its first variable's values and the fused output (the
+/// cases alternate without and with the ReLU).
+fn check_per_sample_norm(
+    seed: u64,
+    params: &[(&str, f32)],
+    build: impl Fn(&mut ParamStore, &[usize]) -> NormForward,
+) -> Vec<[Tensor; 3]> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     let cases = [vec![32usize, 64], vec![8, 16, 8, 8], vec![1, 5]];
+    let mut checked = vec![];
     for (shape, relu) in cases
         .iter()
         .flat_map(|s| [(s.clone(), false), (s.clone(), true)])
     {
         let features = &shape[1..];
-        let gamma = random(features, &mut rng, 1.0);
-        let beta = random(features, &mut rng, 0.0);
+        let values: Vec<Tensor> = params
+            .iter()
+            .map(|(_, offset)| random(features, &mut rng, *offset))
+            .collect();
         let x = random(&shape, &mut rng, 0.5);
         let upstream = random(&shape, &mut rng, 0.0);
         let run = |fused: bool| {
             let mut store = ParamStore::new(DEV);
-            let ln = LayerNorm::new(&mut store, "l", features, 1e-5).unwrap();
-            store.get("l.ln.gamma").unwrap().var.set(&gamma).unwrap();
-            store.get("l.ln.beta").unwrap().var.set(&beta).unwrap();
-            let (y, dx, grads) = forward_backward(&x, &upstream, |x| match (fused, relu) {
-                (true, false) => ln.forward(x).unwrap(),
-                (true, true) => ln.forward_relu(x).unwrap(),
-                (false, false) => ln.forward_reference(x).unwrap(),
-                (false, true) => ln.forward_reference(x).unwrap().relu().unwrap(),
-            });
-            let grad = |name: &str| {
+            let forward = build(&mut store, features);
+            for ((name, _), v) in params.iter().zip(&values) {
+                store.get(name).unwrap().var.set(v).unwrap();
+            }
+            let (y, dx, grads) = forward_backward(&x, &upstream, |x| forward(x, fused, relu));
+            let mut out = vec![y, dx];
+            for (name, _) in params {
                 let var = store.get(name).unwrap().var.clone();
-                grads.get(var.as_tensor()).unwrap().clone()
-            };
-            [y, dx, grad("l.ln.gamma"), grad("l.ln.beta")]
+                out.push(grads.get(var.as_tensor()).unwrap().clone());
+            }
+            out
         };
         let (fused, reference) = (run(true), run(false));
-        let names = ["output", "dx", "dgamma", "dbeta"];
+        let mut names = vec!["output".to_string(), "dx".to_string()];
+        names.extend(params.iter().map(|(n, _)| format!("d{n}")));
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let context = format!("{shape:?} relu {relu}");
         assert_matches(&names, &fused, &reference, |_| 1e-5, &context);
+        checked.push([x, values[0].clone(), fused[0].clone()]);
     }
+    checked
 }
 
-/// RMSNorm's fused op against autodiff through tensor ops (Linear and conv shapes,
-/// with and without the ReLU), and its values against the definition by hand.
+#[test]
+fn fused_layer_norm_matches_the_reference() {
+    let params = [("l.ln.gamma", 1.0), ("l.ln.beta", 0.0)];
+    check_per_sample_norm(5, &params, |store, features| {
+        let ln = LayerNorm::new(store, "l", features, 1e-5).unwrap();
+        Box::new(move |x, fused, relu| match (fused, relu) {
+            (true, false) => ln.forward(x).unwrap(),
+            (true, true) => ln.forward_relu(x).unwrap(),
+            (false, false) => ln.forward_reference(x).unwrap(),
+            (false, true) => ln.forward_reference(x).unwrap().relu().unwrap(),
+        })
+    });
+}
+
+/// RMSNorm's fused op against autodiff of its tensor ops, and its values against the
+/// definition computed by hand.
 #[test]
 fn fused_rms_norm_matches_the_reference_and_its_definition() {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
-    let cases = [vec![32usize, 64], vec![8, 16, 8, 8], vec![1, 5]];
-    for (shape, relu) in cases
-        .iter()
-        .flat_map(|s| [(s.clone(), false), (s.clone(), true)])
-    {
-        let features = &shape[1..];
-        let gamma = random(features, &mut rng, 1.0);
-        let x = random(&shape, &mut rng, 0.5);
-        let upstream = random(&shape, &mut rng, 0.0);
-        let run = |fused: bool| {
-            let mut store = ParamStore::new(DEV);
-            let rms = RmsNorm::new(&mut store, "l", features, 1e-5).unwrap();
-            store.get("l.rms.gamma").unwrap().var.set(&gamma).unwrap();
-            let (y, dx, grads) = forward_backward(&x, &upstream, |x| match (fused, relu) {
-                (true, false) => rms.forward(x).unwrap(),
-                (true, true) => rms.forward_relu(x).unwrap(),
-                (false, false) => rms.forward_reference(x).unwrap(),
-                (false, true) => rms.forward_reference(x).unwrap().relu().unwrap(),
-            });
-            let var = store.get("l.rms.gamma").unwrap().var.clone();
-            [y, dx, grads.get(var.as_tensor()).unwrap().clone()]
-        };
-        let (fused, reference) = (run(true), run(false));
-        let context = format!("{shape:?} relu {relu}");
-        assert_matches(
-            &["output", "dx", "dgamma"],
-            &fused,
-            &reference,
-            |_| 1e-5,
-            &context,
-        );
-        // By hand: y = gamma * x / sqrt(mean(x^2) + eps), per sample.
-        let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
-        let gs: Vec<f32> = gamma.flatten_all().unwrap().to_vec1().unwrap();
-        let ys: Vec<f32> = fused[0].flatten_all().unwrap().to_vec1().unwrap();
+    let checked = check_per_sample_norm(7, &[("l.rms.gamma", 1.0)], |store, features| {
+        let rms = RmsNorm::new(store, "l", features, 1e-5).unwrap();
+        Box::new(move |x, fused, relu| match fused {
+            true => rms.forward(x, relu).unwrap(),
+            false => {
+                let y = rms.forward_reference(x).unwrap();
+                if relu {
+                    y.relu().unwrap()
+                } else {
+                    y
+                }
+            }
+        })
+    });
+    for (case, [x, gamma, y]) in checked.iter().enumerate() {
+        let relu = case % 2 == 1;
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let (xs, gs, ys) = (flat(x), flat(gamma), flat(y));
         for (row, out) in xs.chunks(gs.len()).zip(ys.chunks(gs.len())) {
+            // y = gamma * x / sqrt(mean(x^2) + eps), per sample.
             let ms = row.iter().map(|v| f64::from(v * v)).sum::<f64>() / row.len() as f64;
             let inv = 1.0 / (ms + 1e-5).sqrt();
             for ((v, g), y) in row.iter().zip(&gs).zip(out) {
-                let mut expected = f64::from(*v) * inv * f64::from(*g);
-                if relu {
-                    expected = expected.max(0.0);
-                }
-                assert!(
-                    (f64::from(*y) - expected).abs() < 1e-5,
-                    "{context}: {y} vs {expected}"
-                );
+                let by_hand = f64::from(*v) * inv * f64::from(*g);
+                let by_hand = if relu { by_hand.max(0.0) } else { by_hand };
+                assert!((f64::from(*y) - by_hand).abs() < 1e-5, "{y} vs {by_hand}");
             }
         }
     }

@@ -23,6 +23,16 @@ pub(crate) fn check_rows(t: &[f32], gamma: &[f32]) -> Result<()> {
     Ok(())
 }
 
+/// The features of each sample of `t` (all but its first dimension), checked against a
+/// per-feature parameter of shape `param`.
+pub(crate) fn features_per_sample(t: &Shape, param: &Shape, method: &str) -> Result<usize> {
+    let n = t.elem_count() / t.dims().first().copied().unwrap_or(1).max(1);
+    if param.elem_count() != n {
+        candle_core::bail!("{method}: {t:?} does not fit a parameter of shape {param:?}");
+    }
+    Ok(n)
+}
+
 pub(crate) struct FusedLayerNorm {
     pub eps: f64,
     /// A ReLU follows in the same op.
@@ -40,11 +50,7 @@ impl FusedLayerNorm {
     }
 
     fn features(t: &Shape, gamma: &Shape) -> Result<usize> {
-        let n = t.elem_count() / t.dims().first().copied().unwrap_or(1).max(1);
-        if gamma.elem_count() != n {
-            candle_core::bail!("layer norm: {t:?} does not fit an affine of shape {gamma:?}");
-        }
-        Ok(n)
+        features_per_sample(t, gamma, "layer norm")
     }
 }
 

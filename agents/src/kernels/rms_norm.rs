@@ -5,10 +5,11 @@
 //! `y = gamma x̂`: `dgamma = Σ_b dy·x̂`, and with `d = dy·gamma`,
 //! `dt = r (d - x̂ Σ(d·x̂)/n)` (no mean to subtract: RMSNorm does not center).
 
-use candle_core::{CustomOp2, Result, Shape, Tensor};
+use candle_core::{CustomOp2, Tensor};
 
 use super::dense::lane_sum;
 use super::fused::{gradient_through_relu, with_values};
+use super::layer_norm::features_per_sample;
 use super::{cpu_forward, gradient_like, Grads2};
 
 pub(crate) struct FusedRmsNorm {
@@ -17,27 +18,16 @@ pub(crate) struct FusedRmsNorm {
     pub relu: bool,
 }
 
-impl FusedRmsNorm {
-    /// The features per sample of `t`, checked against `gamma`.
-    fn features(t: &Shape, gamma: &Shape) -> Result<usize> {
-        let n = t.elem_count() / t.dims().first().copied().unwrap_or(1).max(1);
-        if gamma.elem_count() != n {
-            candle_core::bail!("RMSNorm: {t:?} does not fit a gain of shape {gamma:?}");
-        }
-        Ok(n)
-    }
-}
-
 impl CustomOp2 for FusedRmsNorm {
     cpu_forward!("rms-norm", |op, t @ l1, gamma @ l2| {
-        Self::features(l1.shape(), l2.shape())?;
+        features_per_sample(l1.shape(), l2.shape(), "RMSNorm")?;
         let inv = inverse_rms(t, gamma.len(), op.eps);
         Ok((scale_rows(t, &inv, gamma, op.relu), l1.shape().clone()))
     });
 
     fn bwd(&self, t: &Tensor, gamma: &Tensor, out: &Tensor, dy: &Tensor) -> Grads2 {
         let dy = gradient_through_relu(self.relu, out, dy)?;
-        let n = Self::features(t.shape(), gamma.shape())?;
+        let n = features_per_sample(t.shape(), gamma.shape(), "RMSNorm")?;
         let (dt, dgamma) = with_values(t, |t| {
             with_values(&gamma.contiguous()?, |gamma| {
                 with_values(&dy, |dy| {

@@ -17,7 +17,7 @@ use crate::kernels::batch_norm::BatchNormOp;
 use crate::kernels::feature_pass::{
     affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
 };
-use crate::kernels::fused::{self, with_values};
+use crate::kernels::fused::{self, relu_mask, with_values};
 use crate::kernels::layer_norm::RowStatistics;
 
 /// Each trainable variable's gradient from the host path, by the variable's id.
@@ -77,6 +77,16 @@ pub(crate) struct HostOutput {
 }
 
 impl HostOutput {
+    /// `out`, with the kernel's output `t` kept for the backward where `keep`.
+    #[inline]
+    pub(crate) fn keeping(out: Vec<f32>, t: Vec<f32>, keep: bool, tape: NormTape) -> Self {
+        Self {
+            out,
+            kernel_output: if keep { t } else { vec![] },
+            tape,
+        }
+    }
+
     /// `out` where the forward wrote a new buffer and keeps the kernel's output `t`;
     /// else (`None`) `t` itself, transformed in place, is the output.
     #[inline]
@@ -93,6 +103,35 @@ impl HostOutput {
                 tape,
             },
         }
+    }
+}
+
+impl Saved<'_> {
+    /// `dy` through the layer's ReLU (where it has one): 0 where the output was.
+    pub(crate) fn below_relu(&self, dy: Vec<f32>) -> Vec<f32> {
+        match self.layer.relu {
+            true => relu_mask(self.out, &dy),
+            false => dy,
+        }
+    }
+}
+
+/// A norm on the graph: its fused op on the CPU (given `t` contiguous), elsewhere its
+/// tensor-op `reference` and then the ReLU where `relu`.
+pub(crate) fn fused_or_reference(
+    t: &Tensor,
+    relu: bool,
+    reference: impl FnOnce(&Tensor) -> Result<Tensor>,
+    fused: impl FnOnce(Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    if t.device().is_cpu() {
+        return fused(t.contiguous()?);
+    }
+    let y = reference(t)?;
+    if relu {
+        y.relu()
+    } else {
+        Ok(y)
     }
 }
 
@@ -118,11 +157,6 @@ impl HostGradient {
 }
 
 pub(crate) trait ActivationNorm: Send + Sync {
-    /// False where the method carries its own shift (`beta`) and the layer has no bias.
-    fn keeps_bias(&self) -> bool {
-        true
-    }
-
     /// Whether the host path runs this method, with a weight-normed kernel or not (by
     /// default: without weight norm).
     fn runs_on_host(&self, weight_normed: bool) -> bool {

@@ -245,10 +245,6 @@ impl BatchNorm {
 }
 
 impl ActivationNorm for BatchNorm {
-    fn keeps_bias(&self) -> bool {
-        false
-    }
-
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward_then(t, layer.stats, layer.relu)
     }

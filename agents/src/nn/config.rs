@@ -56,6 +56,15 @@ impl NormKind {
         )
     }
 
+    /// The hidden layers keep a bias after the normalization: not where the method has
+    /// a shift of its own (batch and layer norm's `beta`) or, as RMSNorm, none at all.
+    pub fn keeps_bias(self) -> bool {
+        !matches!(
+            self,
+            NormKind::BatchNorm | NormKind::Bbn | NormKind::LayerNorm | NormKind::RmsNorm
+        )
+    }
+
     /// Hidden weights are projected by SVB.
     pub fn uses_svb(self) -> bool {
         matches!(self, NormKind::Svb | NormKind::Bbn)

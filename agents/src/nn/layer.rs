@@ -125,7 +125,7 @@ impl NormLayer {
         };
         // BN and LN carry their own shift (beta); mean-only BN keeps the layer's bias.
         let bias = match &weight {
-            _ if !norm.method().keeps_bias() => None,
+            _ if !kind.keeps_bias() => None,
             WeightParam::Normed(_) if config.data_dependent_init => {
                 Some(store.zeros(&format!("{name}.bias"), units, Group::Weight)?)
             }

@@ -22,8 +22,8 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients, HostLayer, HostOutput,
-    NormTape, Saved,
+    fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients,
+    HostLayer, HostOutput, NormTape, Saved,
 };
 use super::kernel::sample_moments;
 use super::{Group, ParamStore};
@@ -58,14 +58,17 @@ impl LayerNorm {
     }
 
     fn forward_then(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
-        if !t.device().is_cpu() {
-            let y = self.forward_reference(t)?;
-            return if relu { y.relu() } else { Ok(y) };
-        }
-        t.contiguous()?.apply_op3(
-            &self.gamma.as_tensor().contiguous()?,
-            &self.beta.as_tensor().contiguous()?,
-            self.op(relu),
+        fused_or_reference(
+            t,
+            relu,
+            |t| self.forward_reference(t),
+            |t| {
+                t.apply_op3(
+                    &self.gamma.as_tensor().contiguous()?,
+                    &self.beta.as_tensor().contiguous()?,
+                    self.op(relu),
+                )
+            },
         )
     }
 
@@ -121,10 +124,6 @@ impl LayerNorm {
 }
 
 impl ActivationNorm for LayerNorm {
-    fn keeps_bias(&self) -> bool {
-        false
-    }
-
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward_then(t, layer.relu)
     }
@@ -133,11 +132,12 @@ impl ActivationNorm for LayerNorm {
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         let (out, statistics) = self.host_values(&t, layer.relu)?;
         // The backward reads the input and its statistics.
-        Ok(HostOutput {
+        Ok(HostOutput::keeping(
             out,
-            kernel_output: if keep { t } else { vec![] },
-            tape: NormTape::Layer(statistics),
-        })
+            t,
+            keep,
+            NormTape::Layer(statistics),
+        ))
     }
 
     fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {

@@ -186,11 +186,12 @@ impl ActivationNorm for MeanOnlyBn {
             ..Default::default()
         };
         affine_in_place(&mut y, layer.units, affine);
-        Ok(HostOutput {
-            out: y,
-            kernel_output: if keep { t } else { vec![] },
-            tape: NormTape::MeanOnly { batch_statistics },
-        })
+        Ok(HostOutput::keeping(
+            y,
+            t,
+            keep,
+            NormTape::MeanOnly { batch_statistics },
+        ))
     }
 
     fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {

@@ -12,7 +12,7 @@
 //! let mut store = ParamStore::new(Device::Cpu);
 //! let rms = RmsNorm::new(&mut store, "fc", &[2], 0.0).unwrap();
 //! let t = Tensor::new(&[[3.0f32, 4.0], [1.0, -1.0]], &Device::Cpu).unwrap();
-//! let y = rms.forward(&t).unwrap().to_vec2::<f32>().unwrap();
+//! let y = rms.forward(&t, false).unwrap().to_vec2::<f32>().unwrap();
 //! // Root mean squares sqrt(12.5) and 1.
 //! let root = 12.5f32.sqrt();
 //! assert!((y[0][0] - 3.0 / root).abs() < 1e-6 && (y[0][1] - 4.0 / root).abs() < 1e-6);
@@ -22,11 +22,11 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients, HostLayer, HostOutput,
-    NormTape, Saved,
+    fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients,
+    HostLayer, HostOutput, NormTape, Saved,
 };
 use super::{Group, ParamStore};
-use crate::kernels::fused::{relu_mask, with_values};
+use crate::kernels::fused::with_values;
 use crate::kernels::layer_norm::check_rows;
 use crate::kernels::rms_norm::{inverse_rms, rms_gradients, scale_rows, FusedRmsNorm};
 
@@ -44,26 +44,16 @@ impl RmsNorm {
         })
     }
 
-    pub fn forward(&self, t: &Tensor) -> Result<Tensor> {
-        self.forward_then(t, false)
-    }
-
-    /// `relu(forward(t))`, in one op on the CPU.
-    pub fn forward_relu(&self, t: &Tensor) -> Result<Tensor> {
-        self.forward_then(t, true)
-    }
-
-    fn forward_then(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
-        if !t.device().is_cpu() {
-            let y = self.forward_reference(t)?;
-            return if relu { y.relu() } else { Ok(y) };
-        }
-        let op = FusedRmsNorm {
-            eps: self.eps,
-            relu,
-        };
-        t.contiguous()?
-            .apply_op2(&self.gamma.as_tensor().contiguous()?, op)
+    /// The layer's normalization, then the ReLU where `relu`: one op on the CPU.
+    pub fn forward(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
+        let reference = |t: &Tensor| self.forward_reference(t);
+        fused_or_reference(t, relu, reference, |t| {
+            let op = FusedRmsNorm {
+                eps: self.eps,
+                relu,
+            };
+            t.apply_op2(&self.gamma.as_tensor().contiguous()?, op)
+        })
     }
 
     /// The layer through candle's tensor ops.
@@ -88,33 +78,22 @@ impl RmsNorm {
 }
 
 impl ActivationNorm for RmsNorm {
-    fn keeps_bias(&self) -> bool {
-        false
-    }
-
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
-        self.forward_then(t, layer.relu)
+        self.forward(t, layer.relu)
     }
 
     #[inline]
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         let (out, inv) = self.host_values(&t, layer.relu)?;
         // The backward reads the input and each row's inverse RMS.
-        Ok(HostOutput {
-            out,
-            kernel_output: if keep { t } else { vec![] },
-            tape: NormTape::Rms(inv),
-        })
+        Ok(HostOutput::keeping(out, t, keep, NormTape::Rms(inv)))
     }
 
     fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         let NormTape::Rms(inv) = saved.tape else {
             candle_core::bail!("host backward: the forward kept no RMSNorm statistics");
         };
-        let dy = match saved.layer.relu {
-            true => relu_mask(saved.out, &dy),
-            false => dy,
-        };
+        let dy = saved.below_relu(dy);
         let (dt, dgamma) = with_values(self.gamma.as_tensor(), |gamma| {
             check_rows(saved.t, gamma)?;
             if inv.len() * gamma.len() != saved.t.len() {
