@@ -245,3 +245,105 @@ fn epsilon_greedy_explores_at_rate_epsilon() {
     assert!((rate - 0.2).abs() < 0.015, "{rate}");
     assert!((0..100).all(|_| dqn.act(&obs, 0.0, &mut rng).unwrap() == greedy));
 }
+
+/// Without a target network the targets come from the online network (every engine).
+#[test]
+fn target_free_targets_come_from_the_online_network() {
+    let config = DqnConfig {
+        gamma: 0.9,
+        target_update: TargetUpdate::None,
+        ..Default::default()
+    };
+    let batch = random_batch(12, 4);
+    for engine in [Engine::Host, Engine::CpuGraph, Engine::Device] {
+        let mut dqn = agent(NormKind::None, config.clone())
+            .with_engine(engine)
+            .unwrap();
+        for _ in 0..3 {
+            assert!(!dqn.update(&batch).unwrap().synced);
+        }
+        let y = dqn.td_targets(&batch).unwrap();
+        let next = Tensor::from_slice(&batch.next_obs, (12, 3), &Device::Cpu).unwrap();
+        let q: Vec<Vec<f32>> = dqn
+            .online()
+            .forward(&next, Pass::EVAL)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        check_targets(&batch, &y, &q, &q, false, &format!("{engine:?}"));
+    }
+}
+
+/// CrossQ's joint forward: batch norm's statistics in the update are those of the
+/// observations and next observations together (2B rows).
+#[test]
+fn a_joint_forward_normalizes_over_both_halves() {
+    let batch = random_batch(8, 5);
+    let rows = |data: &[f32]| -> Vec<Vec<f64>> {
+        data.chunks(3)
+            .map(|r| r.iter().map(|&v| f64::from(v)).collect())
+            .collect()
+    };
+    // Running mean after one update from 0 with momentum 0.1: 0.1 * W mean(x) over the
+    // rows the update normalized.
+    let expected = |w: &[f32], x: &[Vec<f64>]| -> Vec<f64> {
+        let mean: Vec<f64> = (0..3)
+            .map(|j| x.iter().map(|r| r[j]).sum::<f64>() / x.len() as f64)
+            .collect();
+        w.chunks(3)
+            .map(|row| {
+                0.1 * row
+                    .iter()
+                    .zip(&mean)
+                    .map(|(a, b)| f64::from(*a) * b)
+                    .sum::<f64>()
+            })
+            .collect()
+    };
+    for (joint, engine) in [
+        (true, Engine::Host),
+        (true, Engine::CpuGraph),
+        (false, Engine::Host),
+    ] {
+        let config = DqnConfig {
+            target_update: TargetUpdate::None,
+            joint_forward: joint,
+            ..Default::default()
+        };
+        let mut dqn = agent(NormKind::BatchNorm, config)
+            .with_engine(engine)
+            .unwrap();
+        let read = |dqn: &Dqn, name: &str| -> Vec<f32> {
+            let p = dqn.online().store().get(name).unwrap();
+            p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap()
+        };
+        let w = read(&dqn, "fc0.weight");
+        dqn.update(&batch).unwrap();
+        let running = read(&dqn, "fc0.bn.running_mean");
+        let mut normalized = rows(&batch.obs);
+        if joint {
+            normalized.extend(rows(&batch.next_obs));
+        }
+        for (got, want) in running.iter().zip(expected(&w, &normalized)) {
+            assert!(
+                (f64::from(*got) - want).abs() < 1e-5,
+                "{joint} {engine:?}: {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn target_free_choices_that_make_no_sense_are_refused() {
+    let joint_with_target = DqnConfig {
+        joint_forward: true,
+        ..Default::default()
+    };
+    assert_eq!(joint_with_target.problems()[0].0, "joint_forward");
+    let double_without_target = DqnConfig {
+        double_dqn: true,
+        target_update: TargetUpdate::None,
+        ..Default::default()
+    };
+    assert_eq!(double_without_target.problems()[0].0, "double_dqn");
+}

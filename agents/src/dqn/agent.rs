@@ -84,7 +84,13 @@ impl Engine {
 
 /// The online network's Q-values of a batch, kept for the backward.
 enum UpdateForward {
-    Host { q: Vec<f32>, tape: HostTape },
+    /// `q` holds `rows` rows for the loss (then, for a joint forward, the next
+    /// observations' rows).
+    Host {
+        q: Vec<f32>,
+        rows: usize,
+        tape: HostTape,
+    },
     Graph(Tensor),
 }
 
@@ -226,8 +232,13 @@ impl Dqn {
     /// network is synced from the result.
     pub fn update(&mut self, batch: &Batch) -> Result<UpdateInfo> {
         self.initialize_once(batch)?;
-        let targets = self.targets(batch)?;
-        let q = self.q_for_update(batch)?;
+        let (q, targets) = match self.config.joint_forward {
+            false => {
+                let targets = self.targets(batch)?;
+                (self.q_for_update(batch)?, targets)
+            }
+            true => self.joint_forward(batch)?,
+        };
         let (loss, gradients) = self.loss_and_gradients(q, batch, &targets)?;
         let grad_norm = self.optimizer.apply(&gradients)?;
         self.finish_update(loss, grad_norm)
@@ -257,38 +268,61 @@ impl Dqn {
         }
     }
 
+    /// The network the TD targets come from: the target network, or the online one
+    /// with `target_update = "none"`.
+    fn target_network(&self) -> &QNetwork {
+        match self.config.target_update {
+            TargetUpdate::None => &self.online,
+            _ => &self.target,
+        }
+    }
+
     fn targets(&self, batch: &Batch) -> Result<Targets> {
         if self.engine == Engine::Device {
             return self.device_targets(batch).map(Targets::Device);
         }
-        let (b, n_actions) = (batch.size, self.online.n_actions());
-        let target_q = self.q_of(&self.target, &batch.next_obs, b, self.config.target_bn_mode)?;
+        let b = batch.size;
+        let next_obs = &batch.next_obs;
+        let target_q = self.q_of(
+            self.target_network(),
+            next_obs,
+            b,
+            self.config.target_bn_mode,
+        )?;
+        let online_q = match self.config.double_dqn {
+            true => Some(self.q_of(&self.online, next_obs, b, BnStats::Running)?),
+            false => None,
+        };
+        Ok(Targets::Host(self.bootstrap(
+            batch,
+            &target_q,
+            online_q.as_deref(),
+        )))
+    }
+
+    /// `r + gamma (1 - terminated) Q(s', a*)` from the next observations' Q-values,
+    /// `a*` their argmax or, with Double DQN, `online_q`'s.
+    fn bootstrap(&self, batch: &Batch, target_q: &[f32], online_q: Option<&[f32]>) -> Vec<f32> {
+        let n_actions = self.online.n_actions();
         let target_q: Vec<&[f32]> = target_q.chunks_exact(n_actions).collect();
-        let chosen: Vec<usize> = if self.config.double_dqn {
-            let online_q = self.q_of(&self.online, &batch.next_obs, b, BnStats::Running)?;
-            online_q.chunks_exact(n_actions).map(first_argmax).collect()
-        } else {
-            target_q.iter().map(|q| first_argmax(q)).collect()
+        let chosen: Vec<usize> = match online_q {
+            Some(q) => q.chunks_exact(n_actions).map(first_argmax).collect(),
+            None => target_q.iter().map(|q| first_argmax(q)).collect(),
         };
         let gamma = self.config.gamma as f32;
-        Ok(Targets::Host(
-            target_q
-                .iter()
-                .zip(&chosen)
-                .zip(batch.rewards.iter().zip(&batch.terminated))
-                .map(|((q, &a), (&r, &t))| r + q[a] * ((1.0 - t) * gamma))
-                .collect(),
-        ))
+        target_q
+            .iter()
+            .zip(&chosen)
+            .zip(batch.rewards.iter().zip(&batch.terminated))
+            .map(|((q, &a), (&r, &t))| r + q[a] * ((1.0 - t) * gamma))
+            .collect()
     }
 
     /// [`Self::td_targets`] as tensor ops on an accelerator (no read back).
     fn device_targets(&self, batch: &Batch) -> Result<Tensor> {
-        let b = batch.size;
-        let next_obs = self.batch_tensor(&batch.next_obs, b)?;
-        let rewards = Tensor::from_slice(&batch.rewards, b, &self.device)?;
-        let terminated = Tensor::from_slice(&batch.terminated, b, &self.device)?;
+        let next_obs = self.batch_tensor(&batch.next_obs, batch.size)?;
         let target_q = self
-            .target
+            .target_network()
             .forward(&next_obs, Pass::gradient_free(self.config.target_bn_mode))?;
         let next_q = if self.config.double_dqn {
             let online_q = self.online.forward(&next_obs, Pass::EVAL)?;
@@ -297,10 +331,45 @@ impl Dqn {
         } else {
             target_q.max(1)?
         };
+        self.device_bootstrap(batch, &next_q)
+    }
+
+    /// [`Self::bootstrap`] on the device, from each next observation's chosen Q-value.
+    fn device_bootstrap(&self, batch: &Batch, next_q: &Tensor) -> Result<Tensor> {
+        let b = batch.size;
+        let rewards = Tensor::from_slice(&batch.rewards, b, &self.device)?;
+        let terminated = Tensor::from_slice(&batch.terminated, b, &self.device)?;
         let bootstrap = ((1.0 - terminated)? * self.config.gamma)?;
         (rewards + (next_q.detach() * bootstrap)?)?
             .detach()
             .contiguous()
+    }
+
+    /// CrossQ's joint forward: one differentiable forward over the observations and the
+    /// next observations (2B rows), so batch statistics come from both halves; the
+    /// first half's Q-values enter the loss, the second half's make the targets,
+    /// detached (no gradient reaches them).
+    fn joint_forward(&self, batch: &Batch) -> Result<(UpdateForward, Targets)> {
+        let (b, n_actions) = (batch.size, self.online.n_actions());
+        let both = [&batch.obs[..], &batch.next_obs[..]].concat();
+        let stats = self.config.online_bn_mode;
+        if self.engine == Engine::Host {
+            let mut tape = HostTape::default();
+            let q = self
+                .online
+                .host_forward(&both, 2 * b, stats, Some(&mut tape))?;
+            let targets = self.bootstrap(batch, &q[b * n_actions..], None);
+            let forward = UpdateForward::Host { q, rows: b, tape };
+            return Ok((forward, Targets::Host(targets)));
+        }
+        let x = self.batch_tensor(&both, 2 * b)?;
+        let q_all = self.online.forward(&x, Pass::differentiable(stats))?;
+        let next_q = q_all.narrow(0, b, b)?.detach();
+        let targets = match self.engine {
+            Engine::Device => Targets::Device(self.device_bootstrap(batch, &next_q.max(1)?)?),
+            _ => Targets::Host(self.bootstrap(batch, &next_q.flatten_all()?.to_vec1()?, None)),
+        };
+        Ok((UpdateForward::Graph(q_all.narrow(0, 0, b)?), targets))
     }
 
     /// The online network's Q-values of the batch's observations, differentiable, with
@@ -312,7 +381,8 @@ impl Dqn {
             let q = self
                 .online
                 .host_forward(&batch.obs, batch.size, stats, Some(&mut tape))?;
-            return Ok(UpdateForward::Host { q, tape });
+            let rows = batch.size;
+            return Ok(UpdateForward::Host { q, rows, tape });
         }
         let obs = self.batch_tensor(&batch.obs, batch.size)?;
         let q = self.online.forward(&obs, Pass::differentiable(stats))?;
@@ -329,9 +399,13 @@ impl Dqn {
     ) -> Result<(LossInfo, Gradients)> {
         let (actions, kind) = (&batch.actions, self.config.loss);
         match (q, targets) {
-            (UpdateForward::Host { q, tape }, Targets::Host(targets)) => {
+            (UpdateForward::Host { q, rows, tape }, Targets::Host(targets)) => {
                 let n_actions = self.online.n_actions();
-                let (loss, dq) = host_loss(&q, n_actions, actions, targets, kind)?;
+                let taken = &q[..rows * n_actions];
+                let (loss, mut dq) = host_loss(taken, n_actions, actions, targets, kind)?;
+                // Rows past the batch (a joint forward's next observations) feed the
+                // targets only: no gradient.
+                dq.resize(q.len(), 0.0);
                 let grads = self.online.host_backward(tape, &dq)?;
                 Ok((loss, Gradients::Host(grads)))
             }
@@ -367,6 +441,7 @@ impl Dqn {
                     .soft_update_from(self.online.store(), tau)?;
                 true
             }
+            TargetUpdate::None => false,
         };
         Ok(UpdateInfo {
             td_loss: loss.value,

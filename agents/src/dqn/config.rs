@@ -21,6 +21,9 @@ pub enum TargetUpdate {
     Hard { every: u64 },
     /// `target = (1 - tau) * target + tau * online` after every update.
     Polyak { tau: f64 },
+    /// No target network: the TD targets come from the online network, detached (PQN,
+    /// CrossQ).
+    None,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +41,10 @@ pub struct DqnConfig {
     pub online_bn_mode: BnStats,
     /// Batch-norm mode when choosing actions.
     pub acting_bn_mode: BnStats,
+    /// CrossQ's joint forward: one training forward over the observations and the next
+    /// observations together (2B rows, so batch statistics come from both); the second
+    /// half's Q-values, detached, make the targets. Needs `target_update = "none"`.
+    pub joint_forward: bool,
 }
 
 impl Default for DqnConfig {
@@ -50,6 +57,7 @@ impl Default for DqnConfig {
             target_bn_mode: BnStats::Running,
             online_bn_mode: BnStats::Batch,
             acting_bn_mode: BnStats::Running,
+            joint_forward: false,
         }
     }
 }
@@ -69,6 +77,19 @@ impl DqnConfig {
                 p.push(("target_update.tau", "a number in (0, 1]"))
             }
             _ => {}
+        }
+        let target_free = self.target_update == TargetUpdate::None;
+        if self.joint_forward && !target_free {
+            p.push((
+                "joint_forward",
+                "used with target_update = { type = \"none\" } (the targets come from the joint forward)",
+            ));
+        }
+        if self.double_dqn && target_free {
+            p.push((
+                "double_dqn",
+                "used with a target network (Double DQN picks with one network and evaluates with the other)",
+            ));
         }
         p
     }
