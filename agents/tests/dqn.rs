@@ -48,10 +48,18 @@ fn random_batch(size: usize, seed: u64) -> Batch {
 
 #[test]
 fn td_targets_bootstrap_only_when_not_terminated() {
-    for double in [false, true] {
+    // A target network, with and without Double DQN, and none (the online network's
+    // own Q-values, detached).
+    let configs = [
+        (false, TargetUpdate::Hard { every: 1000 }),
+        (true, TargetUpdate::Hard { every: 1000 }),
+        (false, TargetUpdate::None),
+    ];
+    for (double, target_update) in configs {
         let config = DqnConfig {
             gamma: 0.9,
             double_dqn: double,
+            target_update,
             ..Default::default()
         };
         let batch = random_batch(12, 1);
@@ -61,21 +69,37 @@ fn td_targets_bootstrap_only_when_not_terminated() {
             let mut dqn = agent(NormKind::None, config.clone())
                 .with_engine(engine)
                 .unwrap();
-            // Moves the online net away from the target.
-            dqn.update(&batch).unwrap();
+            // Moves the online net away from the target; nothing syncs.
+            for _ in 0..2 {
+                assert!(!dqn.update(&batch).unwrap().synced);
+            }
             let y = dqn.td_targets(&batch).unwrap();
-            check_engine_targets(&dqn, &batch, &y, double, &format!("{engine:?}"));
+            let target_free = target_update == TargetUpdate::None;
+            let path = format!("{engine:?} {target_update:?}");
+            check_engine_targets(&dqn, &batch, &y, double, target_free, &path);
         }
     }
 }
 
 /// `y` against the definition, from the networks' Q-values.
-fn check_engine_targets(dqn: &Dqn, batch: &Batch, y: &[f32], double: bool, path: &str) {
+fn check_engine_targets(
+    dqn: &Dqn,
+    batch: &Batch,
+    y: &[f32],
+    double: bool,
+    target_free: bool,
+    path: &str,
+) {
     let next = Tensor::from_slice(&batch.next_obs, (12, 3), &Device::Cpu).unwrap();
     let q_of = |net: &QNetwork| -> Vec<Vec<f32>> {
         net.forward(&next, Pass::EVAL).unwrap().to_vec2().unwrap()
     };
-    let (q_target, q_online) = (q_of(dqn.target()), q_of(dqn.online()));
+    let targets_from = if target_free {
+        dqn.online()
+    } else {
+        dqn.target()
+    };
+    let (q_target, q_online) = (q_of(targets_from), q_of(dqn.online()));
     check_targets(batch, y, &q_target, &q_online, double, path);
 }
 
@@ -244,34 +268,6 @@ fn epsilon_greedy_explores_at_rate_epsilon() {
     let rate = other as f64 / n as f64;
     assert!((rate - 0.2).abs() < 0.015, "{rate}");
     assert!((0..100).all(|_| dqn.act(&obs, 0.0, &mut rng).unwrap() == greedy));
-}
-
-/// Without a target network the targets come from the online network (every engine).
-#[test]
-fn target_free_targets_come_from_the_online_network() {
-    let config = DqnConfig {
-        gamma: 0.9,
-        target_update: TargetUpdate::None,
-        ..Default::default()
-    };
-    let batch = random_batch(12, 4);
-    for engine in [Engine::Host, Engine::CpuGraph, Engine::Device] {
-        let mut dqn = agent(NormKind::None, config.clone())
-            .with_engine(engine)
-            .unwrap();
-        for _ in 0..3 {
-            assert!(!dqn.update(&batch).unwrap().synced);
-        }
-        let y = dqn.td_targets(&batch).unwrap();
-        let next = Tensor::from_slice(&batch.next_obs, (12, 3), &Device::Cpu).unwrap();
-        let q: Vec<Vec<f32>> = dqn
-            .online()
-            .forward(&next, Pass::EVAL)
-            .unwrap()
-            .to_vec2()
-            .unwrap();
-        check_targets(&batch, &y, &q, &q, false, &format!("{engine:?}"));
-    }
 }
 
 /// CrossQ's joint forward: batch norm's statistics in the update are those of the
