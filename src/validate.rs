@@ -29,6 +29,7 @@ pub fn problems(config: &TrainConfig) -> Vec<String> {
     if !(0.0..=1.0).contains(&config.eval.epsilon) {
         add("eval", vec![("epsilon", "in [0, 1]")]);
     }
+    problems.extend(group_problems(config));
     if let Err(e) = parse_device_spec(&config.run.device) {
         problems.push(e.to_string());
     }
@@ -102,6 +103,30 @@ fn network_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
         }
         _ => vec![],
     }
+}
+
+/// Group norm's groups must divide every hidden layer's units or channels.
+fn group_problems(config: &TrainConfig) -> Option<String> {
+    if config.norm.kind != normrl_agents::nn::NormKind::GroupNorm {
+        return None;
+    }
+    let widths: Vec<usize> = match &config.network.architecture {
+        Architecture::Mlp { hidden } => hidden.clone(),
+        Architecture::MinatarCnn => vec![16, 128],
+        Architecture::NatureCnn => vec![32, 64, 64, 512],
+    };
+    let groups = config.norm.groups.max(1);
+    let bad: Vec<String> = widths
+        .iter()
+        .filter(|w| !w.is_multiple_of(groups))
+        .map(|w| w.to_string())
+        .collect();
+    (!bad.is_empty()).then(|| {
+        format!(
+            "norm.groups = {groups} must divide every hidden layer's units or channels ({} do not)",
+            bad.join(", ")
+        )
+    })
 }
 
 /// Legal values that almost surely are a mistake, each with the reason; accepted with

@@ -106,9 +106,9 @@ fn errors_name_the_key_and_what_is_allowed() {
             &["env.id", "known environments", "minatar/breakout"],
         ),
         (
-            "[norm]\nkind = \"group_norm\"\n",
+            "[norm]\nkind = \"instance_norm\"\n",
             &[],
-            &["group_norm", "weight_norm", "batch_norm"],
+            &["instance_norm", "weight_norm", "group_norm"],
         ),
         (
             "",

@@ -8,8 +8,8 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
-    BatchNorm, BnStats, Group, Kernel, LayerNorm, MeanOnlyBn, NormKind, ParamStore, Pass, QNetwork,
-    QNetworkConfig, RmsNorm, WeightNorm,
+    BatchNorm, BnStats, Group, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormKind, ParamStore,
+    Pass, QNetwork, QNetworkConfig, RmsNorm, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use rand::{Rng, SeedableRng};
@@ -138,6 +138,15 @@ fn fused_batch_norm_matches_the_reference() {
     }
 }
 
+/// `y`, then the ReLU where `relu` (a reference forward's tail).
+fn then_relu(y: Tensor, relu: bool) -> Tensor {
+    if relu {
+        y.relu().unwrap()
+    } else {
+        y
+    }
+}
+
 /// A per-sample norm's forward: `(x, fused, relu)` to its output.
 type NormForward = Box<dyn Fn(&Tensor, bool, bool) -> Tensor>;
 
@@ -149,6 +158,7 @@ type NormForward = Box<dyn Fn(&Tensor, bool, bool) -> Tensor>;
 fn check_per_sample_norm(
     seed: u64,
     params: &[(&str, f32)],
+    param_shape: impl Fn(&[usize]) -> Vec<usize>,
     build: impl Fn(&mut ParamStore, &[usize]) -> NormForward,
 ) -> Vec<[Tensor; 3]> {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
@@ -161,7 +171,7 @@ fn check_per_sample_norm(
         let features = &shape[1..];
         let values: Vec<Tensor> = params
             .iter()
-            .map(|(_, offset)| random(features, &mut rng, *offset))
+            .map(|(_, offset)| random(&param_shape(features), &mut rng, *offset))
             .collect();
         let x = random(&shape, &mut rng, 0.5);
         let upstream = random(&shape, &mut rng, 0.0);
@@ -193,7 +203,7 @@ fn check_per_sample_norm(
 #[test]
 fn fused_layer_norm_matches_the_reference() {
     let params = [("l.ln.gamma", 1.0), ("l.ln.beta", 0.0)];
-    check_per_sample_norm(5, &params, |store, features| {
+    check_per_sample_norm(5, &params, <[usize]>::to_vec, |store, features| {
         let ln = LayerNorm::new(store, "l", features, 1e-5).unwrap();
         Box::new(move |x, fused, relu| match (fused, relu) {
             (true, false) => ln.forward(x).unwrap(),
@@ -208,18 +218,12 @@ fn fused_layer_norm_matches_the_reference() {
 /// definition computed by hand.
 #[test]
 fn fused_rms_norm_matches_the_reference_and_its_definition() {
-    let checked = check_per_sample_norm(7, &[("l.rms.gamma", 1.0)], |store, features| {
+    let params = [("l.rms.gamma", 1.0)];
+    let checked = check_per_sample_norm(7, &params, <[usize]>::to_vec, |store, features| {
         let rms = RmsNorm::new(store, "l", features, 1e-5).unwrap();
         Box::new(move |x, fused, relu| match fused {
             true => rms.forward(x, relu).unwrap(),
-            false => {
-                let y = rms.forward_reference(x).unwrap();
-                if relu {
-                    y.relu().unwrap()
-                } else {
-                    y
-                }
-            }
+            false => then_relu(rms.forward_reference(x).unwrap(), relu),
         })
     });
     for (case, [x, gamma, y]) in checked.iter().enumerate() {
@@ -235,6 +239,61 @@ fn fused_rms_norm_matches_the_reference_and_its_definition() {
                 let by_hand = if relu { by_hand.max(0.0) } else { by_hand };
                 assert!((f64::from(*y) - by_hand).abs() < 1e-5, "{y} vs {by_hand}");
             }
+        }
+    }
+}
+
+/// Group norm's fused op (layer norm's, with statistics per group and per-channel
+/// parameters) against autodiff of its tensor ops; with one group on Linear layers it
+/// is layer norm, with a group per channel instance norm.
+#[test]
+fn fused_group_norm_matches_the_reference_layer_norm_and_instance_norm() {
+    let params = [("l.gn.gamma", 1.0), ("l.gn.beta", 0.0)];
+    // 64 units and 16 channels in 2 groups (the third case's 5 units in 1).
+    let groups = |features: &[usize]| if features[0] == 5 { 1 } else { 2 };
+    check_per_sample_norm(
+        8,
+        &params,
+        |f| vec![f[0]],
+        |store, features| {
+            let gn = GroupNorm::new(store, "l", features, groups(features), 1e-5).unwrap();
+            Box::new(move |x, fused, relu| match fused {
+                true => gn.forward(x, relu).unwrap(),
+                false => then_relu(gn.forward_reference(x).unwrap(), relu),
+            })
+        },
+    );
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
+    // One group on a Linear layer: layer norm (the same per-feature parameters).
+    let x = random(&[6, 12], &mut rng, 0.3);
+    let mut store = ParamStore::new(DEV);
+    let gn = GroupNorm::new(&mut store, "g", &[12], 1, 1e-5).unwrap();
+    let ln = LayerNorm::new(&mut store, "l", &[12], 1e-5).unwrap();
+    let err = (gn.forward(&x, false).unwrap() - ln.forward(&x).unwrap())
+        .unwrap()
+        .max_abs();
+    assert!(err < 1e-5, "{err}");
+    // A group per channel on a conv layer: each channel normalized over its positions.
+    let x = random(&[3, 4, 5, 5], &mut rng, 0.3);
+    let gn = GroupNorm::new(&mut store, "i", &[4, 5, 5], 4, 1e-5).unwrap();
+    let y: Vec<f32> = gn
+        .forward(&x, false)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+    for (channel, out) in xs.chunks(25).zip(y.chunks(25)) {
+        let mean = channel.iter().map(|&v| f64::from(v)).sum::<f64>() / 25.0;
+        let var = channel
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / 25.0;
+        for (v, y) in channel.iter().zip(out) {
+            let by_hand = (f64::from(*v) - mean) / (var + 1e-5).sqrt();
+            assert!((f64::from(*y) - by_hand).abs() < 1e-4, "{y} vs {by_hand}");
         }
     }
 }

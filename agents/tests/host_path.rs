@@ -12,7 +12,7 @@ use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::replay::Batch;
 
 /// All seven methods.
-const HOST_KINDS: [NormKind; 8] = [
+const HOST_KINDS: [NormKind; 9] = [
     NormKind::None,
     NormKind::WeightNorm,
     NormKind::Svb,
@@ -21,6 +21,7 @@ const HOST_KINDS: [NormKind; 8] = [
     NormKind::LayerNorm,
     NormKind::WnMeanOnlyBn,
     NormKind::RmsNorm,
+    NormKind::GroupNorm,
 ];
 
 fn norm(kind: NormKind) -> NormConfig {

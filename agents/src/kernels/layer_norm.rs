@@ -33,37 +33,76 @@ pub(crate) fn features_per_sample(t: &Shape, param: &Shape, method: &str) -> Res
     Ok(n)
 }
 
+/// Layer norm, or group norm: each sample's features in `groups` contiguous groups,
+/// each normalized by its own statistics, then the affine. Layer norm's parameters are
+/// per feature (`spatial = 1`); group norm's per channel, each covering `spatial`
+/// positions.
 pub(crate) struct FusedLayerNorm {
     pub eps: f64,
     /// A ReLU follows in the same op.
     pub relu: bool,
+    pub groups: usize,
+    pub spatial: usize,
 }
 
 impl FusedLayerNorm {
+    /// Per-channel parameters repeated over their positions (as they are, when each
+    /// covers one).
+    fn per_feature<'a>(&self, p: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        match self.spatial {
+            1 => std::borrow::Cow::Borrowed(p),
+            s => p.iter().flat_map(|&v| std::iter::repeat_n(v, s)).collect(),
+        }
+    }
+
+    /// Per-feature sums folded back onto the per-channel parameters.
+    fn per_parameter(&self, sums: Vec<f32>) -> Vec<f32> {
+        match self.spatial {
+            1 => sums,
+            s => sums.chunks_exact(s).map(|c| c.iter().sum()).collect(),
+        }
+    }
+
+    fn statistics(&self, t: &[f32], gamma: &[f32]) -> RowStatistics {
+        let features = gamma.len() * self.spatial;
+        row_statistics(t, features / self.groups.max(1), self.eps)
+    }
+
     fn forward_values(&self, t: &[f32], gamma: &[f32], beta: &[f32]) -> Vec<f32> {
-        let statistics = row_statistics(t, gamma.len(), self.eps);
-        normalize_rows(t, &statistics, gamma, beta, self.relu)
+        let statistics = self.statistics(t, gamma);
+        let (g, b) = (self.per_feature(gamma), self.per_feature(beta));
+        normalize_rows(t, &statistics, &g, &b, self.relu)
     }
 
     fn gradients(&self, t: &[f32], gamma: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        row_gradients(t, &row_statistics(t, gamma.len(), self.eps), gamma, dy)
+        let statistics = self.statistics(t, gamma);
+        let (dt, dg, db) = row_gradients(t, &statistics, &self.per_feature(gamma), dy);
+        (dt, self.per_parameter(dg), self.per_parameter(db))
     }
 
-    fn features(t: &Shape, gamma: &Shape) -> Result<usize> {
-        features_per_sample(t, gamma, "layer norm")
+    fn features(&self, t: &Shape, gamma: &Shape) -> Result<usize> {
+        let n = t.elem_count() / t.dims().first().copied().unwrap_or(1).max(1);
+        let ok = gamma.elem_count() * self.spatial == n && n.is_multiple_of(self.groups.max(1));
+        if !ok {
+            candle_core::bail!(
+                "layer/group norm: {t:?} does not fit {} groups and parameters of shape {gamma:?}",
+                self.groups
+            );
+        }
+        Ok(n)
     }
 }
 
 impl CustomOp3 for FusedLayerNorm {
     cpu_forward!("layer-norm", |op, t @ l1, gamma @ l2, beta @ l3| {
-        Self::features(l1.shape(), l2.shape())?;
+        op.features(l1.shape(), l2.shape())?;
         let out = op.forward_values(t, gamma, beta);
         Ok((out, l1.shape().clone()))
     });
 
     fn bwd(&self, t: &Tensor, gamma: &Tensor, beta: &Tensor, out: &Tensor, dy: &Tensor) -> Grads3 {
         let dy = gradient_through_relu(self.relu, out, dy)?;
-        Self::features(t.shape(), gamma.shape())?;
+        self.features(t.shape(), gamma.shape())?;
         let (dt, dgamma, dbeta) = with_values(t, |t| {
             with_values(&gamma.contiguous()?, |gamma| {
                 with_values(&dy, |dy| Ok(self.gradients(t, gamma, dy)))
@@ -115,19 +154,22 @@ pub(crate) fn row_statistics(t: &[f32], n: usize, eps: f64) -> RowStatistics {
 }
 
 crate::kernels::avx2::dispatch! {
-    /// `(t - mean) / sqrt(var + eps) * gamma + beta` per sample (row of `gamma.len()`
-    /// values), then the ReLU if `relu`.
+    /// `(t - mean) / sqrt(var + eps) * gamma + beta` per sample (rows of `gamma.len()`
+    /// values), then the ReLU if `relu`. The statistics are per group of each row (one
+    /// group for layer norm, several for group norm), in order.
     pub(crate) fn normalize_rows(t: &[f32], statistics: &RowStatistics, gamma: &[f32], beta: &[f32], relu: bool) -> Vec<f32> {
-        let n = gamma.len();
+        let m = t.len() / statistics.rows().max(1);
+        let groups = gamma.len() / m.max(1);
         // Extended, not zero-filled then written: the fill cost as much as the pass.
         let mut out = Vec::with_capacity(t.len());
         let statistics = statistics.means.iter().zip(&statistics.inv_stds);
-        for (row, (m, inv)) in t.chunks_exact(n).zip(statistics) {
-            let values = row.iter().zip(gamma.iter().zip(beta));
+        for (k, (part, (mean, inv))) in t.chunks_exact(m).zip(statistics).enumerate() {
+            let at = (k % groups) * m;
+            let values = part.iter().zip(gamma[at..at + m].iter().zip(&beta[at..at + m]));
             if relu {
-                out.extend(values.map(|(x, (g, b))| ((x - m) * inv * g + b).max(0.0)));
+                out.extend(values.map(|(x, (g, b))| ((x - mean) * inv * g + b).max(0.0)));
             } else {
-                out.extend(values.map(|(x, (g, b))| (x - m) * inv * g + b));
+                out.extend(values.map(|(x, (g, b))| (x - mean) * inv * g + b));
             }
         }
         out
@@ -136,32 +178,33 @@ crate::kernels::avx2::dispatch! {
 
 crate::kernels::avx2::dispatch! {
     /// `(dL/dt, dL/dgamma, dL/dbeta)` from the input `t` and `dy`, the gradient with
-    /// respect to the normalized output (below the ReLU).
+    /// respect to the normalized output (below the ReLU); statistics per group as in
+    /// [`normalize_rows`].
     pub(crate) fn row_gradients(t: &[f32], statistics: &RowStatistics, gamma: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let n = gamma.len();
+        let m = t.len() / statistics.rows().max(1);
+        let groups = n / m.max(1);
         let mut dgamma = vec![0f32; n];
         let mut dbeta = vec![0f32; n];
         let mut dt = Vec::with_capacity(t.len());
-        // One row's x̂ and dy·gamma, reused.
-        let (mut xhat, mut d) = (vec![0f32; n], vec![0f32; n]);
+        // One group's x̂ and dy·gamma, reused.
+        let (mut xhat, mut d) = (vec![0f32; m], vec![0f32; m]);
         let statistics = statistics.means.iter().zip(&statistics.inv_stds);
-        for ((row, drow), (m, inv)) in t.chunks_exact(n).zip(dy.chunks_exact(n)).zip(statistics) {
+        let parts = t.chunks_exact(m).zip(dy.chunks_exact(m)).zip(statistics);
+        for (k, ((part, dpart), (mean, inv))) in parts.enumerate() {
+            let at = (k % groups) * m;
             // x̂, dy·gamma and the parameters' sums in one pass.
-            let values = xhat.iter_mut().zip(d.iter_mut()).zip(row.iter().zip(drow));
-            let sums = dgamma.iter_mut().zip(dbeta.iter_mut()).zip(gamma);
+            let values = xhat.iter_mut().zip(d.iter_mut()).zip(part.iter().zip(dpart));
+            let sums = dgamma[at..at + m].iter_mut().zip(dbeta[at..at + m].iter_mut()).zip(&gamma[at..at + m]);
             for (((xhat, d), (x, g)), ((dg, db), w)) in values.zip(sums) {
-                *xhat = (x - m) * inv;
+                *xhat = (x - mean) * inv;
                 *d = g * w;
                 *dg += g * *xhat;
                 *db += g;
             }
-            let mean_d = lane_sum(&d, &d, |d, _| d) / n as f32;
-            let mean_dx = lane_sum(&d, &xhat, |d, x| d * x) / n as f32;
-            dt.extend(
-                d.iter()
-                    .zip(&xhat)
-                    .map(|(d, x)| inv * (d - mean_d - x * mean_dx)),
-            );
+            let mean_d = lane_sum(&d, &d, |d, _| d) / m as f32;
+            let mean_dx = lane_sum(&d, &xhat, |d, x| d * x) / m as f32;
+            dt.extend(d.iter().zip(&xhat).map(|(d, x)| inv * (d - mean_d - x * mean_dx)));
         }
         (dt, dgamma, dbeta)
     }

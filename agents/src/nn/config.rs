@@ -16,10 +16,11 @@ pub enum NormKind {
     Svb,
     Bbn,
     RmsNorm,
+    GroupNorm,
 }
 
 impl NormKind {
-    pub const ALL: [NormKind; 8] = [
+    pub const ALL: [NormKind; 9] = [
         NormKind::None,
         NormKind::WeightNorm,
         NormKind::WnMeanOnlyBn,
@@ -28,6 +29,7 @@ impl NormKind {
         NormKind::Svb,
         NormKind::Bbn,
         NormKind::RmsNorm,
+        NormKind::GroupNorm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -40,6 +42,7 @@ impl NormKind {
             NormKind::Svb => "svb",
             NormKind::Bbn => "bbn",
             NormKind::RmsNorm => "rms_norm",
+            NormKind::GroupNorm => "group_norm",
         }
     }
 
@@ -61,7 +64,11 @@ impl NormKind {
     pub fn keeps_bias(self) -> bool {
         !matches!(
             self,
-            NormKind::BatchNorm | NormKind::Bbn | NormKind::LayerNorm | NormKind::RmsNorm
+            NormKind::BatchNorm
+                | NormKind::Bbn
+                | NormKind::LayerNorm
+                | NormKind::RmsNorm
+                | NormKind::GroupNorm
         )
     }
 
@@ -94,8 +101,11 @@ pub struct NormConfig {
     pub bn_momentum: f64,
     /// BN's variance epsilon (> 0).
     pub bn_eps: f64,
-    /// LN's variance epsilon, and RMSNorm's (> 0).
+    /// LN's variance epsilon, and RMSNorm's and GN's (> 0).
     pub ln_eps: f64,
+    /// Group norm's groups per layer; it must divide every hidden layer's units or
+    /// channels.
+    pub groups: usize,
     /// SVB bound: singular values are kept in `[1/(1+eps), 1+eps]`.
     pub svb_eps: f64,
     /// Optimizer steps between SVB projections.
@@ -114,6 +124,7 @@ impl Default for NormConfig {
             bn_momentum: 0.1,
             bn_eps: 1e-5,
             ln_eps: 1e-5,
+            groups: 4,
             svb_eps: 0.05,
             svb_interval: 200,
             bbn_eps: 0.2,
@@ -136,6 +147,9 @@ impl NormConfig {
         }
         if !positive(self.ln_eps) {
             p.push(("ln_eps", "a positive number"));
+        }
+        if self.groups == 0 {
+            p.push(("groups", "a positive integer"));
         }
         if !non_negative(self.svb_eps) {
             p.push(("svb_eps", "a non-negative number"));

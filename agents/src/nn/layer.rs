@@ -9,8 +9,8 @@ use super::init::InitRng;
 use super::kernel::unit_moments;
 use super::params::StoreVersion;
 use super::{
-    svb, BatchNorm, Group, Kernel, LayerNorm, MeanOnlyBn, NormConfig, NormKind, ParamStore, Pass,
-    RmsNorm, WeightNorm,
+    svb, BatchNorm, Group, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormConfig, NormKind,
+    ParamStore, Pass, RmsNorm, WeightNorm,
 };
 
 /// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
@@ -27,6 +27,7 @@ pub(crate) enum Norm {
     Batch(BatchNorm),
     Layer(LayerNorm),
     Rms(RmsNorm),
+    Group(GroupNorm),
 }
 
 impl Norm {
@@ -51,6 +52,7 @@ macro_rules! with_method {
             Norm::Batch($m) => $body,
             Norm::Layer($m) => $body,
             Norm::Rms($m) => $body,
+            Norm::Group($m) => $body,
         }
     };
 }
@@ -121,6 +123,13 @@ impl NormLayer {
                 Norm::Layer(LayerNorm::new(store, name, out_shape, config.ln_eps)?)
             }
             NormKind::RmsNorm => Norm::Rms(RmsNorm::new(store, name, out_shape, config.ln_eps)?),
+            NormKind::GroupNorm => Norm::Group(GroupNorm::new(
+                store,
+                name,
+                out_shape,
+                config.groups,
+                config.ln_eps,
+            )?),
             NormKind::None | NormKind::WeightNorm | NormKind::Svb => Norm::None,
         };
         // BN and LN carry their own shift (beta); mean-only BN keeps the layer's bias.

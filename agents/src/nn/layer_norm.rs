@@ -27,9 +27,9 @@ use super::activation_norm::{
 };
 use super::kernel::sample_moments;
 use super::{Group, ParamStore};
-use crate::kernels::fused::{relu_mask, with_values};
+use crate::kernels::fused::with_values;
 use crate::kernels::layer_norm::{
-    check_rows, normalize_rows, row_gradients, row_statistics, FusedLayerNorm, RowStatistics,
+    check_rows, normalize_rows, row_gradients, row_statistics, FusedLayerNorm,
 };
 
 pub struct LayerNorm {
@@ -72,44 +72,12 @@ impl LayerNorm {
         )
     }
 
-    /// [`Self::forward`] (with the ReLU if `relu`) on host values: `t` holds rows of
-    /// this layer's features.
-    /// Also returns the samples' statistics, which [`Self::host_gradients`] reads.
-    fn host_values(&self, t: &[f32], relu: bool) -> Result<(Vec<f32>, RowStatistics)> {
-        with_values(self.gamma.as_tensor(), |gamma| {
-            with_values(self.beta.as_tensor(), |beta| {
-                check_rows(t, gamma)?;
-                let statistics = row_statistics(t, gamma.len(), self.eps);
-                let out = normalize_rows(t, &statistics, gamma, beta, relu);
-                Ok((out, statistics))
-            })
-        })
-    }
-
-    /// The gradients of [`Self::host_values`]'s input, `gamma` and `beta` from `dy`, the
-    /// gradient of its output `out`.
-    fn host_gradients(
-        &self,
-        t: &[f32],
-        statistics: &RowStatistics,
-        out: &[f32],
-        dy: Vec<f32>,
-        relu: bool,
-    ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
-        let dy = if relu { relu_mask(out, &dy) } else { dy };
-        with_values(self.gamma.as_tensor(), |gamma| {
-            check_rows(t, gamma)?;
-            if statistics.rows() * gamma.len() != t.len() {
-                candle_core::bail!("layer norm: statistics of another input");
-            }
-            Ok(row_gradients(t, statistics, gamma, &dy))
-        })
-    }
-
     fn op(&self, relu: bool) -> FusedLayerNorm {
         FusedLayerNorm {
             eps: self.eps,
             relu,
+            groups: 1,
+            spatial: 1,
         }
     }
 
@@ -130,24 +98,64 @@ impl ActivationNorm for LayerNorm {
 
     #[inline]
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
-        let (out, statistics) = self.host_values(&t, layer.relu)?;
-        // The backward reads the input and its statistics.
-        Ok(HostOutput::keeping(
-            out,
-            t,
-            keep,
-            NormTape::Layer(statistics),
-        ))
+        host_normalize([&self.gamma, &self.beta], layer, t, (1, self.eps), keep)
     }
 
     fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
-        let NormTape::Layer(statistics) = saved.tape else {
-            candle_core::bail!("host backward: the forward kept no layer-norm statistics");
-        };
-        let relu = saved.layer.relu;
-        let (dt, dgamma, dbeta) = self.host_gradients(saved.t, statistics, saved.out, dy, relu)?;
-        push(grads, &self.gamma, dgamma);
-        push(grads, &self.beta, dbeta);
-        Ok(HostGradient::plain(dt))
+        host_normalize_backward([&self.gamma, &self.beta], saved, dy, grads)
     }
+}
+
+/// Layer and group norm on host values (rows of features, `[gamma, beta]` one per
+/// feature): each row's groups (`(groups, eps)`) normalized by their own statistics,
+/// which the backward reads with the input where `keep`, then the affine and the
+/// layer's ReLU.
+pub(crate) fn host_normalize(
+    [gamma, beta]: [&Var; 2],
+    layer: &HostLayer,
+    t: Vec<f32>,
+    (groups, eps): (usize, f64),
+    keep: bool,
+) -> Result<HostOutput> {
+    let (out, statistics) = with_values(gamma.as_tensor(), |gamma| {
+        with_values(beta.as_tensor(), |beta| {
+            check_rows(&t, gamma)?;
+            let statistics = row_statistics(&t, gamma.len() / groups.max(1), eps);
+            let out = normalize_rows(&t, &statistics, gamma, beta, layer.relu);
+            Ok((out, statistics))
+        })
+    })?;
+    Ok(HostOutput::keeping(
+        out,
+        t,
+        keep,
+        NormTape::Layer(statistics),
+    ))
+}
+
+/// [`host_normalize`]'s backward: pushes `gamma`'s and `beta`'s gradients, returns the
+/// input's.
+pub(crate) fn host_normalize_backward(
+    [gamma, beta]: [&Var; 2],
+    saved: &Saved,
+    dy: Vec<f32>,
+    grads: &mut HostGradients,
+) -> Backward {
+    let NormTape::Layer(statistics) = saved.tape else {
+        candle_core::bail!("host backward: the forward kept no layer or group statistics");
+    };
+    let dy = saved.below_relu(dy);
+    let (dt, dgamma, dbeta) = with_values(gamma.as_tensor(), |g| {
+        check_rows(saved.t, g)?;
+        let rows = statistics.rows().max(1);
+        let fits =
+            saved.t.len().is_multiple_of(rows) && g.len().is_multiple_of(saved.t.len() / rows);
+        if !fits {
+            candle_core::bail!("layer or group norm: statistics of another input");
+        }
+        Ok(row_gradients(saved.t, statistics, g, &dy))
+    })?;
+    push(grads, gamma, dgamma);
+    push(grads, beta, dbeta);
+    Ok(HostGradient::plain(dt))
 }

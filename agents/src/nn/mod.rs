@@ -10,6 +10,7 @@
 mod activation_norm;
 mod batch_norm;
 mod config;
+mod group_norm;
 mod host_mlp;
 pub mod init;
 mod kernel;
@@ -25,6 +26,7 @@ mod weight_norm;
 pub use activation_norm::HostGradients;
 pub use batch_norm::BatchNorm;
 pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};
+pub use group_norm::GroupNorm;
 pub use host_mlp::HostTape;
 pub use kernel::{unit_moments, Kernel};
 pub use layer::{LayerStats, NormLayer};
