@@ -110,11 +110,9 @@ fn group_problems(config: &TrainConfig) -> Option<String> {
     if config.norm.kind != normrl_agents::nn::NormKind::GroupNorm {
         return None;
     }
-    let widths: Vec<usize> = match &config.network.architecture {
-        Architecture::Mlp { hidden } => hidden.clone(),
-        Architecture::MinatarCnn => vec![16, 128],
-        Architecture::NatureCnn => vec![32, 64, 64, 512],
-    };
+    let arch = &config.network.architecture;
+    let channels = arch.convolutions().iter().map(|&(c, _, _)| c);
+    let widths: Vec<usize> = channels.chain(arch.dense_widths()).collect();
     let groups = config.norm.groups.max(1);
     let bad: Vec<String> = widths
         .iter()
@@ -257,25 +255,25 @@ impl MemoryEstimate {
 }
 
 /// Trainable values of the Q-network (weights and biases; normalization parameters are
-/// a few per unit and left out), computed without overflow for any widths.
+/// a few per unit and left out), computed without overflow for any widths. A
+/// convolution on observations that are not `[C, H, W]` counts nothing: building the
+/// network refuses it with its own message.
 fn parameter_count(arch: &Architecture, obs_shape: &[usize], n_actions: usize) -> u128 {
-    let (convs, hidden): (&[(u128, u128, u128)], Vec<u128>) = match arch {
-        Architecture::Mlp { hidden } => (&[], hidden.iter().map(|&h| h as u128).collect()),
-        Architecture::MinatarCnn => (&[(16, 3, 1)], vec![128]),
-        Architecture::NatureCnn => (&[(32, 8, 4), (64, 4, 2), (64, 3, 1)], vec![512]),
-    };
     let mut shape: Vec<u128> = obs_shape.iter().map(|&d| d as u128).collect();
     let mut total = 0u128;
-    for &(c_out, k, stride) in convs {
-        let (c_in, h, w) = (shape[0], shape[1], shape[2]);
+    for &(c_out, k, stride) in arch.convolutions() {
+        let [c_in, h, w] = shape[..] else {
+            return 0;
+        };
+        let (c_out, k, stride) = (c_out as u128, k as u128, stride as u128);
         total += c_out * (c_in * k * k + 1);
         let out = |d: u128| d.saturating_sub(k) / stride + 1;
         shape = vec![c_out, out(h), out(w)];
     }
     let mut width: u128 = shape.iter().product();
-    for h in hidden.into_iter().chain([n_actions as u128]) {
-        total += (width + 1) * h;
-        width = h;
+    for h in arch.dense_widths().into_iter().chain([n_actions]) {
+        total += (width + 1) * h as u128;
+        width = h as u128;
     }
     total
 }

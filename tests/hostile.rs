@@ -74,6 +74,13 @@ fn inputs_that_panicked_or_aborted_are_refused_with_the_key() {
         &["network.architecture={type=\"mlp\",hidden=[1000000000]}"],
         &["needs about", "network.architecture"],
     );
+    // A convolutional network on observations that are not [C, H, W] (the memory
+    // estimate once indexed their missing dimensions).
+    refused(
+        "conv-on-vector",
+        &["network.architecture={type=\"minatar_cnn\"}"],
+        &["convolutional network needs [channels, height, width]"],
+    );
     // A run name that climbs out of runs/.
     refused("name", &["run.name=../../x"], &["run.name", "plain name"]);
 }

@@ -177,6 +177,26 @@ pub enum Architecture {
     NatureCnn,
 }
 
+impl Architecture {
+    /// The convolutions, input to output: `(channels out, kernel size, stride)` each.
+    pub fn convolutions(&self) -> &'static [(usize, usize, usize)] {
+        match self {
+            Architecture::Mlp { .. } => &[],
+            Architecture::MinatarCnn => &[(16, 3, 1)],
+            Architecture::NatureCnn => &[(32, 8, 4), (64, 4, 2), (64, 3, 1)],
+        }
+    }
+
+    /// The fully connected hidden layers' widths, after the convolutions.
+    pub fn dense_widths(&self) -> Vec<usize> {
+        match self {
+            Architecture::Mlp { hidden } => hidden.clone(),
+            Architecture::MinatarCnn => vec![128],
+            Architecture::NatureCnn => vec![512],
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QNetworkConfig {

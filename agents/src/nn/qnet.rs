@@ -14,9 +14,7 @@
 use candle_core::{Device, Result, Tensor};
 
 use super::init::InitRng;
-use super::{
-    Architecture, Kernel, LayerStats, NormConfig, NormLayer, ParamStore, Pass, QNetworkConfig,
-};
+use super::{Kernel, LayerStats, NormConfig, NormLayer, ParamStore, Pass, QNetworkConfig};
 
 pub struct QNetwork {
     store: ParamStore,
@@ -45,16 +43,8 @@ impl QNetwork {
         let mut convs = vec![];
         let mut dense = vec![];
         let mut shape = obs_shape.to_vec();
-        let conv_specs: Vec<(usize, usize, usize)> = match &config.architecture {
-            Architecture::Mlp { .. } => vec![],
-            Architecture::MinatarCnn => vec![(16, 3, 1)],
-            Architecture::NatureCnn => vec![(32, 8, 4), (64, 4, 2), (64, 3, 1)],
-        };
-        let hidden: Vec<usize> = match &config.architecture {
-            Architecture::Mlp { hidden } => hidden.clone(),
-            Architecture::MinatarCnn => vec![128],
-            Architecture::NatureCnn => vec![512],
-        };
+        let conv_specs = config.architecture.convolutions();
+        let hidden = config.architecture.dense_widths();
         if !conv_specs.is_empty() && shape.len() != 3 {
             candle_core::bail!(
                 "a convolutional network needs [channels, height, width] observations, got {shape:?}"
