@@ -365,17 +365,19 @@ impl Trainer {
         };
         let n = self.updates_since_log.max(1) as f64;
         self.updates_since_log = 0;
-        for (name, sum) in [("td_loss", &loss), ("q_mean", &q), ("grad_norm", &g)] {
+        // One read of each sum (on a GPU, each waits for the device).
+        let logged = [
+            ("td_loss", "losses/td_loss", loss),
+            ("q_mean", "losses/q_values", q),
+            ("grad_norm", "losses/grad_norm", g),
+        ];
+        for (name, tag, sum) in logged {
             let v = sum.value()?;
             if !v.is_finite() {
                 self.diverge(format!("{name} = {v} (mean since the last log)"));
             }
+            self.tb.scalar(tag, v / n, self.step);
         }
-        self.tb
-            .scalar("losses/td_loss", loss.value()? / n, self.step);
-        self.tb.scalar("losses/q_values", q.value()? / n, self.step);
-        self.tb
-            .scalar("losses/grad_norm", g.value()? / n, self.step);
         Ok(())
     }
 

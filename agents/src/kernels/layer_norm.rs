@@ -11,11 +11,11 @@ use super::dense::lane_sum;
 use super::fused::{gradient_through_relu, with_values};
 use super::{cpu_forward, gradient_like, Grads3};
 
-/// Host values `t` of whole rows of `gamma.len()` features.
+/// Host values `t` of whole rows of `gamma.len()` features (layer, group and RMS norm).
 pub(crate) fn check_rows(t: &[f32], gamma: &[f32]) -> Result<()> {
     if gamma.is_empty() || !t.len().is_multiple_of(gamma.len()) {
         candle_core::bail!(
-            "layer norm: {} values are not rows of {}",
+            "layer, group or RMS norm: {} values are not rows of {} features",
             t.len(),
             gamma.len()
         );
