@@ -11,8 +11,8 @@ use normrl_agents::nn::{BnStats, HostTape, NormConfig, NormKind, Pass, QNetwork,
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::replay::Batch;
 
-/// All seven methods.
-const HOST_KINDS: [NormKind; 9] = [
+/// Every method.
+const HOST_KINDS: [NormKind; 10] = [
     NormKind::None,
     NormKind::WeightNorm,
     NormKind::Svb,
@@ -22,6 +22,7 @@ const HOST_KINDS: [NormKind; 9] = [
     NormKind::WnMeanOnlyBn,
     NormKind::RmsNorm,
     NormKind::GroupNorm,
+    NormKind::BatchRenorm,
 ];
 
 fn norm(kind: NormKind) -> NormConfig {
@@ -31,6 +32,8 @@ fn norm(kind: NormKind) -> NormConfig {
         // variable would show.
         g_lr_scale: 3.0,
         svb_interval: 2,
+        // Batch renormalization's clip opens within the tests' updates.
+        brn_warmup: 2,
         ..Default::default()
     }
 }
@@ -68,21 +71,31 @@ fn host_forward_and_backward_equal_the_graph() {
         assert!(net.runs_on_host(), "{kind:?}");
         let x = random_values(rows * obs, 1);
         let upstream = random_values(rows * actions, 2);
+        let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
+        // Past batch renormalization's warm-up; each forward below then starts from
+        // the same running statistics (batch renormalization's output depends on them).
+        for _ in 0..2 {
+            net.forward(&xt, Pass::TRAIN).unwrap();
+        }
+        let state = net.store().to_map().unwrap();
+        let restore = || net.store().load_map(&state).unwrap();
         for stats in [BnStats::Batch, BnStats::Running] {
-            let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
+            restore();
             let graph = net.forward(&xt, Pass::differentiable(stats)).unwrap();
+            restore();
             let q = net.host_forward(&x, rows, stats, None).unwrap();
             let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
             let e = vec_err(&q, &graph_q);
             assert!(e <= 1e-5, "{kind:?} {stats:?} Q-values: relative error {e}");
         }
         let mut tape = HostTape::default();
+        restore();
         let q = net
             .host_forward(&x, rows, BnStats::Batch, Some(&mut tape))
             .unwrap();
         let host_grads = net.host_backward(tape, &upstream).unwrap();
-        let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
         let up = Tensor::from_slice(&upstream, (rows, actions), &DEV).unwrap();
+        restore();
         let graph = net.forward(&xt, Pass::TRAIN).unwrap();
         let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
         assert!(vec_err(&q, &graph_q) <= 1e-5, "{kind:?} taped Q-values");

@@ -6,6 +6,12 @@
 //! beta_u` with `inv_std_u = 1 / sqrt(var_u + eps)` (population variance). Backward:
 //! `dbeta = Σ dy`, `dgamma = Σ dy·x̂`, `dt = gamma · inv_std · (dy - Σdy/n - x̂ Σdy·x̂/n)`
 //! with batch statistics; with running statistics (constants) `dt = gamma · inv_std · dy`.
+//!
+//! Batch renormalization is the same op with a per-unit correction `(r, d)` held
+//! constant in the backward ([`Renorm`]): `y = gamma (x̂ r + d) + beta` is batch norm
+//! with gain `gamma r` and shift `beta + gamma d`, and `dgamma = r Σdy·x̂ + d Σdy`.
+
+use std::borrow::Cow;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Tensor, Var};
 
@@ -161,6 +167,47 @@ pub(crate) struct BatchNormOp {
     pub batch_statistics: bool,
     /// A ReLU follows in the same op (one graph node for a hidden layer).
     pub relu: bool,
+    /// Batch renormalization's correction, in training mode.
+    pub renorm: Option<Renorm>,
+}
+
+/// Batch renormalization's per-unit correction (Ioffe 2017), constants of the backward:
+/// `r = clip(s_B / s, 1/r_max, r_max)`, `d = clip((mu_B - mu) / s, -d_max, d_max)`, with
+/// the batch's `mu_B`, `s_B = sqrt(var_B + eps)` and the running `mu`, `s`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Renorm {
+    pub r: Vec<f32>,
+    pub d: Vec<f32>,
+}
+
+/// The clip bounds of [`Renorm`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RenormBounds {
+    pub r_max: f64,
+    pub d_max: f64,
+    pub eps: f64,
+}
+
+impl Renorm {
+    /// The correction of batch moments `(mean, var)` against running ones.
+    pub fn of(batch: (&[f32], &[f32]), running: (&[f32], &[f32]), bounds: RenormBounds) -> Self {
+        let RenormBounds { r_max, d_max, eps } = bounds;
+        let units = batch
+            .0
+            .iter()
+            .zip(batch.1)
+            .zip(running.0.iter().zip(running.1));
+        let (r, d) = units
+            .map(|((&mu_b, &var_b), (&mu, &var))| {
+                let s_b = (f64::from(var_b) + eps).sqrt();
+                let s = (f64::from(var) + eps).sqrt();
+                let r = (s_b / s).clamp(1.0 / r_max, r_max);
+                let d = ((f64::from(mu_b) - f64::from(mu)) / s).clamp(-d_max, d_max);
+                (r as f32, d as f32)
+            })
+            .unzip();
+        Self { r, d }
+    }
 }
 
 impl BatchNormOp {
@@ -181,6 +228,50 @@ impl BatchNormOp {
             inv_std,
             batch_statistics,
             relu: false,
+            renorm: None,
+        }
+    }
+
+    /// The same training-mode op with batch renormalization's correction.
+    pub fn with_renorm(self, renorm: Renorm) -> Self {
+        Self {
+            renorm: Some(renorm),
+            ..self
+        }
+    }
+
+    /// The gain and shift batch norm applies: `gamma` and `beta`, or with a
+    /// renormalization `gamma r` and `beta + gamma d`.
+    fn renormed<'a>(&self, gamma: &'a [f32], beta: &'a [f32]) -> (Cow<'a, [f32]>, Cow<'a, [f32]>) {
+        let Some(Renorm { d, .. }) = &self.renorm else {
+            return (Cow::Borrowed(gamma), Cow::Borrowed(beta));
+        };
+        let shift = beta
+            .iter()
+            .zip(gamma.iter().zip(d))
+            .map(|(b, (g, d))| b + g * d);
+        (self.gain(gamma), Cow::Owned(shift.collect()))
+    }
+
+    /// The gain alone: `gamma`, or `gamma r`.
+    fn gain<'a>(&self, gamma: &'a [f32]) -> Cow<'a, [f32]> {
+        match &self.renorm {
+            None => Cow::Borrowed(gamma),
+            Some(Renorm { r, .. }) => Cow::Owned(gamma.iter().zip(r).map(|(g, r)| g * r).collect()),
+        }
+    }
+
+    /// `dgamma` from batch norm's `Σdy·x̂` (`dgain`) and `Σdy` (`dbeta`): itself, or
+    /// with a renormalization `r Σdy·x̂ + d Σdy`.
+    fn gamma_gradient(&self, dgain: Vec<f32>, dbeta: &[f32]) -> Vec<f32> {
+        match &self.renorm {
+            None => dgain,
+            Some(Renorm { r, d }) => dgain
+                .iter()
+                .zip(dbeta)
+                .zip(r.iter().zip(d))
+                .map(|((g, b), (r, d))| r * g + d * b)
+                .collect(),
         }
     }
 
@@ -199,6 +290,8 @@ impl BatchNormOp {
         beta: &[f32],
         relu: bool,
     ) -> Result<Vec<f32>> {
+        let (gamma, beta) = self.renormed(gamma, beta);
+        let (gamma, beta) = (&gamma[..], &beta[..]);
         let scale = self.scale(gamma);
         let out = if units.inner == 1 {
             let affine = self.feature_affine(units.units, &scale, beta, relu)?;
@@ -225,6 +318,8 @@ impl BatchNormOp {
         beta: &[f32],
         relu: bool,
     ) -> Result<()> {
+        let (gamma, beta) = self.renormed(gamma, beta);
+        let (gamma, beta) = (&gamma[..], &beta[..]);
         let scale = self.scale(gamma);
         let units = self.mean.len();
         affine_in_place(t, units, self.feature_affine(units, &scale, beta, relu)?);
@@ -278,11 +373,13 @@ impl CustomOp3 for BatchNormOp {
     ) -> Grads3 {
         let units = Units::of(t.shape())?;
         let gamma_values = gamma.to_vec1::<f32>()?;
-        let (dt, dgamma, dbeta) = if units.inner == 1 {
-            self.gradients_over_features(t, &gamma_values, out, grad)?
+        let gain = self.gain(&gamma_values);
+        let (dt, dgain, dbeta) = if units.inner == 1 {
+            self.gradients_over_features(t, &gain, out, grad)?
         } else {
-            self.gradients_over_channels(&units, t, &gamma_values, out, grad)?
+            self.gradients_over_channels(&units, t, &gain, out, grad)?
         };
+        let dgamma = self.gamma_gradient(dgain, &dbeta);
         Ok((
             gradient_like(dt, t)?,
             gradient_like(dgamma, gamma)?,
@@ -307,7 +404,7 @@ impl BatchNormOp {
             with_values(&grad.contiguous()?, |dy| {
                 with_values(out, |y| {
                     let mut dt = dy.to_vec();
-                    let (dgamma, dbeta) = self.feature_gradients(gamma, x, y, &mut dt, self.relu);
+                    let (dgamma, dbeta) = self.gain_gradients(gamma, x, y, &mut dt, self.relu);
                     Ok((dt, dgamma, dbeta))
                 })
             })
@@ -325,8 +422,23 @@ impl BatchNormOp {
         dy: &mut [f32],
         relu: bool,
     ) -> (Vec<f32>, Vec<f32>) {
+        let gain = self.gain(gamma);
+        let (dgain, dbeta) = self.gain_gradients(&gain, x, y, dy, relu);
+        (self.gamma_gradient(dgain, &dbeta), dbeta)
+    }
+
+    /// [`Self::feature_gradients`] for the gain batch norm applies (`gamma r` with a
+    /// renormalization): `(Σdy·x̂, Σdy)`.
+    fn gain_gradients(
+        &self,
+        gain: &[f32],
+        x: &[f32],
+        y: &[f32],
+        dy: &mut [f32],
+        relu: bool,
+    ) -> (Vec<f32>, Vec<f32>) {
         let features = FeatureBackward {
-            gamma,
+            gamma: gain,
             mean: &self.mean,
             inv_std: &self.inv_std,
             batch_statistics: self.batch_statistics,

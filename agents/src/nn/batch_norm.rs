@@ -31,6 +31,7 @@ use super::activation_norm::{
     mean_of, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients, HostLayer,
     HostOutput, NormTape, Saved,
 };
+use super::batch_renorm::{BatchRenorm, RenormConfig};
 use super::kernel::{unit_moments, values_per_unit};
 use super::params::StoreVersion;
 use super::{svb, BnStats, Group, ParamStore};
@@ -48,6 +49,8 @@ pub struct BatchNorm {
     version: StoreVersion,
     /// Evaluation mode for one version of the store: acting reads it on every call.
     evaluation: Mutex<Option<(u64, Arc<Evaluation>)>>,
+    /// Batch renormalization's correction of training forwards, for `batch_renorm`.
+    renorm: Option<BatchRenorm>,
 }
 
 /// Evaluation mode for one version of the store: the op (the running statistics'
@@ -91,6 +94,24 @@ impl BatchNorm {
             eps,
             version: store.version_handle(),
             evaluation: Mutex::new(None),
+            renorm: None,
+        })
+    }
+
+    /// Batch renormalization: batch norm whose training forwards are corrected as
+    /// `config` says (see `batch_renorm.rs`).
+    pub fn renormalized(
+        store: &mut ParamStore,
+        prefix: &str,
+        units: usize,
+        (momentum, eps): (f64, f64),
+        config: RenormConfig,
+    ) -> Result<Self> {
+        let bn = Self::new(store, prefix, units, momentum, eps)?;
+        let renorm = BatchRenorm::new(store, prefix, config, eps)?;
+        Ok(Self {
+            renorm: Some(renorm),
+            ..bn
         })
     }
 
@@ -157,6 +178,12 @@ impl BatchNorm {
         match stats {
             BnStats::Batch => {
                 let (mean, var) = batch_norm_op::moments_of(units, t);
+                let renorm = match &self.renorm {
+                    Some(brn) => {
+                        brn.correction((&mean, &var), (&self.running_mean, &self.running_var))?
+                    }
+                    None => None,
+                };
                 let n = units.per_unit() as f64;
                 batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
                 if n > 1.0 {
@@ -169,7 +196,11 @@ impl BatchNorm {
                     )?;
                 }
                 self.version.bump();
-                Ok(Arc::new(BatchNormOp::training(mean, &var, self.eps)))
+                let op = BatchNormOp::training(mean, &var, self.eps);
+                Ok(Arc::new(match renorm {
+                    Some(renorm) => op.with_renorm(renorm),
+                    None => op,
+                }))
             }
             BnStats::Running => Ok(self.evaluation()?.op.clone()),
         }
@@ -201,34 +232,41 @@ impl BatchNorm {
     /// tested reference of the fused training path.
     pub fn forward_reference(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
         let (mean, var) = match stats {
-            BnStats::Batch => {
-                let (mean, var) = unit_moments(t)?;
-                let n = values_per_unit(t);
-                let m = self.momentum;
-                let batch_mean = mean.detach().flatten_all()?;
-                let running_mean =
-                    ((self.running_mean.as_tensor() * (1.0 - m))? + (batch_mean * m)?)?;
-                self.version.set(&self.running_mean, &running_mean)?;
-                if n > 1 {
-                    let unbiased = (var.detach().flatten_all()? * (n as f64 / (n as f64 - 1.0)))?;
-                    let running_var =
-                        ((self.running_var.as_tensor() * (1.0 - m))? + (unbiased * m)?)?;
-                    self.version.set(&self.running_var, &running_var)?;
-                }
-                self.version.bump();
-                (mean, var)
-            }
+            BnStats::Batch => unit_moments(t)?,
             BnStats::Running => (
                 self.unit_view(self.running_mean.as_tensor(), t)?,
                 self.unit_view(self.running_var.as_tensor(), t)?,
             ),
         };
-        let normalized = t
+        let mut normalized = t
             .broadcast_sub(&mean)?
-            .broadcast_div(&(var + self.eps)?.sqrt()?)?;
+            .broadcast_div(&(&var + self.eps)?.sqrt()?)?;
+        if stats == BnStats::Batch {
+            if let Some(brn) = &self.renorm {
+                let running = (self.running_mean.as_tensor(), self.running_var.as_tensor());
+                normalized = brn.graph_correction(normalized, (&mean, &var), running)?;
+            }
+            self.update_running_reference(t, &mean, &var)?;
+        }
         normalized
             .broadcast_mul(&self.unit_view(self.gamma.as_tensor(), t)?)?
             .broadcast_add(&self.unit_view(self.beta.as_tensor(), t)?)
+    }
+
+    /// The running statistics' update from a batch's moments, by tensor ops.
+    fn update_running_reference(&self, t: &Tensor, mean: &Tensor, var: &Tensor) -> Result<()> {
+        let n = values_per_unit(t);
+        let m = self.momentum;
+        let batch_mean = mean.detach().flatten_all()?;
+        let running_mean = ((self.running_mean.as_tensor() * (1.0 - m))? + (batch_mean * m)?)?;
+        self.version.set(&self.running_mean, &running_mean)?;
+        if n > 1 {
+            let unbiased = (var.detach().flatten_all()? * (n as f64 / (n as f64 - 1.0)))?;
+            let running_var = ((self.running_var.as_tensor() * (1.0 - m))? + (unbiased * m)?)?;
+            self.version.set(&self.running_var, &running_var)?;
+        }
+        self.version.bump();
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::RenormConfig;
 use crate::check::{non_negative, positive};
 
 /// The normalization methods.
@@ -17,10 +18,11 @@ pub enum NormKind {
     Bbn,
     RmsNorm,
     GroupNorm,
+    BatchRenorm,
 }
 
 impl NormKind {
-    pub const ALL: [NormKind; 9] = [
+    pub const ALL: [NormKind; 10] = [
         NormKind::None,
         NormKind::WeightNorm,
         NormKind::WnMeanOnlyBn,
@@ -30,6 +32,7 @@ impl NormKind {
         NormKind::Bbn,
         NormKind::RmsNorm,
         NormKind::GroupNorm,
+        NormKind::BatchRenorm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +46,7 @@ impl NormKind {
             NormKind::Bbn => "bbn",
             NormKind::RmsNorm => "rms_norm",
             NormKind::GroupNorm => "group_norm",
+            NormKind::BatchRenorm => "batch_renorm",
         }
     }
 
@@ -55,7 +59,7 @@ impl NormKind {
     pub fn uses_batch_stats(self) -> bool {
         matches!(
             self,
-            NormKind::WnMeanOnlyBn | NormKind::BatchNorm | NormKind::Bbn
+            NormKind::WnMeanOnlyBn | NormKind::BatchNorm | NormKind::Bbn | NormKind::BatchRenorm
         )
     }
 
@@ -66,6 +70,7 @@ impl NormKind {
             self,
             NormKind::BatchNorm
                 | NormKind::Bbn
+                | NormKind::BatchRenorm
                 | NormKind::LayerNorm
                 | NormKind::RmsNorm
                 | NormKind::GroupNorm
@@ -112,6 +117,23 @@ pub struct NormConfig {
     pub svb_interval: u64,
     /// BBN bound on the relative per-channel gains.
     pub bbn_eps: f64,
+    /// Batch renormalization's bound on `r` (>= 1): `r` in `[1/r_max, r_max]`.
+    pub brn_r_max: f64,
+    /// Batch renormalization's bound on `d` (>= 0): `d` in `[-d_max, d_max]`.
+    pub brn_d_max: f64,
+    /// Updates of plain batch norm before batch renormalization's clip opens.
+    pub brn_warmup: u64,
+}
+
+impl NormConfig {
+    /// Batch renormalization's clip and warm-up.
+    pub fn renorm(&self) -> RenormConfig {
+        RenormConfig {
+            r_max: self.brn_r_max,
+            d_max: self.brn_d_max,
+            warmup: self.brn_warmup,
+        }
+    }
 }
 
 impl Default for NormConfig {
@@ -128,6 +150,9 @@ impl Default for NormConfig {
             svb_eps: 0.05,
             svb_interval: 200,
             bbn_eps: 0.2,
+            brn_r_max: 3.0,
+            brn_d_max: 5.0,
+            brn_warmup: 1000,
         }
     }
 }
@@ -159,6 +184,12 @@ impl NormConfig {
         }
         if !non_negative(self.bbn_eps) {
             p.push(("bbn_eps", "a non-negative number"));
+        }
+        if !(self.brn_r_max >= 1.0 && self.brn_r_max.is_finite()) {
+            p.push(("brn_r_max", "a finite number >= 1"));
+        }
+        if !non_negative(self.brn_d_max) {
+            p.push(("brn_d_max", "a finite number >= 0"));
         }
         p
     }

@@ -119,6 +119,13 @@ impl NormLayer {
                 config.bn_momentum,
                 config.bn_eps,
             )?),
+            NormKind::BatchRenorm => Norm::Batch(BatchNorm::renormalized(
+                store,
+                name,
+                units,
+                (config.bn_momentum, config.bn_eps),
+                config.renorm(),
+            )?),
             NormKind::LayerNorm => {
                 Norm::Layer(LayerNorm::new(store, name, out_shape, config.ln_eps)?)
             }

@@ -9,6 +9,7 @@
 
 mod activation_norm;
 mod batch_norm;
+mod batch_renorm;
 mod config;
 mod group_norm;
 mod host_mlp;
@@ -25,6 +26,7 @@ mod weight_norm;
 
 pub use activation_norm::HostGradients;
 pub use batch_norm::BatchNorm;
+pub use batch_renorm::RenormConfig;
 pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};
 pub use group_norm::GroupNorm;
 pub use host_mlp::HostTape;

@@ -1,0 +1,123 @@
+//! Batch renormalization (Ioffe 2017): batch norm whose training output is corrected
+//! towards what the running statistics would give, so that it depends on the batch's
+//! statistics only within a clip. Per unit, with the batch's `mu_B`,
+//! `s_B = sqrt(var_B + eps)` and the running `mu`, `s`:
+//!
+//! ```text
+//! r = stop_grad(clip(s_B / s, 1/r_max, r_max))
+//! d = stop_grad(clip((mu_B - mu) / s, -d_max, d_max))
+//! y = gamma * ((x - mu_B) / s_B * r + d) + beta
+//! ```
+//!
+//! With `r_max = 1` and `d_max = 0` this is batch norm, and so is every training
+//! forward of the first `warmup` updates (CrossQ's schedule: plain BN, then the clip
+//! opens at once). Evaluation mode and the running statistics are batch norm's, and
+//! the layer is a [`BatchNorm`](super::BatchNorm) carrying this correction: the fused
+//! op is batch norm's with gain `gamma r` and shift `beta + gamma d`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use candle_core::{Result, Tensor, Var};
+
+use super::params::StoreVersion;
+use super::{Group, ParamStore};
+use crate::kernels::batch_norm::{Renorm, RenormBounds};
+
+/// The clip and warm-up of a batch-renormalized layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RenormConfig {
+    pub r_max: f64,
+    pub d_max: f64,
+    /// Training forwards (one per update) of plain batch norm before the clip opens.
+    pub warmup: u64,
+}
+
+pub(crate) struct BatchRenorm {
+    config: RenormConfig,
+    eps: f64,
+    /// Training forwards so far, up to `warmup`: a buffer, so that checkpoints and
+    /// target syncs carry it and a resumed run opens the clip at the same update.
+    updates: Var,
+    /// The warm-up is over (the count only grows, so this is never undone): read once
+    /// it is, the count costs no more reads (a device wait each on a GPU).
+    open: AtomicBool,
+    version: StoreVersion,
+}
+
+impl BatchRenorm {
+    pub fn new(
+        store: &mut ParamStore,
+        prefix: &str,
+        config: RenormConfig,
+        eps: f64,
+    ) -> Result<Self> {
+        Ok(Self {
+            config,
+            eps,
+            updates: store.zeros(&format!("{prefix}.brn.updates"), 1, Group::Buffer)?,
+            open: AtomicBool::new(config.warmup == 0),
+            version: store.version_handle(),
+        })
+    }
+
+    /// Counts one training forward; whether the clip is open for it (the warm-up over).
+    fn count_update(&self) -> Result<bool> {
+        if self.open.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let done = self.updates.as_tensor().to_vec1::<f32>()?[0] as u64;
+        if done >= self.config.warmup {
+            self.open.store(true, Ordering::Release);
+            return Ok(true);
+        }
+        self.version
+            .set(&self.updates, &(self.updates.as_tensor() + 1.0)?)?;
+        Ok(false)
+    }
+
+    fn bounds(&self) -> RenormBounds {
+        RenormBounds {
+            r_max: self.config.r_max,
+            d_max: self.config.d_max,
+            eps: self.eps,
+        }
+    }
+
+    /// The correction of one training forward on the host: none during the warm-up.
+    /// `running` are the statistics before this batch updates them.
+    pub fn correction(
+        &self,
+        batch: (&[f32], &[f32]),
+        running: (&Var, &Var),
+    ) -> Result<Option<Renorm>> {
+        if !self.count_update()? {
+            return Ok(None);
+        }
+        let mean = running.0.as_tensor().to_vec1::<f32>()?;
+        let var = running.1.as_tensor().to_vec1::<f32>()?;
+        Ok(Some(Renorm::of(batch, (&mean, &var), self.bounds())))
+    }
+
+    /// `x̂ r + d` from batch norm's `x̂` through candle's ops, `r` and `d` detached:
+    /// the graph path and the tested reference. `mean`, `var` are the batch's (shaped
+    /// for broadcasting over `x̂`), `running` the statistics before this batch.
+    pub fn graph_correction(
+        &self,
+        x_hat: Tensor,
+        (mean, var): (&Tensor, &Tensor),
+        running: (&Tensor, &Tensor),
+    ) -> Result<Tensor> {
+        if !self.count_update()? {
+            return Ok(x_hat);
+        }
+        let RenormBounds { r_max, d_max, eps } = self.bounds();
+        let shape = mean.shape();
+        let s = (running.1.reshape(shape)? + eps)?.sqrt()?;
+        let s_batch = (var + eps)?.sqrt()?;
+        let r = (s_batch / &s)?.clamp(1.0 / r_max, r_max)?.detach();
+        let d = ((mean - running.0.reshape(shape)?)? / s)?
+            .clamp(-d_max, d_max)?
+            .detach();
+        x_hat.broadcast_mul(&r)?.broadcast_add(&d)
+    }
+}
