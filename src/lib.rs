@@ -11,6 +11,7 @@ pub mod cli;
 pub mod compare;
 mod compare_cmd;
 pub mod config;
+pub mod diagnostics;
 mod env_cmd;
 pub mod hparams;
 pub mod parity;

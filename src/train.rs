@@ -1,7 +1,7 @@
 //! The training loop: acting, replay, updates, evaluation, logging and checkpoints.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, CheckpointFiles};
 use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::diagnostics::{Diagnostics, Evaluation};
 use crate::hparams;
 use crate::tensorboard::TensorBoard;
 use crate::validate::MemoryEstimate;
@@ -40,6 +41,13 @@ pub struct RunSummary {
     /// is over, and reports count it apart instead of averaging its return in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diverged: Option<Divergence>,
+    /// Each diagnostic's `(environment step, value)` curve, by name (`effective_rank`,
+    /// `dormant_tau0/fc0`, `q_overestimation`, ...; see `diagnostics.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub diagnostics: BTreeMap<String, Vec<(u64, f64)>>,
+    /// Seconds the diagnostics took (of `wall_seconds`).
+    #[serde(default)]
+    pub diagnostics_seconds: f64,
 }
 
 /// Where and how a run diverged.
@@ -67,6 +75,7 @@ struct LoopState<'a> {
     eval_curve: Vec<(u64, f64)>,
     train_curve: Vec<(u64, f64)>,
     wall_seconds: f64,
+    diagnostics: Cow<'a, Diagnostics>,
 }
 
 pub struct Trainer {
@@ -94,6 +103,7 @@ pub struct Trainer {
     eval_env: Option<Box<dyn Env>>,
     /// Set when a loss, Q-value or parameter stopped being finite; the loop then ends.
     diverged: Option<Divergence>,
+    diagnostics: Diagnostics,
 }
 
 /// Seconds since the epoch, for TensorBoard's session times.
@@ -195,6 +205,7 @@ impl Trainer {
             tb,
             eval_env: None,
             diverged: None,
+            diagnostics: Diagnostics::default(),
         })
     }
 
@@ -260,6 +271,7 @@ impl Trainer {
         t.eval_curve = state.eval_curve;
         t.train_curve = state.train_curve;
         t.wall_before = state.wall_seconds;
+        t.diagnostics = state.diagnostics.into_owned();
         match state.replay {
             Some(r) => t.replay = r.into_owned(),
             None => bail!("the checkpoint holds no replay buffer (checkpoint.replay = false): cannot resume exactly"),
@@ -307,6 +319,7 @@ impl Trainer {
             eval_curve: self.eval_curve.clone(),
             train_curve: self.train_curve.clone(),
             wall_seconds: self.wall_before + elapsed,
+            diagnostics: Cow::Borrowed(&self.diagnostics),
         };
         let files = CheckpointFiles {
             tensors: vec![
@@ -325,7 +338,7 @@ impl Trainer {
 
     /// Mean return of `episodes` evaluation episodes at the configured epsilon, on a
     /// separate environment seeded from the run seed and `index`.
-    pub fn evaluate(&mut self, index: u64) -> Result<f64> {
+    pub fn evaluate(&mut self, index: u64) -> Result<Evaluation> {
         let env = match &mut self.eval_env {
             Some(env) => env,
             None => self.eval_env.insert(make(&self.config.env.id)?),
@@ -413,6 +426,7 @@ impl Trainer {
         Ok(())
     }
 
+    /// The layers' statistics, and the diagnostics once learning has started.
     fn log_layer_stats(&mut self) -> Result<()> {
         let svd = self.config.norm.kind.uses_svb();
         for stats in self.agent.online().stats(svd)? {
@@ -420,6 +434,16 @@ impl Trainer {
                 self.tb
                     .scalar(&format!("layers/{}/{name}", stats.layer), value, self.step);
             }
+        }
+        if self.step > self.config.replay.learning_starts {
+            let seed = self.config.run.seed;
+            self.diagnostics.at_interval(
+                &self.agent,
+                &self.replay,
+                seed,
+                self.step,
+                &mut self.tb,
+            )?;
         }
         Ok(())
     }
@@ -545,6 +569,8 @@ impl Trainer {
                 .sample(sampler, &mut self.batch, &mut self.replay_rng)?;
             let info = self.agent.update(&self.batch)?;
             self.record_update(&info)?;
+            self.diagnostics
+                .after_update(&self.agent, self.step, &mut self.tb)?;
         }
         Ok(())
     }
@@ -552,9 +578,12 @@ impl Trainer {
     /// An evaluation, added to the curve and logged.
     fn evaluate_and_log(&mut self) -> Result<f64> {
         let index = self.eval_curve.len() as u64;
-        let ret = self.evaluate(index)?;
+        let eval = self.evaluate(index)?;
+        let ret = eval.mean_return;
         self.eval_curve.push((self.step, ret));
         self.tb.scalar("eval/episodic_return", ret, self.step);
+        self.diagnostics
+            .at_evaluation(&eval, self.step, &mut self.tb);
         Ok(ret)
     }
 
@@ -623,6 +652,8 @@ impl Trainer {
             wall_seconds: self.wall_before + clock.elapsed(),
             steps_per_second: (self.step - clock.start_step) as f64 / clock.elapsed().max(1e-9),
             diverged,
+            diagnostics: self.diagnostics.curves.clone(),
+            diagnostics_seconds: self.diagnostics.seconds,
         }
     }
 
@@ -719,19 +750,21 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
-/// Mean return of evaluation episodes (see [`Trainer::evaluate`]).
-pub fn evaluate(agent: &Dqn, config: &TrainConfig, index: u64) -> Result<f64> {
+/// An evaluation (see [`Trainer::evaluate`]).
+pub fn evaluate(agent: &Dqn, config: &TrainConfig, index: u64) -> Result<Evaluation> {
     evaluate_in(make(&config.env.id)?.as_mut(), agent, config, index)
 }
 
 /// [`evaluate`] on an environment made from the run's id. Scores are those of whole
-/// games as the environment's monitor counts them (all lives, unclipped rewards).
+/// games as the environment's monitor counts them (all lives, unclipped rewards). Each
+/// game's first observation's `max_a Q` is set against the discounted sum of the
+/// rewards the learner sees (clipped where the environment clips them: what Q learns).
 pub fn evaluate_in(
     env: &mut dyn Env,
     agent: &Dqn,
     config: &TrainConfig,
     index: u64,
-) -> Result<f64> {
+) -> Result<Evaluation> {
     let mut obs = vec![0.0; env.observation_space().len()];
     let base = config
         .run
@@ -739,15 +772,22 @@ pub fn evaluate_in(
         .wrapping_mul(1_000_003)
         .wrapping_add(1_000_000 + index * 1_000);
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(base);
-    let mut total = 0.0;
+    let gamma = config.dqn.gamma;
+    let (mut total, mut q_start, mut discounted) = (0.0, 0.0, 0.0);
     let episodes = config.eval.episodes.max(1);
     for e in 0..episodes {
         env.reset(Some(base + e), &mut obs)?;
-        let mut summed = 0.0;
+        let q = agent.q_values(&obs)?;
+        q_start += q
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+        let (mut summed, mut weight) = (0.0, 1.0);
         loop {
             let action = agent.act(&obs, config.eval.epsilon, &mut rng)?;
             let (step, game_over) = env.step_game(action, &mut obs)?;
             summed += f64::from(step.reward);
+            discounted += weight * f64::from(step.reward);
+            weight *= gamma;
             if game_over {
                 let stats = env.episode_stats();
                 total += stats.and_then(|s| s.last_return).unwrap_or(summed);
@@ -759,5 +799,10 @@ pub fn evaluate_in(
             }
         }
     }
-    Ok(total / episodes as f64)
+    let n = episodes as f64;
+    Ok(Evaluation {
+        mean_return: total / n,
+        q_start: q_start / n,
+        discounted_return: discounted / n,
+    })
 }

@@ -180,10 +180,16 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         .online()
         .store()
         .load_map(&checkpoint::load_tensors(&ckpt, "online", &device)?)?;
-    let ret = evaluate(&agent, &config, 0)?;
+    let eval = evaluate(&agent, &config, 0)?;
     println!(
-        "{} over {} episodes (epsilon {}): mean return {ret:.2}",
-        config.env.id, args.episodes, config.eval.epsilon
+        "{} over {} episodes (epsilon {}): mean return {:.2}; max Q at the first \
+         observation {:.3} against a discounted return of {:.3}",
+        config.env.id,
+        args.episodes,
+        config.eval.epsilon,
+        eval.mean_return,
+        eval.q_start,
+        eval.discounted_return
     );
     Ok(())
 }

@@ -78,6 +78,12 @@ fn tensorboard_reads_our_event_files() {
         "eval/episodic_return",
         "layers/fc0/g_mean",
         "layers/fc0/weight_norm_mean",
+        "diagnostics/dormant_tau0/fc0",
+        "diagnostics/dormant_tau0.1/all",
+        "diagnostics/effective_rank",
+        "diagnostics/param_norm/head",
+        "diagnostics/effective_step/all",
+        "diagnostics/q_overestimation",
     ] {
         assert!(
             scalars.get(tag).is_some(),
@@ -96,6 +102,28 @@ fn tensorboard_reads_our_event_files() {
         assert_eq!(a.0, b.0);
         assert!((a.1 - b.1).abs() < 1e-3);
     }
+    // The diagnostics' curves as the summary keeps them (learning starts at 200: the
+    // probe diagnostics at 1000 and 2000; Q overestimation at each evaluation).
+    for (name, steps) in [
+        ("effective_rank", vec![1000, 2000]),
+        ("q_overestimation", vec![1000, 2000]),
+    ] {
+        let logged = curve(scalars, &format!("diagnostics/{name}"));
+        let kept = &summary.diagnostics[name];
+        assert_eq!(
+            kept.iter().map(|p| p.0).collect::<Vec<_>>(),
+            steps,
+            "{name}"
+        );
+        for (a, b) in logged.iter().zip(kept) {
+            assert!(
+                a.0 == b.0 && (a.1 - b.1).abs() < 1e-3,
+                "{name}: {a:?} {b:?}"
+            );
+        }
+    }
+    let rank = summary.diagnostics["effective_rank"][0].1;
+    assert!((1.0..=64.0).contains(&rank), "rank {rank} of 64 features");
     let eps = scalars["charts/epsilon"].as_array().unwrap();
     assert_eq!(eps[0][0], 500);
     // Logged at step 500 with the epsilon used for that step (scheduled at 499).

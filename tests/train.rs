@@ -70,6 +70,11 @@ fn same_seed_same_run_and_resume_equals_uninterrupted() {
     assert_eq!(resumed.train_curve, full.train_curve);
     assert_eq!(resumed.eval_curve, full.eval_curve);
     assert_eq!(resumed.updates, full.updates);
+    // The diagnostics too: the probe and the parameters awaiting the effective step
+    // (measured the update after the checkpoint at 1000) travel in the checkpoint.
+    assert_eq!(resumed.diagnostics, full.diagnostics);
+    assert_eq!(full.diagnostics["effective_step/all"].len(), 2);
+    assert_eq!(full.diagnostics["effective_step/all"][0].0, 1001);
     assert_eq!(weights(&c), weights(&a));
     assert!(full.episodes > 10 && full.updates == 2500);
 

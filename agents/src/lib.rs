@@ -13,6 +13,7 @@
 //! ```
 
 mod check;
+pub mod diagnostics;
 pub mod dqn;
 pub mod kernels;
 mod metric;

@@ -141,6 +141,24 @@ impl QNetwork {
     }
 
     /// True when weight norm's data-dependent init is due (before the first update).
+    /// Each hidden layer's output (after its ReLU) on `x`, by layer name: what the
+    /// diagnostics read.
+    pub fn hidden_outputs(&self, x: &Tensor, pass: Pass) -> Result<Vec<(String, Tensor)>> {
+        let mut outputs = vec![];
+        let mut h = x.clone();
+        for layer in &self.convs {
+            h = layer.forward(&h, pass)?;
+            outputs.push((layer.name().to_string(), h.clone()));
+        }
+        h = h.flatten_from(1)?;
+        let hidden = self.dense.len().saturating_sub(1);
+        for layer in &self.dense[..hidden] {
+            h = layer.forward(&h, pass)?;
+            outputs.push((layer.name().to_string(), h.clone()));
+        }
+        Ok(outputs)
+    }
+
     pub fn wants_data_dependent_init(&self) -> bool {
         self.norm.kind.uses_weight_norm() && self.norm.data_dependent_init
     }
