@@ -18,6 +18,7 @@ pub mod parity;
 mod plots;
 mod progress;
 pub mod report;
+mod report_charts;
 pub mod stats;
 pub mod tensorboard;
 pub mod train;

@@ -14,6 +14,40 @@ pub struct Series {
     pub points: Vec<(f64, f64, f64, f64)>,
 }
 
+/// A line chart's title and axes. `x_steps`: the x axis counts environment steps,
+/// labelled 50k / 1.5M rather than 50000.0.
+pub struct Axes {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x_steps: bool,
+}
+
+impl Axes {
+    /// A chart over environment steps.
+    pub fn over_steps(title: &str, y_label: &str) -> Self {
+        Self {
+            title: title.to_string(),
+            x_label: "environment steps".into(),
+            y_label: y_label.to_string(),
+            x_steps: true,
+        }
+    }
+}
+
+/// A step count as people write it: 0, 500, 50k, 1.5M.
+pub fn step_label(x: f64) -> String {
+    let trim = |v: f64, unit: &str| {
+        let text = format!("{v:.1}");
+        format!("{}{unit}", text.trim_end_matches(".0"))
+    };
+    match x.abs() {
+        a if a >= 1e6 => trim(x / 1e6, "M"),
+        a if a >= 1e3 => trim(x / 1e3, "k"),
+        _ => format!("{x:.0}"),
+    }
+}
+
 /// One bar with an interval.
 pub struct Bar {
     pub name: String,
@@ -49,9 +83,7 @@ fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
 
 fn draw_lines<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
+    axes: &Axes,
     series: &[Series],
 ) -> Result<()>
 where
@@ -65,16 +97,19 @@ where
             .flat_map(|s| s.points.iter().flat_map(|p| [p.2, p.3])),
     );
     let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 22))
+        .caption(&axes.title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(err)?;
+    let plain = |x: &f64| format!("{x}");
+    let steps = |x: &f64| step_label(*x);
     chart
         .configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
+        .x_desc(&axes.x_label)
+        .y_desc(&axes.y_label)
+        .x_label_formatter(if axes.x_steps { &steps } else { &plain })
         .draw()
         .map_err(err)?;
     for (i, s) in series.iter().enumerate() {
@@ -161,29 +196,28 @@ where
     Ok(())
 }
 
+/// `<stem>.<ext>`, whatever dots the stem holds (`Path::with_extension` would replace
+/// what follows the last one).
+fn with_suffix(stem: &Path, ext: &str) -> std::path::PathBuf {
+    let mut name = stem.as_os_str().to_owned();
+    name.push(".");
+    name.push(ext);
+    name.into()
+}
+
 /// Writes `<stem>.png` and `<stem>.svg` with lines and bands.
-pub fn line_chart(
-    stem: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-) -> Result<()> {
+pub fn line_chart(stem: &Path, axes: &Axes, series: &[Series]) -> Result<()> {
     register_font();
-    let png = stem.with_extension("png");
-    let svg = stem.with_extension("svg");
+    let png = with_suffix(stem, "png");
+    let svg = with_suffix(stem, "svg");
     draw_lines(
         &BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
-        title,
-        x_label,
-        y_label,
+        axes,
         series,
     )?;
     draw_lines(
         &SVGBackend::new(&svg, (900, 560)).into_drawing_area(),
-        title,
-        x_label,
-        y_label,
+        axes,
         series,
     )?;
     Ok(())
@@ -192,8 +226,8 @@ pub fn line_chart(
 /// Writes `<stem>.png` and `<stem>.svg` with bars and interval whiskers.
 pub fn bar_chart(stem: &Path, title: &str, y_label: &str, bars: &[Bar]) -> Result<()> {
     register_font();
-    let png = stem.with_extension("png");
-    let svg = stem.with_extension("svg");
+    let png = with_suffix(stem, "png");
+    let svg = with_suffix(stem, "svg");
     draw_bars(
         &BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
         title,
@@ -207,4 +241,26 @@ pub fn bar_chart(stem: &Path, title: &str, y_label: &str, bars: &[Bar]) -> Resul
         bars,
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::step_label;
+
+    #[test]
+    fn steps_read_as_people_write_them() {
+        let labels: Vec<String> = [
+            0.0,
+            500.0,
+            1000.0,
+            1200.0,
+            50_000.0,
+            1_000_000.0,
+            2_500_000.0,
+        ]
+        .into_iter()
+        .map(step_label)
+        .collect();
+        assert_eq!(labels, ["0", "500", "1k", "1.2k", "50k", "1M", "2.5M"]);
+    }
 }

@@ -10,8 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::checkpoint::write_atomic;
-use crate::compare::{sanitize, ReportConfig, ScoreRange};
-use crate::plots::{bar_chart, line_chart, Bar, Series};
+use crate::compare::{ReportConfig, ScoreRange};
 use crate::stats::{
     aggregate_iqm, iqm, mean, normalize, performance_profile, probability_of_improvement,
     stratified_bootstrap_ci,
@@ -36,6 +35,12 @@ pub struct RunRecord {
     pub diverged: bool,
     #[serde(skip)]
     pub eval_curve: Vec<(u64, f64)>,
+    /// `(step, return)` of every training episode.
+    #[serde(skip)]
+    pub train_curve: Vec<(u64, f64)>,
+    /// The run's diagnostics, by name (see `diagnostics.rs`).
+    #[serde(skip)]
+    pub diagnostics: BTreeMap<String, Vec<(u64, f64)>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -120,6 +125,8 @@ pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Resul
                     steps_per_second: s.steps_per_second,
                     diverged: s.diverged.is_some(),
                     eval_curve: s.eval_curve,
+                    train_curve: s.train_curve,
+                    diagnostics: s.diagnostics,
                 });
             }
         }
@@ -128,7 +135,7 @@ pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Resul
     Ok(runs)
 }
 
-fn group(runs: &[RunRecord]) -> BTreeMap<(&str, &str), Vec<&RunRecord>> {
+pub(crate) fn group(runs: &[RunRecord]) -> BTreeMap<(&str, &str), Vec<&RunRecord>> {
     let mut g: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
     for r in runs {
         g.entry((r.env.as_str(), r.variant.as_str()))
@@ -350,7 +357,7 @@ pub fn markdown(report: &Report) -> String {
             fmt_ci(a.normalized_iqm, a.normalized_ci)
         );
     }
-    md.push_str("\n## Plots\n\n- `aggregate_iqm.png`: normalized IQM per variant with 95% CIs\n- `performance_profile.png`: fraction of runs above each normalized score\n- `curves-<env>.png`: evaluation return over training, mean over seeds with a 95% bootstrap band\n");
+    md.push_str("\n## Plots\n\n- `aggregate_iqm.png`: normalized IQM per variant with 95% CIs\n- `performance_profile.png`: fraction of runs above each normalized score\n- `curves-<env>.png`: evaluation return over training, mean over seeds with a 95% bootstrap band\n- `train-curves-<env>.png`: training episode returns, smoothed per seed (mean over the last 5% of the run's steps), mean over seeds with a 95% bootstrap band\n- `diagnostics-<name>-<env>.png`: each diagnostic (dead and dormant units, effective rank, parameter norm, effective step, Q overestimation) over training, mean over seeds with a 95% bootstrap band\n");
     md
 }
 
@@ -375,27 +382,6 @@ fn csv_runs(report: &Report) -> String {
         );
     }
     csv
-}
-
-fn curve_series(runs: &[&RunRecord], name: &str) -> Series {
-    let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
-    for r in runs {
-        for &(s, v) in &r.eval_curve {
-            by_step.entry(s).or_default().push(v);
-        }
-    }
-    let points = by_step
-        .iter()
-        .map(|(&s, vals)| {
-            let (lo, hi) =
-                stratified_bootstrap_ci(std::slice::from_ref(vals), |t| mean(&t[0]), 500, 0.95, s);
-            (s as f64, mean(vals), lo, hi)
-        })
-        .collect();
-    Series {
-        name: name.to_string(),
-        points,
-    }
 }
 
 /// Writes report.md, runs.csv, summary.csv, report.json and the charts into `out`.
@@ -430,63 +416,5 @@ pub fn write(report: &Report, out: &Path) -> Result<()> {
         &out.join("report.json"),
         serde_json::to_string_pretty(report)?.as_bytes(),
     )?;
-    write_charts(report, out)
-}
-
-/// The per-environment curves, the aggregate bars and the performance profile.
-fn write_charts(report: &Report, out: &Path) -> Result<()> {
-    let groups = group(&report.runs);
-    let mut envs: Vec<&str> = report.runs.iter().map(|r| r.env.as_str()).collect();
-    envs.dedup();
-    for env in envs {
-        let series: Vec<Series> = groups
-            .iter()
-            .filter(|((e, _), _)| *e == env)
-            .map(|((_, v), rs)| curve_series(rs, v))
-            .collect();
-        line_chart(
-            &out.join(format!("curves-{}", sanitize(env))),
-            env,
-            "environment steps",
-            "evaluation return",
-            &series,
-        )?;
-    }
-    let bars: Vec<Bar> = report
-        .aggregate
-        .iter()
-        .map(|a| Bar {
-            name: a.variant.clone(),
-            value: a.normalized_iqm,
-            low: a.normalized_ci.0,
-            high: a.normalized_ci.1,
-        })
-        .collect();
-    bar_chart(
-        &out.join("aggregate_iqm"),
-        "normalized score IQM (95% CI)",
-        "normalized IQM",
-        &bars,
-    )?;
-    let profiles: Vec<Series> = report
-        .performance_profiles
-        .iter()
-        .map(|(v, fr)| Series {
-            name: v.clone(),
-            points: report
-                .performance_profile_taus
-                .iter()
-                .zip(fr)
-                .map(|(&t, &f)| (t, f, f, f))
-                .collect(),
-        })
-        .collect();
-    line_chart(
-        &out.join("performance_profile"),
-        "performance profile",
-        "normalized score tau",
-        "fraction of runs > tau",
-        &profiles,
-    )?;
-    Ok(())
+    crate::report_charts::write(report, out)
 }

@@ -25,6 +25,7 @@ seeds = 2
 "eval.interval" = 500
 "eval.episodes" = 2
 "checkpoint.interval" = 0
+"logging.layer_stats_interval" = 500
 [axes]
 norm = ["none", "weight_norm"]
 [report]
@@ -77,11 +78,32 @@ fn tiny_comparison_reports_and_skips_finished_runs() {
         "aggregate_iqm.svg",
         "performance_profile.png",
         "performance_profile.svg",
+        "train-curves-classic_cartpole.png",
+        "diagnostics-dormant_tau0-all-classic_cartpole.png",
+        "diagnostics-dormant_tau0_1-all-classic_cartpole.png",
+        "diagnostics-effective_rank-classic_cartpole.svg",
+        "diagnostics-param_norm-all-classic_cartpole.svg",
+        "diagnostics-effective_step-all-classic_cartpole.svg",
+        "diagnostics-q_overestimation-classic_cartpole.svg",
     ] {
         let meta =
             std::fs::metadata(report.join(file)).unwrap_or_else(|_| panic!("missing {file}"));
         assert!(meta.len() > 100, "{file} is nearly empty");
     }
+    // Steps read as 1.2k, not 1200.0: every x label of 1,000 or more has its unit.
+    let svg = std::fs::read_to_string(report.join("curves-classic_cartpole.svg")).unwrap();
+    let labels: Vec<&str> = svg
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('<'))
+        .collect();
+    assert!(labels.iter().any(|l| l.ends_with('k')), "{labels:?}");
+    assert!(
+        !labels
+            .iter()
+            .any(|l| l.parse::<f64>().is_ok_and(|v| v >= 1000.0)),
+        "{labels:?}"
+    );
     assert_eq!(csv_rows(&report.join("runs.csv")), 4);
     assert_eq!(csv_rows(&report.join("summary.csv")), 2);
     let png = std::fs::read(report.join("aggregate_iqm.png")).unwrap();

@@ -115,7 +115,9 @@ pub struct NormConfig {
     pub svb_eps: f64,
     /// Optimizer steps between SVB projections.
     pub svb_interval: u64,
-    /// BBN bound on the relative per-channel gains.
+    /// BBN bound on the relative per-channel gains: each within `[1/(1+eps), 1+eps]`
+    /// of the layer's mean gain. 0.5: with 0.2 BBN did not learn CartPole (best
+    /// evaluations 72, 111, 74 on seeds 1-3), with 0.5 it does on 4 of 5 seeds.
     pub bbn_eps: f64,
     /// Batch renormalization's bound on `r` (>= 1): `r` in `[1/r_max, r_max]`.
     pub brn_r_max: f64,
@@ -149,7 +151,7 @@ impl Default for NormConfig {
             groups: 4,
             svb_eps: 0.05,
             svb_interval: 200,
-            bbn_eps: 0.2,
+            bbn_eps: 0.5,
             brn_r_max: 3.0,
             brn_d_max: 5.0,
             brn_warmup: 1000,
