@@ -38,8 +38,13 @@ pub struct CheckpointFiles<'a> {
 }
 
 /// Saves a checkpoint for `step` under `run_dir/checkpoints/` and points `latest` at
-/// it; older checkpoints are removed afterwards.
-pub fn save(run_dir: &Path, step: u64, files: &CheckpointFiles<'_>) -> Result<PathBuf> {
+/// it; older checkpoints are removed afterwards unless `keep_older`.
+pub fn save(
+    run_dir: &Path,
+    step: u64,
+    files: &CheckpointFiles<'_>,
+    keep_older: bool,
+) -> Result<PathBuf> {
     let root = run_dir.join("checkpoints");
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let name = format!("step-{step:012}");
@@ -70,6 +75,9 @@ pub fn save(run_dir: &Path, step: u64, files: &CheckpointFiles<'_>) -> Result<Pa
     }
     std::fs::rename(&tmp, &dir)?;
     write_atomic(&root.join(LATEST), name.as_bytes())?;
+    if keep_older {
+        return Ok(dir);
+    }
     for entry in std::fs::read_dir(&root)?.flatten() {
         let other = entry.file_name().to_string_lossy().into_owned();
         if other.starts_with("step-") && other != name {

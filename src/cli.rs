@@ -25,6 +25,9 @@ pub enum Command {
     Compare(compare_cmd::CompareArgs),
     /// Aggregate finished runs into a report with statistics and plots.
     Report(compare_cmd::ReportArgs),
+    /// Where each run of a comparison stands: done, running, failed, interrupted, not
+    /// started.
+    Status(crate::status::StatusArgs),
     /// Benchmark updates, acting, replay sampling and end-to-end training.
     Bench(bench_cmd::BenchArgs),
     /// Work with environments directly: roll out a policy, benchmark stepping.
@@ -46,11 +49,18 @@ pub enum EnvCommand {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Train(args) => train_cmd::train(&args),
+        Command::Train(args) => {
+            crate::interrupt::install()?;
+            train_cmd::train(&args)
+        }
         Command::Eval(args) => train_cmd::eval(&args),
         Command::Bench(args) => bench_cmd::bench(&args),
-        Command::Compare(args) => compare_cmd::compare(&args),
+        Command::Compare(args) => {
+            crate::interrupt::install()?;
+            compare_cmd::compare(&args)
+        }
         Command::Report(args) => compare_cmd::report(&args),
+        Command::Status(args) => crate::status::status(&args),
         Command::Env { command } => match command {
             EnvCommand::Rollout(args) => env_cmd::rollout(&args),
             EnvCommand::Bench(args) => env_cmd::bench(&args),

@@ -28,6 +28,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
+use crate::interrupt::Interrupted;
 use crate::train::{set_threads, Trainer};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,6 +88,9 @@ pub struct CompareConfig {
     pub variants: Vec<Variant>,
     #[serde(default)]
     pub report: ReportConfig,
+    /// How `--slurm` writes the job array.
+    #[serde(default)]
+    pub slurm: crate::slurm::SlurmConfig,
     #[serde(skip)]
     base_text: String,
 }
@@ -381,8 +385,13 @@ fn write_experiment(config: &CompareConfig, runs: &[PlannedRun], root: &Path) ->
     tb.flush()
 }
 
+/// A failed run's last error (removed when the run starts again), for `normrl status`.
+pub const ERROR_FILE: &str = "error.txt";
+
 /// Runs `runs` with `jobs` workers, each single-threaded: finished runs (with a
-/// `summary.json`) are skipped, interrupted ones resume from their checkpoint.
+/// `summary.json`) are skipped, interrupted ones resume from their checkpoint. On a
+/// stop request (SIGTERM, SIGUSR1) every worker checkpoints its run and starts no
+/// other, and the result is that [`Interrupted`].
 pub fn execute(
     config: &CompareConfig,
     runs: &[PlannedRun],
@@ -393,6 +402,7 @@ pub fn execute(
     write_experiment(config, runs, root)?;
     let next = AtomicUsize::new(0);
     let errors = Mutex::new(Vec::new());
+    let interrupted = Mutex::new(None);
     let done = AtomicUsize::new(0);
     let skipped = AtomicUsize::new(0);
     std::thread::scope(|scope| {
@@ -400,48 +410,49 @@ pub fn execute(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(run) = runs.get(i) else { break };
+                if crate::interrupt::requested().is_some() {
+                    break;
+                }
                 let dir = root.join(&run.rel_dir);
                 if dir.join("summary.json").exists() {
                     skipped.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
                 let start = Instant::now();
-                let result = (|| -> Result<crate::train::RunSummary> {
-                    let mut trainer = if crate::checkpoint::latest(&dir)?.is_some() {
-                        Trainer::resume(&dir)?
-                    } else {
-                        Trainer::new(config.config_for(run)?, &dir)?
-                    };
-                    let summary = trainer.run(None)?.context("the run stopped early")?;
-                    Ok(summary)
-                })();
+                let result = run_one(config, run, &dir);
                 let k = done.fetch_add(1, Ordering::SeqCst) + 1;
+                let head = format!(
+                    "[{k}/{}] {} {} seed {}",
+                    runs.len(),
+                    run.env,
+                    run.variant,
+                    run.seed
+                );
                 match result {
                     Ok(summary) => {
                         let outcome = match &summary.diverged {
                             Some(d) => format!("diverged at step {}: {}", d.step, d.what),
                             None => format!("final eval return {:.2}", summary.final_eval_return),
                         };
-                        eprintln!(
-                            "[{k}/{}] {} {} seed {}: {outcome} ({:.0} s)",
-                            runs.len(),
-                            run.env,
-                            run.variant,
-                            run.seed,
-                            start.elapsed().as_secs_f64()
-                        )
+                        eprintln!("{head}: {outcome} ({:.0} s)", start.elapsed().as_secs_f64())
                     }
-                    Err(e) => {
-                        eprintln!(
-                            "[{k}/{}] {} failed: {e:#}",
-                            runs.len(),
-                            run.rel_dir.display()
-                        );
-                        errors
-                            .lock()
-                            .expect("error list")
-                            .push(format!("{}: {e:#}", run.rel_dir.display()));
-                    }
+                    Err(e) => match e.downcast::<Interrupted>() {
+                        Ok(stop) => {
+                            eprintln!("{head}: {stop}");
+                            *interrupted.lock().expect("interruption") = Some(stop);
+                        }
+                        Err(e) => {
+                            eprintln!("{head} failed: {e:#}");
+                            let _ = crate::checkpoint::write_atomic(
+                                &dir.join(ERROR_FILE),
+                                format!("{e:#}\n").as_bytes(),
+                            );
+                            errors
+                                .lock()
+                                .expect("error list")
+                                .push(format!("{}: {e:#}", run.rel_dir.display()));
+                        }
+                    },
                 }
             });
         }
@@ -450,5 +461,25 @@ pub fn execute(
     if !errors.is_empty() {
         bail!("{} runs failed:\n{}", errors.len(), errors.join("\n"));
     }
+    if let Some(stop) = interrupted.into_inner().expect("interruption") {
+        return Err(stop.into());
+    }
     Ok(skipped.into_inner())
+}
+
+/// One run: resumed from its checkpoint if it has one, else started; labelled with its
+/// variant for `result.json`.
+fn run_one(
+    config: &CompareConfig,
+    run: &PlannedRun,
+    dir: &Path,
+) -> Result<crate::train::RunSummary> {
+    let _ = std::fs::remove_file(dir.join(ERROR_FILE));
+    let mut trainer = if crate::checkpoint::latest(dir)?.is_some() {
+        Trainer::resume(dir)?
+    } else {
+        Trainer::new(config.config_for(run)?, dir)?
+    };
+    trainer.set_variant(&run.variant);
+    trainer.run(None)?.context("the run stopped early")
 }

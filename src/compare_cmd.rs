@@ -1,13 +1,16 @@
 //! `normrl compare` and `normrl report`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::compare::{
-    check_plan, describe_plan, execute, parse_shard, CompareConfig, ReportConfig,
+    check_plan, describe_plan, execute, parse_shard, CompareConfig, PlannedRun, ReportConfig,
 };
+use crate::config::parse_assignment;
+use crate::plan::{task_index, Plan};
 use crate::report;
+use crate::slurm::{self, SlurmConfig, TaskCommand};
 
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
@@ -31,6 +34,71 @@ pub struct CompareArgs {
     /// (`run.allow_odd = true`).
     #[arg(long)]
     pub allow_odd: bool,
+    /// Override a value in every run, like an entry of the comparison's `[set]`
+    /// (repeatable; recorded in plan.json), e.g. `--set run.total_steps=100000`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Write runs/<name>/slurm/array.sbatch, a Slurm job array of the plan, and print
+    /// the command that submits it.
+    #[arg(long)]
+    pub slurm: bool,
+    /// With --slurm: submit the array with sbatch.
+    #[arg(long, requires = "slurm")]
+    pub submit: bool,
+    /// Run the runs of one array task: its index, or `auto` (SLURM_ARRAY_TASK_ID, else
+    /// JOB_COMPLETION_INDEX).
+    #[arg(long, conflicts_with_all = ["slurm", "shard"])]
+    pub task: Option<String>,
+    #[command(flatten)]
+    pub slurm_flags: SlurmFlags,
+}
+
+/// Flags that override the comparison's `[slurm]` table.
+#[derive(Debug, Default, clap::Args)]
+pub struct SlurmFlags {
+    /// Runs per array task, run one after another (fixed once plan.json is written).
+    #[arg(long)]
+    pub runs_per_task: Option<usize>,
+    /// Array tasks running at once (`--array=0-N%M`).
+    #[arg(long)]
+    pub max_parallel: Option<usize>,
+    #[arg(long)]
+    pub cpus_per_task: Option<usize>,
+    /// Memory per task (`4G`).
+    #[arg(long)]
+    pub mem: Option<String>,
+    /// Time limit per task (`2:00:00`).
+    #[arg(long)]
+    pub time: Option<String>,
+    #[arg(long)]
+    pub partition: Option<String>,
+    #[arg(long)]
+    pub account: Option<String>,
+}
+
+impl SlurmFlags {
+    fn apply(&self, slurm: &mut SlurmConfig) {
+        if let Some(k) = self.runs_per_task {
+            slurm.runs_per_task = k;
+        }
+        if let Some(m) = self.max_parallel {
+            slurm.max_parallel = Some(m);
+        }
+        if let Some(c) = self.cpus_per_task {
+            slurm.cpus_per_task = c;
+        }
+        let words = [
+            (&self.mem, &mut slurm.mem),
+            (&self.time, &mut slurm.time),
+            (&self.partition, &mut slurm.partition),
+            (&self.account, &mut slurm.account),
+        ];
+        for (flag, setting) in words {
+            if flag.is_some() {
+                setting.clone_from(flag);
+            }
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -56,11 +124,129 @@ pub fn compare(args: &CompareArgs) -> Result<()> {
             .set
             .insert("run.allow_odd".into(), toml::Value::Boolean(true));
     }
-    let mut runs = config.expand()?;
+    for assignment in &args.overrides {
+        let (key, value) = parse_assignment(assignment)?;
+        config.set.insert(key, value);
+    }
+    args.slurm_flags.apply(&mut config.slurm);
+    config.slurm.check()?;
+    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+    let sbatch = if args.submit {
+        Some(slurm::find_sbatch()?)
+    } else {
+        None
+    };
+    let runs = config.expand()?;
     check_plan(&config, &runs, args.jobs)?;
+    let root = args
+        .runs_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs").join(&config.name));
+    if args.dry_run {
+        eprintln!("{}", describe_plan(&config, &runs, args.jobs)?);
+        for r in &runs {
+            println!("{}", r.rel_dir.display());
+        }
+        return Ok(());
+    }
+    let grouping_asked = args.slurm_flags.runs_per_task.is_some() || args.slurm;
+    let plan = Plan::new(
+        &config.name,
+        &runs,
+        config.slurm.runs_per_task,
+        &args.overrides,
+    );
+    if let Some(task) = &args.task {
+        // Checked before plan.json is written: a bad index writes nothing.
+        let per_task = Plan::load(&root)?.map_or(plan.runs_per_task, |p| p.runs_per_task);
+        task_index(task, plan.runs.len().div_ceil(per_task))?;
+    }
+    let plan = plan.settle(&root, grouping_asked)?;
+    if let Some(task) = &args.task {
+        return run_task(&config, &runs, &plan, task, &root, args.jobs);
+    }
+    if args.slurm {
+        return write_array(args, &config, &plan, &root, sbatch.as_deref());
+    }
+    run_locally(args, &config, runs, &root, shard)
+}
+
+/// The runs of one array task, one after another (or `--jobs` at a time).
+fn run_task(
+    config: &CompareConfig,
+    runs: &[PlannedRun],
+    plan: &Plan,
+    task: &str,
+    root: &Path,
+    jobs: usize,
+) -> Result<()> {
+    let i = task_index(task, plan.tasks())?;
+    let mine = &runs[plan.task(i)];
+    eprintln!(
+        "array task {i} of {}: {} runs ({})",
+        plan.tasks(),
+        mine.len(),
+        mine.iter()
+            .map(|r| r.rel_dir.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let skipped = execute(config, mine, root, jobs)?;
+    eprintln!("array task {i}: done ({skipped} were finished already)");
+    Ok(())
+}
+
+/// `--slurm`: the batch script, and its submission with `--submit`.
+fn write_array(
+    args: &CompareArgs,
+    config: &CompareConfig,
+    plan: &Plan,
+    root: &Path,
+    sbatch: Option<&Path>,
+) -> Result<()> {
+    let absolute = |p: &Path| -> Result<PathBuf> {
+        std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))
+    };
+    let task = TaskCommand {
+        normrl: std::env::current_exe().context("cannot find this program's path")?,
+        config: absolute(&args.config)?,
+        root: absolute(root)?,
+        set: args.overrides.clone(),
+        allow_odd: args.allow_odd,
+        jobs: config.slurm.cpus_per_task,
+    };
+    let text = slurm::script(plan, &config.slurm, &task);
+    let script = slurm::write_script(root, &text)?;
+    eprintln!(
+        "{} runs in {} array tasks: {}",
+        plan.runs.len(),
+        plan.tasks(),
+        script.display()
+    );
+    match sbatch {
+        Some(sbatch) => {
+            let job = slurm::submit(sbatch, &script)?;
+            println!("{job}");
+            eprintln!(
+                "submitted array job {job}; follow it with: normrl status {}",
+                root.display()
+            );
+        }
+        None => println!("sbatch {}", script.display()),
+    }
+    Ok(())
+}
+
+/// All runs here (or a `--shard`'s), with `--jobs` workers, then the report.
+fn run_locally(
+    args: &CompareArgs,
+    config: &CompareConfig,
+    mut runs: Vec<PlannedRun>,
+    root: &Path,
+    shard: Option<(usize, usize)>,
+) -> Result<()> {
     let total = runs.len();
-    if let Some(shard) = &args.shard {
-        let (i, n) = parse_shard(shard)?;
+    if let Some((i, n)) = shard {
         runs = runs
             .into_iter()
             .enumerate()
@@ -69,24 +255,14 @@ pub fn compare(args: &CompareArgs) -> Result<()> {
             .collect();
         eprintln!("shard {i}/{n}: {} of {total} runs", runs.len());
     }
-    let root = args
-        .runs_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("runs").join(&config.name));
-    eprintln!("{}", describe_plan(&config, &runs, args.jobs)?);
+    eprintln!("{}", describe_plan(config, &runs, args.jobs)?);
     eprintln!("runs directory: {}", root.display());
-    if args.dry_run {
-        for r in &runs {
-            println!("{}", r.rel_dir.display());
-        }
-        return Ok(());
-    }
-    let skipped = execute(&config, &runs, &root, args.jobs)?;
+    let skipped = execute(config, &runs, root, args.jobs)?;
     if skipped > 0 {
         eprintln!("{skipped} runs were already finished and skipped");
     }
-    if args.shard.is_none() {
-        let records = report::load_runs(std::slice::from_ref(&root), &config.report.thresholds)?;
+    if shard.is_none() {
+        let records = report::load_runs(&[root.to_path_buf()], &config.report.thresholds)?;
         let built = report::build(records, &config.report)?;
         let out = root.join("report");
         report::write(&built, &out)?;

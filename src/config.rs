@@ -106,6 +106,21 @@ pub struct CheckpointConfig {
     pub interval: u64,
     /// Save the replay buffer too (needed for an exact resume).
     pub replay: bool,
+    /// What stays on disk: every checkpoint, the last, or none once the run has
+    /// finished (its `summary.json` and `result.json` hold its results).
+    pub keep: Keep,
+}
+
+/// Which checkpoints a run keeps (`checkpoint.keep`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Keep {
+    /// Every checkpoint written.
+    All,
+    /// The newest only (older ones are removed as each new one is complete).
+    Last,
+    /// The newest while training; none once the run has finished.
+    None,
 }
 
 impl Default for RunConfig {
@@ -167,6 +182,7 @@ impl Default for CheckpointConfig {
         Self {
             interval: 50_000,
             replay: true,
+            keep: Keep::Last,
         }
     }
 }
@@ -189,9 +205,9 @@ impl Default for TrainConfig {
     }
 }
 
-/// Sets `path` (dotted) in `table` to `value`, parsed as a TOML value where it parses
+/// `key.path=value` as the key and the value, parsed as a TOML value where it parses
 /// (numbers, booleans, arrays, inline tables) and as a string otherwise.
-pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
+pub fn parse_assignment(assignment: &str) -> Result<(String, toml::Value)> {
     let (path, raw) = assignment.split_once('=').with_context(|| {
         format!("--set '{assignment}': expected key=value, e.g. replay.batch_size=32")
     })?;
@@ -199,6 +215,12 @@ pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
         Ok(mut t) => t.remove("v").expect("parsed key"),
         Err(_) => toml::Value::String(raw.to_string()),
     };
+    Ok((path.trim().to_string(), value))
+}
+
+/// Sets `path` (dotted) in `table` to the assignment's value.
+pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
+    let (path, value) = parse_assignment(assignment)?;
     let keys: Vec<&str> = path.trim().split('.').collect();
     let mut node = table;
     for key in &keys[..keys.len() - 1] {

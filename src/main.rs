@@ -14,8 +14,13 @@ fn main() -> ExitCode {
     match normrl::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
+            // 75: stopped by a signal with a checkpoint written (Slurm is asked to
+            // requeue); 3: the run diverged (its summary says where); 2: anything else.
+            if let Some(stop) = err.downcast_ref::<normrl::interrupt::Interrupted>() {
+                eprintln!("normrl: {stop}; {}", normrl::interrupt::requeue());
+                return ExitCode::from(normrl::interrupt::EXIT_REQUEUE);
+            }
             eprintln!("error: {err:#}");
-            // 3: the run diverged (its summary says where); 2: anything else.
             match err.downcast_ref::<normrl::train_cmd::Diverged>() {
                 Some(_) => ExitCode::from(3),
                 None => ExitCode::from(2),

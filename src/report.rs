@@ -15,7 +15,7 @@ use crate::stats::{
     aggregate_iqm, iqm, mean, normalize, performance_profile, probability_of_improvement,
     stratified_bootstrap_ci,
 };
-use crate::train::RunSummary;
+use crate::train::{RunResult, RunSummary, RESULT_FILE};
 
 const BOOTSTRAP_REPS: usize = 2_000;
 
@@ -80,8 +80,10 @@ pub struct Report {
     pub runs: Vec<RunRecord>,
 }
 
-/// Every `summary.json` below `roots` (several roots merge shards). The variant is the
-/// name of the directory above `seed-<k>`.
+/// Every finished run below `roots` (several roots merge shards, or result files
+/// copied from many machines): its `result.json`, else (runs from before result files)
+/// its `summary.json`. The variant is the one the result names, else the name of the
+/// directory above `seed-<k>`.
 pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Result<Vec<RunRecord>> {
     let mut runs = vec![];
     let mut stack: Vec<PathBuf> = roots.to_vec();
@@ -90,49 +92,75 @@ pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Resul
             std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
         for entry in entries.flatten() {
             let path = entry.path();
+            let skipped = ["checkpoints", "report", "slurm"];
             if path.is_dir()
                 && path
                     .file_name()
-                    .is_some_and(|n| n != "checkpoints" && n != "report")
+                    .is_some_and(|n| !skipped.iter().any(|s| n == *s))
             {
                 stack.push(path);
-            } else if path.file_name().is_some_and(|n| n == "summary.json") {
-                let text = std::fs::read_to_string(&path)?;
-                let s: RunSummary = serde_json::from_str(&text)
-                    .with_context(|| format!("{} is not a run summary", path.display()))?;
-                let variant = path
-                    .parent()
-                    .and_then(Path::parent)
-                    .and_then(Path::file_name)
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| s.norm.clone());
-                let threshold = thresholds.get(&s.env).copied();
-                let steps_to_threshold = threshold.and_then(|t| {
-                    s.eval_curve
-                        .iter()
-                        .find(|(_, r)| *r >= t)
-                        .map(|(step, _)| *step)
-                });
-                let returns: Vec<f64> = s.eval_curve.iter().map(|(_, r)| *r).collect();
-                runs.push(RunRecord {
-                    env: s.env.clone(),
-                    variant,
-                    seed: s.seed,
-                    final_return: s.final_eval_return,
-                    auc: mean(&returns),
-                    steps_to_threshold,
-                    wall_seconds: s.wall_seconds,
-                    steps_per_second: s.steps_per_second,
-                    diverged: s.diverged.is_some(),
-                    eval_curve: s.eval_curve,
-                    train_curve: s.train_curve,
-                    diagnostics: s.diagnostics,
-                });
             }
+        }
+        if let Some((summary, variant)) = finished_run(&dir)? {
+            runs.push(record(summary, variant, thresholds));
         }
     }
     runs.sort_by(|a, b| (&a.env, &a.variant, a.seed).cmp(&(&b.env, &b.variant, b.seed)));
     Ok(runs)
+}
+
+/// The summary and variant of the run in `dir`, if it finished.
+fn finished_run(dir: &Path) -> Result<Option<(RunSummary, String)>> {
+    let from_path = || {
+        dir.parent()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+    };
+    let result = dir.join(RESULT_FILE);
+    if result.exists() {
+        let text = std::fs::read_to_string(&result)?;
+        let r: RunResult = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a run result", result.display()))?;
+        let variant = r
+            .variant
+            .or_else(from_path)
+            .unwrap_or_else(|| r.summary.norm.clone());
+        return Ok(Some((r.summary, variant)));
+    }
+    let path = dir.join("summary.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path)?;
+    let s: RunSummary = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a run summary", path.display()))?;
+    let variant = from_path().unwrap_or_else(|| s.norm.clone());
+    Ok(Some((s, variant)))
+}
+
+fn record(s: RunSummary, variant: String, thresholds: &BTreeMap<String, f64>) -> RunRecord {
+    let threshold = thresholds.get(&s.env).copied();
+    let steps_to_threshold = threshold.and_then(|t| {
+        s.eval_curve
+            .iter()
+            .find(|(_, r)| *r >= t)
+            .map(|(step, _)| *step)
+    });
+    let returns: Vec<f64> = s.eval_curve.iter().map(|(_, r)| *r).collect();
+    RunRecord {
+        env: s.env.clone(),
+        variant,
+        seed: s.seed,
+        final_return: s.final_eval_return,
+        auc: mean(&returns),
+        steps_to_threshold,
+        wall_seconds: s.wall_seconds,
+        steps_per_second: s.steps_per_second,
+        diverged: s.diverged.is_some(),
+        eval_curve: s.eval_curve,
+        train_curve: s.train_curve,
+        diagnostics: s.diagnostics,
+    }
 }
 
 pub(crate) fn group(runs: &[RunRecord]) -> BTreeMap<(&str, &str), Vec<&RunRecord>> {

@@ -15,9 +15,10 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, CheckpointFiles};
-use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::config::{parse_device_spec, select_device, Keep, TrainConfig};
 use crate::diagnostics::{Diagnostics, Evaluation};
 use crate::hparams;
+use crate::interrupt::{self, Interrupted};
 use crate::tensorboard::TensorBoard;
 use crate::validate::MemoryEstimate;
 
@@ -104,6 +105,52 @@ pub struct Trainer {
     /// Set when a loss, Q-value or parameter stopped being finite; the loop then ends.
     diverged: Option<Divergence>,
     diagnostics: Diagnostics,
+    /// The comparison's label of this run, for `result.json`.
+    variant: Option<String>,
+}
+
+/// A finished run's compact record: everything `normrl report` needs, so that results
+/// from many machines merge by copying these files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub normrl_version: String,
+    pub host: String,
+    /// The comparison's label of the run (`b32-uniform-none`), if it had one.
+    pub variant: Option<String>,
+    /// The resolved training config, as TOML.
+    pub config: String,
+    pub summary: RunSummary,
+}
+
+impl RunResult {
+    fn new(config: &TrainConfig, variant: Option<String>, summary: RunSummary) -> Self {
+        Self {
+            normrl_version: env!("CARGO_PKG_VERSION").to_string(),
+            host: host_name(),
+            variant,
+            config: config.to_toml(),
+            summary,
+        }
+    }
+}
+
+/// A finished run's `result.json`.
+pub const RESULT_FILE: &str = "result.json";
+/// A training run's last sign of life (see [`Heartbeat`]).
+pub const HEARTBEAT_FILE: &str = "heartbeat";
+
+/// When a run last logged, where: a fresh one means the run is training now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub unix_seconds: f64,
+    pub host: String,
+    pub pid: u32,
+    pub step: u64,
+}
+
+/// This machine's name.
+pub fn host_name() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
 }
 
 /// Seconds since the epoch, for TensorBoard's session times.
@@ -206,6 +253,7 @@ impl Trainer {
             eval_env: None,
             diverged: None,
             diagnostics: Diagnostics::default(),
+            variant: None,
         })
     }
 
@@ -332,7 +380,8 @@ impl Trainer {
                 Ok(())
             }),
         };
-        checkpoint::save(&self.run_dir, self.step, &files)?;
+        let keep_all = self.config.checkpoint.keep == Keep::All;
+        checkpoint::save(&self.run_dir, self.step, &files, keep_all)?;
         Ok(())
     }
 
@@ -466,6 +515,9 @@ impl Trainer {
         }
         let mut clock = Clock::new(&self.config, self.step);
         while self.step < end && self.diverged.is_none() {
+            if let Some(signal) = interrupt::requested() {
+                return Err(self.interrupt(signal, &clock)?.into());
+            }
             let epsilon = self.config.exploration.at(self.step);
             self.env_step(epsilon)?;
             for task in Periodic::ALL {
@@ -485,6 +537,19 @@ impl Trainer {
             return Ok(None);
         }
         self.finish(&clock).map(Some)
+    }
+
+    /// A stop request: a checkpoint at this step, the logs flushed.
+    fn interrupt(&mut self, signal: i32, clock: &Clock) -> Result<Interrupted> {
+        self.save_checkpoint(clock.elapsed())?;
+        self.tb.flush()?;
+        clock.progress.finish();
+        // Not running any more: `normrl status` says interrupted.
+        let _ = std::fs::remove_file(self.run_dir.join(HEARTBEAT_FILE));
+        Ok(Interrupted {
+            signal,
+            step: self.step,
+        })
     }
 
     /// One environment step with an epsilon-greedy action, into the replay.
@@ -541,6 +606,7 @@ impl Trainer {
             Periodic::Train => self.train(),
             Periodic::Log => {
                 self.check_parameters()?;
+                self.beat()?;
                 let sps = clock.lap(self.step);
                 self.tb.scalar("charts/SPS", sps, self.step);
                 self.tb.scalar("charts/epsilon", epsilon, self.step);
@@ -657,15 +723,49 @@ impl Trainer {
         }
     }
 
+    /// `summary.json`, `result.json` and the session's end; then, with
+    /// `checkpoint.keep = "none"`, the checkpoints go.
     fn write_summary(&mut self, summary: &RunSummary) -> Result<()> {
         let end = hparams::session_end(summary.diverged.is_none(), unix_seconds());
         self.tb
             .plugin_summary(hparams::SESSION_END_TAG, "hparams", end, self.step);
+        let result = RunResult::new(&self.config, self.variant.clone(), summary.clone());
+        checkpoint::write_atomic(
+            &self.run_dir.join(RESULT_FILE),
+            serde_json::to_string(&result)?.as_bytes(),
+        )?;
         checkpoint::write_atomic(
             &self.run_dir.join("summary.json"),
             serde_json::to_string_pretty(summary)?.as_bytes(),
         )?;
-        self.tb.flush()
+        self.tb.flush()?;
+        let _ = std::fs::remove_file(self.run_dir.join(HEARTBEAT_FILE));
+        if self.config.checkpoint.keep == Keep::None {
+            let dir = self.run_dir.join("checkpoints");
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("cannot remove {}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Names the run's variant in its `result.json` (a comparison's label).
+    pub fn set_variant(&mut self, variant: &str) {
+        self.variant = Some(variant.to_string());
+    }
+
+    /// `heartbeat`: when the run last logged, on which host and process, for
+    /// `normrl status`.
+    fn beat(&self) -> Result<()> {
+        let beat = Heartbeat {
+            unix_seconds: unix_seconds(),
+            host: host_name(),
+            pid: std::process::id(),
+            step: self.step,
+        };
+        checkpoint::write_atomic(
+            &self.run_dir.join(HEARTBEAT_FILE),
+            serde_json::to_string(&beat)?.as_bytes(),
+        )
     }
 }
 

@@ -1,0 +1,87 @@
+//! Stop requests from a scheduler. Slurm sends SIGTERM at a time limit or a preemption
+//! (then SIGKILL after its `KillWait`), and SIGUSR1 ahead of the limit when the job
+//! asks (`--signal=B:USR1@120`). The handler only records the signal; the training
+//! loop reads the record between environment steps, writes a checkpoint and ends with
+//! [`Interrupted`], and the program exits with [`EXIT_REQUEUE`] after asking Slurm to
+//! requeue the task, whose next start resumes exactly.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{Context, Result};
+
+/// The exit status of an interrupted run that wrote its checkpoint: "try again"
+/// (sysexits' EX_TEMPFAIL). A cluster whose `slurm.conf` lists it in `RequeueExit`
+/// requeues on it alone.
+pub const EXIT_REQUEUE: u8 = 75;
+
+static RECEIVED: OnceLock<Arc<AtomicUsize>> = OnceLock::new();
+
+/// Records SIGTERM and SIGUSR1 from now on (for `train` and `compare`; once per
+/// process).
+pub fn install() -> Result<()> {
+    let flag = RECEIVED.get_or_init(|| Arc::new(AtomicUsize::new(0)));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGUSR1] {
+        signal_hook::flag::register_usize(signal, flag.clone(), signal as usize)
+            .context("cannot install the signal handlers")?;
+    }
+    Ok(())
+}
+
+/// The signal that asked this process to stop, if one did.
+#[inline]
+pub fn requested() -> Option<i32> {
+    let received = RECEIVED.get()?.load(Ordering::Relaxed);
+    (received != 0).then_some(received as i32)
+}
+
+/// A run stopped by a signal after writing its checkpoint.
+#[derive(Debug)]
+pub struct Interrupted {
+    pub signal: i32,
+    pub step: u64,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.signal {
+            signal_hook::consts::SIGTERM => "SIGTERM",
+            signal_hook::consts::SIGUSR1 => "SIGUSR1",
+            _ => "a signal",
+        };
+        write!(
+            f,
+            "{name} at step {}: a checkpoint is written and the run resumes from it",
+            self.step
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Inside a Slurm job, asks Slurm to requeue this task (the job must allow it:
+/// `--requeue`), and says what happened; outside Slurm, says how to resume.
+pub fn requeue() -> String {
+    let Ok(job) = std::env::var("SLURM_JOB_ID") else {
+        return "not a Slurm job: run the same command again to resume".into();
+    };
+    // An array task is `<array job>_<index>`; its own job id works as well.
+    let id = match (
+        std::env::var("SLURM_ARRAY_JOB_ID"),
+        std::env::var("SLURM_ARRAY_TASK_ID"),
+    ) {
+        (Ok(array), Ok(task)) => format!("{array}_{task}"),
+        _ => job,
+    };
+    let out = std::process::Command::new("scontrol")
+        .args(["requeue", &id])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => format!("requeued Slurm job {id} (scontrol requeue)"),
+        Ok(o) => format!(
+            "scontrol requeue {id} failed: {}; exit status {EXIT_REQUEUE} asks the cluster to requeue (RequeueExit)",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("cannot run scontrol ({e}); exit status {EXIT_REQUEUE} asks the cluster to requeue (RequeueExit)"),
+    }
+}

@@ -1,0 +1,170 @@
+//! A comparison's plan, written once to `runs/<experiment>/plan.json`: every run in a
+//! fixed order with its resolved overrides, and how many consecutive runs make one
+//! array task. Slurm array task `i` (or Kubernetes completion index `i`) runs runs
+//! `i*K .. (i+1)*K`, on whichever machine it lands, and a task whose comparison no
+//! longer gives the same runs refuses to run: its index would mean other runs.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::write_atomic;
+use crate::compare::PlannedRun;
+
+pub const PLAN_FILE: &str = "plan.json";
+
+/// One run of the plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanEntry {
+    /// `<env>/<variant>/seed-<k>` below the experiment directory.
+    pub dir: PathBuf,
+    pub env: String,
+    pub variant: String,
+    pub seed: u64,
+    /// Everything set on top of the base config, in order (the comparison's `[set]`
+    /// and `--set`, the axes, the variant, the seed).
+    pub overrides: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub name: String,
+    /// Runs per array task, run one after another.
+    pub runs_per_task: usize,
+    /// The `--set` assignments given to `normrl compare` (already in each run's
+    /// overrides; kept here to say how the study was scaled).
+    pub set: Vec<String>,
+    pub runs: Vec<PlanEntry>,
+}
+
+impl Plan {
+    pub fn new(name: &str, runs: &[PlannedRun], runs_per_task: usize, set: &[String]) -> Self {
+        Self {
+            name: name.to_string(),
+            runs_per_task: runs_per_task.max(1),
+            set: set.to_vec(),
+            runs: runs
+                .iter()
+                .map(|r| PlanEntry {
+                    dir: r.rel_dir.clone(),
+                    env: r.env.clone(),
+                    variant: r.variant.clone(),
+                    seed: r.seed,
+                    overrides: r.overrides.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The plan in `root`, if one was written.
+    pub fn load(root: &Path) -> Result<Option<Self>> {
+        let path = root.join(PLAN_FILE);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let plan = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a comparison plan", path.display()))?;
+        Ok(Some(plan))
+    }
+
+    /// Array tasks: `ceil(runs / runs_per_task)`.
+    pub fn tasks(&self) -> usize {
+        self.runs.len().div_ceil(self.runs_per_task)
+    }
+
+    /// The runs of task `i` (an index below [`Self::tasks`]).
+    pub fn task(&self, i: usize) -> Range<usize> {
+        let start = i * self.runs_per_task;
+        start..(start + self.runs_per_task).min(self.runs.len())
+    }
+
+    /// Writes this plan to `root` if none is there; else checks that the one there
+    /// has the same runs (and, when `runs_per_task` was asked for, the same grouping)
+    /// and returns it, its grouping kept.
+    pub fn settle(self, root: &Path, grouping_asked: bool) -> Result<Self> {
+        let Some(written) = Self::load(root)? else {
+            std::fs::create_dir_all(root)
+                .with_context(|| format!("cannot create {}", root.display()))?;
+            let text = serde_json::to_string_pretty(&self)?;
+            write_atomic(&root.join(PLAN_FILE), text.as_bytes())?;
+            return Ok(self);
+        };
+        let path = root.join(PLAN_FILE).display().to_string();
+        if let Some(why) = written.difference(&self) {
+            bail!(
+                "{path} was written for another plan ({why}): its task indices would now mean other runs. Run the comparison as planned, or give this one a new --runs-dir"
+            );
+        }
+        if grouping_asked && written.runs_per_task != self.runs_per_task {
+            bail!(
+                "{path} groups {} runs per task, not {}: the task indices are fixed once written; give a new --runs-dir to regroup",
+                written.runs_per_task,
+                self.runs_per_task
+            );
+        }
+        Ok(written)
+    }
+
+    /// The first way `other` differs in its runs, in words.
+    fn difference(&self, other: &Plan) -> Option<String> {
+        if self.name != other.name {
+            return Some(format!("experiment '{}', now '{}'", self.name, other.name));
+        }
+        if self.runs.len() != other.runs.len() {
+            return Some(format!(
+                "{} runs, now {}",
+                self.runs.len(),
+                other.runs.len()
+            ));
+        }
+        let (i, (was, now)) = self
+            .runs
+            .iter()
+            .zip(&other.runs)
+            .enumerate()
+            .find(|(_, (a, b))| a != b)?;
+        if was.dir != now.dir {
+            return Some(format!(
+                "run {i} was {}, now {}",
+                was.dir.display(),
+                now.dir.display()
+            ));
+        }
+        let changed: Vec<&String> = now
+            .overrides
+            .iter()
+            .filter(|o| !was.overrides.contains(o))
+            .collect();
+        Some(format!(
+            "run {i} ({}) now sets {changed:?}",
+            was.dir.display()
+        ))
+    }
+}
+
+/// The array task index: a number, or `auto` for the scheduler's
+/// (`SLURM_ARRAY_TASK_ID`, else Kubernetes' `JOB_COMPLETION_INDEX`); checked against
+/// the plan's `tasks`.
+pub fn task_index(task: &str, tasks: usize) -> Result<usize> {
+    let (index, source) = if task == "auto" {
+        let found = ["SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX"]
+            .into_iter()
+            .find_map(|var| std::env::var(var).ok().map(|v| (v, var)));
+        let Some((value, var)) = found else {
+            bail!("--task auto: neither SLURM_ARRAY_TASK_ID (a Slurm array task) nor JOB_COMPLETION_INDEX (a Kubernetes Indexed Job) is set; give --task I");
+        };
+        (value, var)
+    } else {
+        (task.to_string(), "--task")
+    };
+    match index.trim().parse::<usize>() {
+        Ok(i) if i < tasks => Ok(i),
+        _ => bail!(
+            "{source} = '{index}': the plan has tasks 0 to {} (allowed: an index in that range, or auto)",
+            tasks.saturating_sub(1)
+        ),
+    }
+}

@@ -1,0 +1,169 @@
+//! `normrl status runs/<experiment>`: where each run of a comparison's plan stands,
+//! read from the files runs leave (on a shared file system, a cluster's too): done
+//! (`summary.json`), running (a heartbeat younger than `--stale-after`), failed (an
+//! `error.txt`, with its last lines), interrupted (a checkpoint and no fresh heartbeat:
+//! it resumes when its task runs again), not started.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::compare::ERROR_FILE;
+use crate::plan::Plan;
+use crate::train::{unix_seconds, Heartbeat, HEARTBEAT_FILE};
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The experiment directory (with the plan.json that `normrl compare` writes).
+    pub dir: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds after which a heartbeat no longer counts as running (a run writes one
+    /// at every log).
+    #[arg(long, default_value_t = 600.0)]
+    pub stale_after: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum RunState {
+    Done,
+    Running { host: String, pid: u32, step: u64 },
+    Failed { error: Vec<String> },
+    Interrupted,
+    NotStarted,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunStatus {
+    pub dir: PathBuf,
+    pub variant: String,
+    #[serde(flatten)]
+    pub state: RunState,
+}
+
+/// Per variant: done, running, failed, interrupted, not started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Counts {
+    pub done: usize,
+    pub running: usize,
+    pub failed: usize,
+    pub interrupted: usize,
+    pub not_started: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub experiment: String,
+    pub variants: BTreeMap<String, Counts>,
+    pub runs: Vec<RunStatus>,
+}
+
+/// The state of the run in `dir` now.
+fn state_of(dir: &Path, stale_after: f64) -> Result<RunState> {
+    if dir.join("summary.json").exists() {
+        return Ok(RunState::Done);
+    }
+    if let Ok(text) = std::fs::read_to_string(dir.join(HEARTBEAT_FILE)) {
+        if let Ok(beat) = serde_json::from_str::<Heartbeat>(&text) {
+            if unix_seconds() - beat.unix_seconds < stale_after {
+                let (host, pid, step) = (beat.host, beat.pid, beat.step);
+                return Ok(RunState::Running { host, pid, step });
+            }
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string(dir.join(ERROR_FILE)) {
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let error = lines[lines.len().saturating_sub(5)..].to_vec();
+        return Ok(RunState::Failed { error });
+    }
+    if crate::checkpoint::latest(dir)?.is_some() {
+        return Ok(RunState::Interrupted);
+    }
+    Ok(RunState::NotStarted)
+}
+
+pub fn status_of(root: &Path, stale_after: f64) -> Result<Status> {
+    let plan = Plan::load(root)?.with_context(|| {
+        format!(
+            "{} has no plan.json: give the directory of a comparison that `normrl compare` has started",
+            root.display()
+        )
+    })?;
+    let mut variants: BTreeMap<String, Counts> = BTreeMap::new();
+    let mut runs = vec![];
+    for entry in &plan.runs {
+        let state = state_of(&root.join(&entry.dir), stale_after)?;
+        let counts = variants.entry(entry.variant.clone()).or_default();
+        *match state {
+            RunState::Done => &mut counts.done,
+            RunState::Running { .. } => &mut counts.running,
+            RunState::Failed { .. } => &mut counts.failed,
+            RunState::Interrupted => &mut counts.interrupted,
+            RunState::NotStarted => &mut counts.not_started,
+        } += 1;
+        runs.push(RunStatus {
+            dir: entry.dir.clone(),
+            variant: entry.variant.clone(),
+            state,
+        });
+    }
+    Ok(Status {
+        experiment: plan.name,
+        variants,
+        runs,
+    })
+}
+
+/// The table: a row per variant, then the failed runs' last error lines.
+pub fn table(status: &Status) -> String {
+    let mut out = format!(
+        "{}\n\n| variant | done | running | failed | interrupted | not started |\n|---|---|---|---|---|---|\n",
+        status.experiment
+    );
+    let mut total = Counts::default();
+    for (variant, c) in &status.variants {
+        out.push_str(&format!(
+            "| {variant} | {} | {} | {} | {} | {} |\n",
+            c.done, c.running, c.failed, c.interrupted, c.not_started
+        ));
+        total.done += c.done;
+        total.running += c.running;
+        total.failed += c.failed;
+        total.interrupted += c.interrupted;
+        total.not_started += c.not_started;
+    }
+    out.push_str(&format!(
+        "| all | {} | {} | {} | {} | {} |\n",
+        total.done, total.running, total.failed, total.interrupted, total.not_started
+    ));
+    for run in &status.runs {
+        match &run.state {
+            RunState::Failed { error } => {
+                out.push_str(&format!("\nfailed: {}\n", run.dir.display()));
+                for line in error {
+                    out.push_str(&format!("  {line}\n"));
+                }
+            }
+            RunState::Running { host, pid, step } => out.push_str(&format!(
+                "\nrunning: {} (host {host}, pid {pid}, step {step})\n",
+                run.dir.display()
+            )),
+            _ => {}
+        }
+    }
+    out
+}
+
+pub fn status(args: &StatusArgs) -> Result<()> {
+    let status = status_of(&args.dir, args.stale_after)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", table(&status));
+    }
+    Ok(())
+}
