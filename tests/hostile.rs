@@ -326,3 +326,123 @@ fn a_diverged_run_stops_says_where_and_reports_count_it_apart() {
     );
     assert!(normrl::report::markdown(&report).contains("| 0 | 1 |"));
 }
+
+/// `normrl` with an environment of only `vars` (no PATH unless given): exit status and
+/// output.
+fn normrl_with_env(args: &[&str], vars: &[(&str, &str)]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args(args)
+        .env_clear()
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn bad_cluster_input_is_refused_before_anything_is_written_or_submitted() {
+    let dir = temp("cluster");
+    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
+    let write = |name: &str, body: &str| {
+        let path = dir.join(format!("{name}.toml"));
+        let text = format!(
+            "name = \"{name}\"\nbase = \"{}\"\nseeds = 2\n{body}",
+            base.display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let good = write(
+        "good",
+        "[axes]\nnorm = [\"none\", \"weight_norm\"]\n[slurm]\nruns_per_task = 2\n",
+    );
+    let unknown = write("unknown", "[slurm]\nruns_per_task = 2\nqueue = \"long\"\n");
+    let zero = write("zero", "[slurm]\ncpus_per_task = 0\n");
+    let runs = dir.join("runs");
+    let r = runs.to_str().unwrap();
+    let compare = |config: &Path, extra: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "compare",
+            "--config",
+            config.to_str().unwrap(),
+            "--runs-dir",
+            r,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let cases: [(Vec<String>, &[(&str, &str)], &str); 6] = [
+        (
+            compare(&unknown, &["--slurm"]),
+            &[],
+            "unknown field `queue`",
+        ),
+        (
+            compare(&zero, &["--slurm"]),
+            &[],
+            "slurm.cpus_per_task: a positive integer",
+        ),
+        // Two tasks of two runs: 0 and 1.
+        (
+            compare(&good, &["--task", "2"]),
+            &[],
+            "--task = '2': the plan has tasks 0 to 1",
+        ),
+        (compare(&good, &["--task", "x"]), &[], "--task = 'x'"),
+        (
+            compare(&good, &["--task", "auto"]),
+            &[],
+            "neither SLURM_ARRAY_TASK_ID",
+        ),
+        // A Kubernetes index past the plan's end.
+        (
+            compare(&good, &["--task", "auto"]),
+            &[("JOB_COMPLETION_INDEX", "7")],
+            "JOB_COMPLETION_INDEX = '7'",
+        ),
+    ];
+    for (args, vars, expect) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, text) = normrl_with_env(&args, vars);
+        assert_eq!(code, 2, "{args:?}: {text}");
+        assert!(text.contains(expect), "{expect}: {text}");
+        assert!(!runs.exists(), "{args:?}: nothing written");
+    }
+    // No sbatch on the PATH: nothing written, nothing submitted.
+    let args = compare(&good, &["--slurm", "--submit"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, text) = normrl_with_env(&args, &[("PATH", "/nonexistent")]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("sbatch is not on the PATH"), "{text}");
+    assert!(!runs.exists());
+    // A plan is fixed once written: another grid, or another grouping, is refused.
+    let (code, text) = normrl(
+        &compare(&good, &["--slurm"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(code, 0, "{text}");
+    let script = std::fs::read_to_string(runs.join("slurm/array.sbatch")).unwrap();
+    assert!(
+        script.contains("#SBATCH --array=0-1\n") && script.contains("--task auto"),
+        "{script}"
+    );
+    let regroup = compare(&good, &["--slurm", "--runs-per-task", "1"]);
+    let (code, text) = normrl(&regroup.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("groups 2 runs per task, not 1"), "{text}");
+    let longer = compare(&good, &["--task", "0", "--set", "run.total_steps=9999"]);
+    let (code, text) = normrl(&longer.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("was written for another plan") && text.contains("run.total_steps=9999"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
