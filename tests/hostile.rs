@@ -341,6 +341,9 @@ fn normrl_with_env(args: &[&str], vars: &[(&str, &str)]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// Arguments, the environment to give them, and what the error must say.
+type Case = (Vec<String>, &'static [(&'static str, &'static str)], &'static str);
+
 #[test]
 fn bad_cluster_input_is_refused_before_anything_is_written_or_submitted() {
     let dir = temp("cluster");
@@ -376,7 +379,7 @@ fn bad_cluster_input_is_refused_before_anything_is_written_or_submitted() {
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     };
-    let cases: [(Vec<String>, &[(&str, &str)], &str); 6] = [
+    let cases: [Case; 6] = [
         (
             compare(&unknown, &["--slurm"]),
             &[],
