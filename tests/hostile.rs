@@ -342,7 +342,11 @@ fn normrl_with_env(args: &[&str], vars: &[(&str, &str)]) -> (i32, String) {
 }
 
 /// Arguments, the environment to give them, and what the error must say.
-type Case = (Vec<String>, &'static [(&'static str, &'static str)], &'static str);
+type Case = (
+    Vec<String>,
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
 
 #[test]
 fn bad_cluster_input_is_refused_before_anything_is_written_or_submitted() {

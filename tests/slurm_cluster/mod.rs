@@ -199,7 +199,9 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// A one-node cluster on this machine, run by root without systemd or cgroups.
+/// A one-node cluster on this machine, run by root without systemd or cgroups. Job
+/// credentials expire after 10 s instead of 120 s: a requeued job waits that long
+/// before it starts again (sooner, its revoked credential kills it).
 fn config(dir: &Path, socket: &Path, port: u16) -> String {
     let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout)
         .unwrap()
@@ -213,7 +215,7 @@ SlurmctldHost={host}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={socket}
+AuthInfo=socket={socket},cred_expire=10
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
