@@ -226,6 +226,9 @@ fn nn_case_rows(
         .map(|&kind| {
             let norm = NormConfig {
                 kind,
+                // Batch renormalization's steady state: its clip open from the start
+                // (during the warm-up it is batch norm).
+                brn_warmup: 0,
                 ..Default::default()
             };
             let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
