@@ -341,115 +341,129 @@ fn normrl_with_env(args: &[&str], vars: &[(&str, &str)]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-/// Arguments, the environment to give them, and what the error must say.
-type Case = (
-    Vec<String>,
-    &'static [(&'static str, &'static str)],
-    &'static str,
-);
+/// Comparisons of two CartPole runs and their `compare` command lines, in a
+/// directory of their own.
+struct Comparisons {
+    dir: PathBuf,
+    runs: PathBuf,
+}
 
-#[test]
-fn bad_cluster_input_is_refused_before_anything_is_written_or_submitted() {
-    let dir = temp("cluster");
-    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
-    let write = |name: &str, body: &str| {
-        let path = dir.join(format!("{name}.toml"));
+impl Comparisons {
+    fn new(name: &str) -> Self {
+        let dir = temp(name);
+        let runs = dir.join("runs");
+        Self { dir, runs }
+    }
+
+    /// A comparison named `name` with `body` after its header.
+    fn config(&self, name: &str, body: &str) -> PathBuf {
+        let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
+        let path = self.dir.join(format!("{name}.toml"));
         let text = format!(
             "name = \"{name}\"\nbase = \"{}\"\nseeds = 2\n{body}",
             base.display()
         );
         std::fs::write(&path, text).unwrap();
         path
-    };
-    let good = write(
-        "good",
-        "[axes]\nnorm = [\"none\", \"weight_norm\"]\n[slurm]\nruns_per_task = 2\n",
-    );
-    let unknown = write("unknown", "[slurm]\nruns_per_task = 2\nqueue = \"long\"\n");
-    let zero = write("zero", "[slurm]\ncpus_per_task = 0\n");
-    let runs = dir.join("runs");
-    let r = runs.to_str().unwrap();
-    let compare = |config: &Path, extra: &[&'static str]| -> Vec<String> {
-        let mut args: Vec<String> = [
+    }
+
+    /// Two methods, two runs per array task: tasks 0 and 1.
+    fn good(&self) -> PathBuf {
+        let body = "[axes]\nnorm = [\"none\", \"weight_norm\"]\n[slurm]\nruns_per_task = 2\n";
+        self.config("good", body)
+    }
+
+    fn args(&self, config: &Path, extra: &[&str]) -> Vec<String> {
+        let fixed = [
             "compare",
             "--config",
             config.to_str().unwrap(),
             "--runs-dir",
-            r,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        ];
+        let mut args: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
+        args.push(self.runs.to_str().unwrap().to_string());
         args.extend(extra.iter().map(|s| s.to_string()));
         args
-    };
-    let cases: [Case; 6] = [
+    }
+
+    /// `normrl` with these arguments and only `vars` in its environment.
+    fn run(&self, args: &[String], vars: &[(&str, &str)]) -> (i32, String) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        normrl_with_env(&args, vars)
+    }
+}
+
+/// A command line, the environment it runs with, and what its error must say.
+type Refused<'a> = (Vec<String>, &'a [(&'a str, &'a str)], &'a str);
+
+#[test]
+fn bad_cluster_input_is_refused_before_anything_is_written_or_submitted() {
+    let c = Comparisons::new("cluster");
+    let good = c.good();
+    let unknown = c.config("unknown", "[slurm]\nruns_per_task = 2\nqueue = \"long\"\n");
+    let zero = c.config("zero", "[slurm]\ncpus_per_task = 0\n");
+    let k8s_index = [("JOB_COMPLETION_INDEX", "7")];
+    let no_sbatch = [("PATH", "/nonexistent")];
+    let cases: [Refused; 7] = [
+        (c.args(&unknown, &["--slurm"]), &[], "unknown field `queue`"),
         (
-            compare(&unknown, &["--slurm"]),
-            &[],
-            "unknown field `queue`",
-        ),
-        (
-            compare(&zero, &["--slurm"]),
+            c.args(&zero, &["--slurm"]),
             &[],
             "slurm.cpus_per_task: a positive integer",
         ),
-        // Two tasks of two runs: 0 and 1.
         (
-            compare(&good, &["--task", "2"]),
+            c.args(&good, &["--task", "2"]),
             &[],
             "--task = '2': the plan has tasks 0 to 1",
         ),
-        (compare(&good, &["--task", "x"]), &[], "--task = 'x'"),
+        (c.args(&good, &["--task", "x"]), &[], "--task = 'x'"),
         (
-            compare(&good, &["--task", "auto"]),
+            c.args(&good, &["--task", "auto"]),
             &[],
             "neither SLURM_ARRAY_TASK_ID",
         ),
         // A Kubernetes index past the plan's end.
         (
-            compare(&good, &["--task", "auto"]),
-            &[("JOB_COMPLETION_INDEX", "7")],
+            c.args(&good, &["--task", "auto"]),
+            &k8s_index,
             "JOB_COMPLETION_INDEX = '7'",
+        ),
+        // Nothing written, nothing submitted.
+        (
+            c.args(&good, &["--slurm", "--submit"]),
+            &no_sbatch,
+            "sbatch is not on the PATH",
         ),
     ];
     for (args, vars, expect) in &cases {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (code, text) = normrl_with_env(&args, vars);
+        let (code, text) = c.run(args, vars);
         assert_eq!(code, 2, "{args:?}: {text}");
         assert!(text.contains(expect), "{expect}: {text}");
-        assert!(!runs.exists(), "{args:?}: nothing written");
+        assert!(!c.runs.exists(), "{args:?}: nothing written");
     }
-    // No sbatch on the PATH: nothing written, nothing submitted.
-    let args = compare(&good, &["--slurm", "--submit"]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, text) = normrl_with_env(&args, &[("PATH", "/nonexistent")]);
-    assert_eq!(code, 2, "{text}");
-    assert!(text.contains("sbatch is not on the PATH"), "{text}");
-    assert!(!runs.exists());
-    // A plan is fixed once written: another grid, or another grouping, is refused.
-    let (code, text) = normrl(
-        &compare(&good, &["--slurm"])
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let _ = std::fs::remove_dir_all(&c.dir);
+}
+
+#[test]
+fn a_written_plan_refuses_another_grid_or_grouping() {
+    let c = Comparisons::new("plan-fixed");
+    let good = c.good();
+    let (code, text) = c.run(&c.args(&good, &["--slurm"]), &[]);
     assert_eq!(code, 0, "{text}");
-    let script = std::fs::read_to_string(runs.join("slurm/array.sbatch")).unwrap();
+    let script = std::fs::read_to_string(c.runs.join("slurm/array.sbatch")).unwrap();
     assert!(
         script.contains("#SBATCH --array=0-1\n") && script.contains("--task auto"),
         "{script}"
     );
-    let regroup = compare(&good, &["--slurm", "--runs-per-task", "1"]);
-    let (code, text) = normrl(&regroup.iter().map(String::as_str).collect::<Vec<_>>());
+    let (code, text) = c.run(&c.args(&good, &["--slurm", "--runs-per-task", "1"]), &[]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("groups 2 runs per task, not 1"), "{text}");
-    let longer = compare(&good, &["--task", "0", "--set", "run.total_steps=9999"]);
-    let (code, text) = normrl(&longer.iter().map(String::as_str).collect::<Vec<_>>());
+    let longer = c.args(&good, &["--task", "0", "--set", "run.total_steps=9999"]);
+    let (code, text) = c.run(&longer, &[]);
     assert_eq!(code, 2, "{text}");
     assert!(
         text.contains("was written for another plan") && text.contains("run.total_steps=9999"),
         "{text}"
     );
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(&c.dir);
 }

@@ -102,28 +102,7 @@ fn tensorboard_reads_our_event_files() {
         assert_eq!(a.0, b.0);
         assert!((a.1 - b.1).abs() < 1e-3);
     }
-    // The diagnostics' curves as the summary keeps them (learning starts at 200: the
-    // probe diagnostics at 1000 and 2000; Q overestimation at each evaluation).
-    for (name, steps) in [
-        ("effective_rank", vec![1000, 2000]),
-        ("q_overestimation", vec![1000, 2000]),
-    ] {
-        let logged = curve(scalars, &format!("diagnostics/{name}"));
-        let kept = &summary.diagnostics[name];
-        assert_eq!(
-            kept.iter().map(|p| p.0).collect::<Vec<_>>(),
-            steps,
-            "{name}"
-        );
-        for (a, b) in logged.iter().zip(kept) {
-            assert!(
-                a.0 == b.0 && (a.1 - b.1).abs() < 1e-3,
-                "{name}: {a:?} {b:?}"
-            );
-        }
-    }
-    let rank = summary.diagnostics["effective_rank"][0].1;
-    assert!((1.0..=64.0).contains(&rank), "rank {rank} of 64 features");
+    check_diagnostics(scalars, &summary);
     let eps = scalars["charts/epsilon"].as_array().unwrap();
     assert_eq!(eps[0][0], 500);
     // Logged at step 500 with the epsilon used for that step (scheduled at 499).
@@ -145,6 +124,32 @@ fn tensorboard_reads_our_event_files() {
     let end = &v["hparams"]["_hparams_/session_end_info"]["sessionEndInfo"];
     assert_eq!(end["status"], "STATUS_SUCCESS", "{end}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The diagnostics' curves as the summary keeps them (learning starts at 200: the
+/// probe diagnostics at 1000 and 2000; Q overestimation at each evaluation).
+fn check_diagnostics(scalars: &serde_json::Value, summary: &normrl::train::RunSummary) {
+    for (name, steps) in [
+        ("effective_rank", vec![1000, 2000]),
+        ("q_overestimation", vec![1000, 2000]),
+    ] {
+        let logged = curve(scalars, &format!("diagnostics/{name}"));
+        let kept = &summary.diagnostics[name];
+        assert_eq!(logged.len(), kept.len(), "{name}");
+        assert_eq!(
+            kept.iter().map(|p| p.0).collect::<Vec<_>>(),
+            steps,
+            "{name}"
+        );
+        for (a, b) in logged.iter().zip(kept) {
+            assert!(
+                a.0 == b.0 && (a.1 - b.1).abs() < 1e-3,
+                "{name}: {a:?} {b:?}"
+            );
+        }
+    }
+    let rank = summary.diagnostics["effective_rank"][0].1;
+    assert!((1.0..=64.0).contains(&rank), "rank {rank} of 64 features");
 }
 
 /// A comparison's experiment: its axes with the values its runs take, and the

@@ -158,6 +158,19 @@ fn batch(size: usize, seed: u64) -> Batch {
     batch
 }
 
+/// Both agents' online and target networks hold the same values (to 1e-5 relative).
+fn assert_same_networks(host: &Dqn, graph: &Dqn, context: &str) {
+    for net in [
+        (host.online(), graph.online()),
+        (host.target(), graph.target()),
+    ] {
+        for (a, b) in net.0.store().params().iter().zip(net.1.store().params()) {
+            let e = max_rel_err(a.var.as_tensor(), b.var.as_tensor());
+            assert!(e <= 1e-5, "{context} {}: relative error {e}", a.name);
+        }
+    }
+}
+
 #[test]
 fn host_updates_equal_graph_updates() {
     let configs = [
@@ -223,15 +236,7 @@ fn host_updates_equal_graph_updates() {
             let moved = max_rel_err(p.var.as_tensor(), before);
             assert!(moved > 0.0, "{context}: {} did not change", p.name);
         }
-        for net in [
-            (host.online(), graph.online()),
-            (host.target(), graph.target()),
-        ] {
-            for (a, b) in net.0.store().params().iter().zip(net.1.store().params()) {
-                let e = max_rel_err(a.var.as_tensor(), b.var.as_tensor());
-                assert!(e <= 1e-5, "{context} {}: relative error {e}", a.name);
-            }
-        }
+        assert_same_networks(&host, &graph, &context);
         let obs = random_values(4, 99);
         let e = vec_err(
             &host.q_values(&obs).unwrap(),
