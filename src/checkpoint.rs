@@ -26,6 +26,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The JSON file at `path` as a `T`, or `None` if there is no file; a file that is not
+/// a `T` is an error naming it as `what` ("a run summary").
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<Option<T>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not {what}", path.display()))?;
+    Ok(Some(value))
+}
+
 /// The files of one checkpoint, by name.
 /// Writes a checkpoint's `state.bin` into the stream it is given.
 pub type StateWriter<'a> = Box<dyn Fn(&mut dyn std::io::Write) -> Result<()> + 'a>;

@@ -60,14 +60,7 @@ impl Plan {
 
     /// The plan in `root`, if one was written.
     pub fn load(root: &Path) -> Result<Option<Self>> {
-        let path = root.join(PLAN_FILE);
-        if !path.exists() {
-            return Ok(None);
-        }
-        let text = std::fs::read_to_string(&path)?;
-        let plan = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a comparison plan", path.display()))?;
-        Ok(Some(plan))
+        crate::checkpoint::read_json(&root.join(PLAN_FILE), "a comparison plan")
     }
 
     /// Array tasks: `ceil(runs / runs_per_task)`.

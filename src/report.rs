@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::checkpoint::write_atomic;
+use crate::checkpoint::{read_json, write_atomic};
 use crate::compare::{ReportConfig, ScoreRange};
 use crate::stats::{
     aggregate_iqm, iqm, mean, normalize, performance_profile, probability_of_improvement,
@@ -116,24 +116,16 @@ fn finished_run(dir: &Path) -> Result<Option<(RunSummary, String)>> {
             .and_then(Path::file_name)
             .map(|n| n.to_string_lossy().into_owned())
     };
-    let result = dir.join(RESULT_FILE);
-    if result.exists() {
-        let text = std::fs::read_to_string(&result)?;
-        let r: RunResult = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a run result", result.display()))?;
+    if let Some(r) = read_json::<RunResult>(&dir.join(RESULT_FILE), "a run result")? {
         let variant = r
             .variant
             .or_else(from_path)
             .unwrap_or_else(|| r.summary.norm.clone());
         return Ok(Some((r.summary, variant)));
     }
-    let path = dir.join("summary.json");
-    if !path.exists() {
+    let Some(s) = read_json::<RunSummary>(&dir.join("summary.json"), "a run summary")? else {
         return Ok(None);
-    }
-    let text = std::fs::read_to_string(&path)?;
-    let s: RunSummary = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a run summary", path.display()))?;
+    };
     let variant = from_path().unwrap_or_else(|| s.norm.clone());
     Ok(Some((s, variant)))
 }

@@ -162,14 +162,7 @@ pub fn unix_seconds() -> f64 {
 
 /// The summary of a finished run in `run_dir`, if it has one.
 pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
-    let path = run_dir.join("summary.json");
-    if !path.exists() {
-        return Ok(None);
-    }
-    let text = std::fs::read_to_string(&path)?;
-    let summary = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a run summary", path.display()))?;
-    Ok(Some(summary))
+    checkpoint::read_json(&run_dir.join("summary.json"), "a run summary")
 }
 
 /// Sets the tensor thread count before candle first runs (candle otherwise reads
