@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use normrl_agents::dqn::TargetUpdate;
+use normrl_agents::nn::BnStats;
 use normrl_agents::replay::Sampler;
 use protobuf::well_known_types::{ListValue, Value};
 use protobuf::{Message, RepeatedField};
@@ -61,7 +63,21 @@ pub fn of(config: &TrainConfig) -> BTreeMap<&'static str, HValue> {
     };
     let text = |s: &str| HValue::Text(s.to_string());
     let number = |x: f64| HValue::Number(x);
+    let target = match config.dqn.target_update {
+        TargetUpdate::Hard { every } => format!("hard(every={every})"),
+        TargetUpdate::Polyak { tau } => format!("polyak(tau={tau})"),
+        TargetUpdate::None => "none".into(),
+    };
+    // BnStats's config names: "train" (batch statistics) or "eval" (running ones).
+    let mode = |m: BnStats| text(if m == BnStats::Batch { "train" } else { "eval" });
+    let dqn = &config.dqn;
     BTreeMap::from([
+        ("target_update", HValue::Text(target)),
+        ("joint_forward", text(&dqn.joint_forward.to_string())),
+        ("double_dqn", text(&dqn.double_dqn.to_string())),
+        ("online_bn_mode", mode(dqn.online_bn_mode)),
+        ("target_bn_mode", mode(dqn.target_bn_mode)),
+        ("acting_bn_mode", mode(dqn.acting_bn_mode)),
         ("env", text(&config.env.id)),
         ("norm", text(config.norm.kind.name())),
         ("batch_size", number(config.replay.batch_size as f64)),

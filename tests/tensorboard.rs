@@ -116,6 +116,13 @@ fn tensorboard_reads_our_event_files() {
     // (protobuf's JSON form writes each `Value` as the plain value)
     assert_eq!(start["hparams"]["norm"], "weight_norm", "{start}");
     assert_eq!(start["hparams"]["batch_size"], 64.0, "{start}");
+    // The choices that tell CrossQ from batch renormalization, and BN's modes.
+    assert_eq!(
+        start["hparams"]["target_update"], "hard(every=500)",
+        "{start}"
+    );
+    assert_eq!(start["hparams"]["joint_forward"], "false", "{start}");
+    assert_eq!(start["hparams"]["target_bn_mode"], "eval", "{start}");
     let group = start["groupName"].as_str().unwrap();
     assert!(
         group.contains("norm=weight_norm") && !group.contains("seed"),
