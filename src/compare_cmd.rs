@@ -40,7 +40,7 @@ pub struct CompareArgs {
     pub overrides: Vec<String>,
     /// Write runs/<name>/slurm/array.sbatch, a Slurm job array of the plan, and print
     /// the command that submits it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "shard")]
     pub slurm: bool,
     /// With --slurm: submit the array with sbatch.
     #[arg(long, requires = "slurm")]

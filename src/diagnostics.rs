@@ -133,7 +133,8 @@ impl Diagnostics {
     }
 
     /// The probe on the network's device, drawn uniformly from the replay the first
-    /// time (with a generator of its own); `None` while the replay is empty.
+    /// time it holds [`PROBE_SIZE`] transitions (with a generator of its own); `None`
+    /// before.
     fn probe_tensor(
         &mut self,
         agent: &Dqn,
@@ -143,8 +144,10 @@ impl Diagnostics {
         let shape = agent.online().obs_shape().to_vec();
         let obs_len: usize = shape.iter().product();
         if self.probe.is_none() {
-            let n = replay.transitions().min(PROBE_SIZE);
-            if n == 0 {
+            // A full probe (or the whole replay, when it holds fewer): drawn any
+            // sooner, a tiny `learning_starts` would fix a probe of a few observations.
+            let n = PROBE_SIZE.min(replay.capacity());
+            if replay.transitions() < n.max(1) {
                 return Ok(None);
             }
             let mut batch = Batch::new(n, obs_len);

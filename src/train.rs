@@ -107,6 +107,8 @@ pub struct Trainer {
     diagnostics: Diagnostics,
     /// The comparison's label of this run, for `result.json`.
     variant: Option<String>,
+    /// When the heartbeat was last written.
+    last_beat: Option<Instant>,
 }
 
 /// A finished run's compact record: everything `normrl report` needs, so that results
@@ -138,6 +140,8 @@ impl RunResult {
 pub const RESULT_FILE: &str = "result.json";
 /// A training run's last sign of life (see [`Heartbeat`]).
 pub const HEARTBEAT_FILE: &str = "heartbeat";
+/// Seconds between heartbeats, at the most.
+const HEARTBEAT_SECONDS: f64 = 5.0;
 
 /// When a run last logged, where: a fresh one means the run is training now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -247,6 +251,7 @@ impl Trainer {
             diverged: None,
             diagnostics: Diagnostics::default(),
             variant: None,
+            last_beat: None,
         })
     }
 
@@ -747,8 +752,16 @@ impl Trainer {
     }
 
     /// `heartbeat`: when the run last logged, on which host and process, for
-    /// `normrl status`.
-    fn beat(&self) -> Result<()> {
+    /// `normrl status`; at most every few seconds (a fast run logs hundreds of times a
+    /// minute).
+    fn beat(&mut self) -> Result<()> {
+        if self
+            .last_beat
+            .is_some_and(|t| t.elapsed().as_secs_f64() < HEARTBEAT_SECONDS)
+        {
+            return Ok(());
+        }
+        self.last_beat = Some(Instant::now());
         let beat = Heartbeat {
             unix_seconds: unix_seconds(),
             host: host_name(),
