@@ -203,10 +203,9 @@ fn set_mode(path: &Path, mode: u32) {
 /// credentials expire after 10 s instead of 120 s: a requeued job waits that long
 /// before it starts again (sooner, its revoked credential kills it).
 fn config(dir: &Path, socket: &Path, port: u16) -> String {
-    let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_string();
+    // The short name slurmd gives itself (`hostname -s`), without needing that tool.
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let host = name.trim().split('.').next().unwrap().to_string();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let d = dir.display();
     format!(
