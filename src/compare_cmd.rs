@@ -74,6 +74,16 @@ pub struct SlurmFlags {
     pub partition: Option<String>,
     #[arg(long)]
     pub account: Option<String>,
+    /// The signal asked for before the time limit (`B:USR1@120`).
+    #[arg(long)]
+    pub signal: Option<String>,
+    /// Do not let Slurm requeue tasks (`--requeue` is written otherwise).
+    #[arg(long)]
+    pub no_requeue: bool,
+    /// A line for the script after the `#SBATCH` header (repeatable), e.g.
+    /// `--extra "#SBATCH --gres=gpu:1"`.
+    #[arg(long = "extra", value_name = "LINE")]
+    pub extra: Vec<String>,
 }
 
 impl SlurmFlags {
@@ -98,6 +108,13 @@ impl SlurmFlags {
                 setting.clone_from(flag);
             }
         }
+        if let Some(signal) = &self.signal {
+            slurm.signal.clone_from(signal);
+        }
+        if self.no_requeue {
+            slurm.requeue = false;
+        }
+        slurm.extra.extend(self.extra.iter().cloned());
     }
 }
 

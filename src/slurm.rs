@@ -219,3 +219,76 @@ pub fn submit(sbatch: &Path, script: &Path) -> Result<String> {
         .unwrap_or_default()
         .to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlanEntry;
+
+    fn plan(runs: usize, per_task: usize) -> Plan {
+        let entry = |i: usize| PlanEntry {
+            dir: PathBuf::from(format!("env/v/seed-{i}")),
+            env: "env".into(),
+            variant: "v".into(),
+            seed: i as u64,
+            overrides: vec![],
+        };
+        Plan {
+            name: "study".into(),
+            runs_per_task: per_task,
+            set: vec![],
+            runs: (0..runs).map(entry).collect(),
+        }
+    }
+
+    #[test]
+    fn the_script_holds_every_setting_before_the_command() {
+        let slurm = SlurmConfig {
+            max_parallel: Some(3),
+            cpus_per_task: 2,
+            mem: Some("4G".into()),
+            time: Some("1:00:00".into()),
+            partition: Some("cpu".into()),
+            account: Some("lab".into()),
+            extra: vec!["#SBATCH --qos=low".into(), "module load rust".into()],
+            ..Default::default()
+        };
+        let task = TaskCommand {
+            normrl: PathBuf::from("/opt/normrl"),
+            config: PathBuf::from("/c/it's.toml"),
+            root: PathBuf::from("/runs/study"),
+            set: vec!["run.total_steps=10".into()],
+            allow_odd: true,
+            jobs: 2,
+        };
+        // 7 runs in tasks of 3: tasks 0, 1 and 2 (the last with one run).
+        let text = script(&plan(7, 3), &slurm, &task);
+        let lines: Vec<&str> = text.lines().collect();
+        for expected in [
+            "#SBATCH --array=0-2%3",
+            "#SBATCH --cpus-per-task=2",
+            "#SBATCH --mem=4G",
+            "#SBATCH --time=1:00:00",
+            "#SBATCH --partition=cpu",
+            "#SBATCH --account=lab",
+            "#SBATCH --requeue",
+            "#SBATCH --signal=B:USR1@120",
+            "#SBATCH --open-mode=append",
+            "#SBATCH --output=/runs/study/slurm/%A_%a.out",
+            "#SBATCH --error=/runs/study/slurm/%A_%a.err",
+        ] {
+            assert!(lines.contains(&expected), "{expected}:\n{text}");
+        }
+        let command = lines.last().unwrap();
+        assert_eq!(
+            *command,
+            r"exec '/opt/normrl' compare --config '/c/it'\''s.toml' --runs-dir '/runs/study' --task auto --jobs 2 --set 'run.total_steps=10' --allow-odd"
+        );
+        // sbatch reads directives only before the first command: the extra lines come
+        // after every #SBATCH line of ours, in the order given.
+        let at = |l: &str| lines.iter().position(|x| *x == l).unwrap();
+        assert!(at("#SBATCH --signal=B:USR1@120") < at("#SBATCH --qos=low"));
+        assert!(at("#SBATCH --qos=low") < at("module load rust"));
+        assert_eq!(plan(7, 3).task(2), 6..7);
+    }
+}
