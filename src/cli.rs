@@ -22,7 +22,7 @@ pub enum Command {
     /// Evaluate a saved agent.
     Eval(train_cmd::EvalArgs),
     /// Run a comparison grid (normalizations x batch sizes x samplers x envs x seeds).
-    Compare(compare_cmd::CompareArgs),
+    Compare(Box<compare_cmd::CompareArgs>),
     /// Aggregate finished runs into a report with statistics and plots.
     Report(compare_cmd::ReportArgs),
     /// Where each run of a comparison stands: done, running, failed, interrupted, not
