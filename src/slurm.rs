@@ -126,9 +126,10 @@ impl TaskCommand {
     }
 }
 
-/// `s` in single quotes for the shell.
+/// `s` quoted for the shell (a NUL, which no path or value holds, drops out).
 fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
+    let clean = s.replace('\0', "");
+    shlex::try_quote(&clean).map_or(clean.clone(), |q| q.into_owned())
 }
 
 /// The batch script of `plan`'s array.
@@ -279,11 +280,25 @@ mod tests {
         ] {
             assert!(lines.contains(&expected), "{expected}:\n{text}");
         }
-        let command = lines.last().unwrap();
-        assert_eq!(
-            *command,
-            r"exec '/opt/normrl' compare --config '/c/it'\''s.toml' --runs-dir '/runs/study' --task auto --jobs 2 --set 'run.total_steps=10' --allow-odd"
-        );
+        // The command's words as the shell splits them.
+        let command = lines.last().unwrap().strip_prefix("exec ").unwrap();
+        let words = shlex::split(command).unwrap();
+        let expected = [
+            "/opt/normrl",
+            "compare",
+            "--config",
+            "/c/it's.toml",
+            "--runs-dir",
+            "/runs/study",
+            "--task",
+            "auto",
+            "--jobs",
+            "2",
+            "--set",
+            "run.total_steps=10",
+            "--allow-odd",
+        ];
+        assert_eq!(words, expected);
         // sbatch reads directives only before the first command: the extra lines come
         // after every #SBATCH line of ours, in the order given.
         let at = |l: &str| lines.iter().position(|x| *x == l).unwrap();
