@@ -178,7 +178,8 @@ pub fn compare(args: &CompareArgs) -> Result<()> {
         let per_task = Plan::load(&root)?.map_or(plan.runs_per_task, |p| p.runs_per_task);
         task_index(task, plan.runs.len().div_ceil(per_task))?;
     }
-    let plan = plan.settle(&root, grouping_asked)?;
+    let array = args.slurm || args.task.is_some();
+    let plan = plan.settle(&root, array, grouping_asked)?;
     if let Some(task) = &args.task {
         return run_task(&config, &runs, &plan, task, &root, args.jobs);
     }

@@ -36,6 +36,10 @@ pub struct Plan {
     /// The `--set` assignments given to `normrl compare` (already in each run's
     /// overrides; kept here to say how the study was scaled).
     pub set: Vec<String>,
+    /// An array was written or one of its tasks ran: the grouping is fixed. (A plan
+    /// only run locally may still be regrouped.)
+    #[serde(default)]
+    pub array: bool,
     pub runs: Vec<PlanEntry>,
 }
 
@@ -45,6 +49,7 @@ impl Plan {
             name: name.to_string(),
             runs_per_task: runs_per_task.max(1),
             set: set.to_vec(),
+            array: false,
             runs: runs
                 .iter()
                 .map(|r| PlanEntry {
@@ -74,31 +79,47 @@ impl Plan {
         start..(start + self.runs_per_task).min(self.runs.len())
     }
 
-    /// Writes this plan to `root` if none is there; else checks that the one there
-    /// has the same runs (and, when `runs_per_task` was asked for, the same grouping)
-    /// and returns it, its grouping kept.
-    pub fn settle(self, root: &Path, grouping_asked: bool) -> Result<Self> {
-        let Some(written) = Self::load(root)? else {
-            std::fs::create_dir_all(root)
-                .with_context(|| format!("cannot create {}", root.display()))?;
-            let text = serde_json::to_string_pretty(&self)?;
-            write_atomic(&root.join(PLAN_FILE), text.as_bytes())?;
-            return Ok(self);
+    /// Writes this plan to `root` if none is there; else checks that the one there has
+    /// the same runs and returns it. `array`: an array is written, or a task runs, with
+    /// this plan, which fixes its grouping; `grouping_asked`: `runs_per_task` was asked
+    /// for, and must be the written one's once that is fixed.
+    pub fn settle(mut self, root: &Path, array: bool, grouping_asked: bool) -> Result<Self> {
+        let path = root.join(PLAN_FILE);
+        let Some(mut written) = Self::load(root)? else {
+            self.array = array;
+            return self.write(root);
         };
-        let path = root.join(PLAN_FILE).display().to_string();
         if let Some(why) = written.difference(&self) {
             bail!(
-                "{path} was written for another plan ({why}): its task indices would now mean other runs. Run the comparison as planned, or give this one a new --runs-dir"
+                "{} was written for another plan ({why}): its task indices would now mean other runs. Run the comparison as planned, or give this one a new --runs-dir",
+                path.display()
             );
         }
-        if grouping_asked && written.runs_per_task != self.runs_per_task {
+        let regroup = grouping_asked && written.runs_per_task != self.runs_per_task;
+        if regroup && written.array {
             bail!(
-                "{path} groups {} runs per task, not {}: the task indices are fixed once written; give a new --runs-dir to regroup",
+                "{} groups {} runs per task, not {}: an array of it exists, so its task indices are fixed; give a new --runs-dir to regroup",
+                path.display(),
                 written.runs_per_task,
                 self.runs_per_task
             );
         }
+        if regroup {
+            written.runs_per_task = self.runs_per_task;
+        }
+        if regroup || (array && !written.array) {
+            written.array |= array;
+            return written.write(root);
+        }
         Ok(written)
+    }
+
+    fn write(self, root: &Path) -> Result<Self> {
+        std::fs::create_dir_all(root)
+            .with_context(|| format!("cannot create {}", root.display()))?;
+        let text = serde_json::to_string_pretty(&self)?;
+        write_atomic(&root.join(PLAN_FILE), text.as_bytes())?;
+        Ok(self)
     }
 
     /// The first way `other` differs in its runs, in words.

@@ -238,6 +238,7 @@ mod tests {
             name: "study".into(),
             runs_per_task: per_task,
             set: vec![],
+            array: true,
             runs: (0..runs).map(entry).collect(),
         }
     }

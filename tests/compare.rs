@@ -134,7 +134,25 @@ fn tiny_comparison_reports_and_skips_finished_runs() {
         err.contains("4 runs were already finished and skipped"),
         "{err}"
     );
+    regroup_once(&args);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A plan only run here may be grouped into array tasks as asked; once an array of it
+/// is written, its grouping is fixed.
+fn regroup_once(local: &[&str]) {
+    let with = |extra: &[&str]| -> (i32, String) {
+        let mut args: Vec<&str> = local[..local.len() - 2].to_vec();
+        args.extend(extra);
+        let (code, out, err) = normrl(&args);
+        (code, out + &err)
+    };
+    let (code, text) = with(&["--slurm", "--runs-per-task", "2"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("4 runs in 2 array tasks"), "{text}");
+    let (code, text) = with(&["--slurm", "--runs-per-task", "3"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("groups 2 runs per task, not 3"), "{text}");
 }
 
 #[test]
