@@ -21,6 +21,7 @@ mod plots;
 mod progress;
 pub mod report;
 mod report_charts;
+pub mod run_files;
 pub mod slurm;
 pub mod stats;
 pub mod status;

@@ -11,11 +11,12 @@ use serde::Serialize;
 
 use crate::checkpoint::{read_json, write_atomic};
 use crate::compare::{ReportConfig, ScoreRange};
+use crate::run_files::{RunResult, RESULT_FILE};
 use crate::stats::{
     aggregate_iqm, iqm, mean, normalize, performance_profile, probability_of_improvement,
     stratified_bootstrap_ci,
 };
-use crate::train::{RunResult, RunSummary, RESULT_FILE};
+use crate::train::RunSummary;
 
 const BOOTSTRAP_REPS: usize = 2_000;
 

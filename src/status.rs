@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use crate::compare::ERROR_FILE;
 use crate::plan::Plan;
-use crate::train::{unix_seconds, Heartbeat, HEARTBEAT_FILE};
+use crate::run_files::{Heartbeat, HEARTBEAT_FILE};
+use crate::train::unix_seconds;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
