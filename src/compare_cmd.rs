@@ -56,12 +56,14 @@ pub struct CompareArgs {
 /// Flags that override the comparison's `[slurm]` table.
 #[derive(Debug, Default, clap::Args)]
 pub struct SlurmFlags {
-    /// Runs per array task, run one after another (fixed once plan.json is written).
+    /// Runs per array task, run one after another (fixed once an array of the plan is
+    /// written).
     #[arg(long)]
     pub runs_per_task: Option<usize>,
     /// Array tasks running at once (`--array=0-N%M`).
     #[arg(long)]
     pub max_parallel: Option<usize>,
+    /// CPUs per task, also its runs at once.
     #[arg(long)]
     pub cpus_per_task: Option<usize>,
     /// Memory per task (`4G`).
@@ -70,8 +72,10 @@ pub struct SlurmFlags {
     /// Time limit per task (`2:00:00`).
     #[arg(long)]
     pub time: Option<String>,
+    /// The Slurm partition.
     #[arg(long)]
     pub partition: Option<String>,
+    /// The Slurm account charged.
     #[arg(long)]
     pub account: Option<String>,
     /// The signal asked for before the time limit (`B:USR1@120`).

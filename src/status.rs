@@ -22,8 +22,8 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Seconds after which a heartbeat no longer counts as running (a run writes one
-    /// at every log).
+    /// Seconds after which a heartbeat no longer counts as running (a training run
+    /// writes one every 5 seconds or so, at its logs).
     #[arg(long, default_value_t = 600.0)]
     pub stale_after: f64,
 }
