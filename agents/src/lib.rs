@@ -19,6 +19,7 @@ pub mod kernels;
 mod metric;
 pub mod nn;
 pub mod optim;
+pub mod population;
 pub mod replay;
 
 pub use metric::Metric;
