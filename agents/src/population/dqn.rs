@@ -7,6 +7,7 @@ use candle_core::{Device, Result, Tensor, Var, D};
 
 use super::PopulationNet;
 use crate::dqn::{DqnConfig, Loss, TargetUpdate};
+use crate::nn::BnStats;
 use crate::optim::{OptimizerConfig, OptimizerKind};
 use crate::replay::Batch;
 
@@ -85,7 +86,9 @@ impl PopulationDqn {
     fn losses(&self, batches: &[Batch]) -> Result<Tensor> {
         let stacked = Stacked::of(batches, &self.device())?;
         let targets = self.targets(&stacked)?;
-        let q = self.online.forward(&stacked.obs)?;
+        let q = self
+            .online
+            .forward(&stacked.obs, self.config.online_bn_mode)?;
         let taken = q.gather(&stacked.actions, 2)?.squeeze(2)?;
         td_loss(&(taken - targets)?, self.config.loss)
     }
@@ -104,14 +107,14 @@ impl PopulationDqn {
     /// `r + gamma (1 - terminated) Q_target(s', a*)`, `[P, B]`, `a*` the target's
     /// argmax or (Double DQN) the online network's.
     fn targets(&self, b: &Stacked) -> Result<Tensor> {
-        let next_q = self.target.forward(&b.next_obs)?;
+        let next_q = self
+            .target
+            .forward(&b.next_obs, self.config.target_bn_mode)?;
         let best = match self.config.double_dqn {
             false => next_q.max(D::Minus1)?,
             true => {
-                let a = self
-                    .online
-                    .forward(&b.next_obs)?
-                    .argmax_keepdim(D::Minus1)?;
+                let online = self.online.forward(&b.next_obs, BnStats::Running)?;
+                let a = online.argmax_keepdim(D::Minus1)?;
                 next_q.gather(&a, 2)?.squeeze(2)?
             }
         };
