@@ -20,8 +20,9 @@ use crate::train::{set_threads, Trainer};
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// What to measure: `nn` (updates and acting per method), `replay`, `train`
-    /// (end to end), `all` of these, or `parity` (every method's values and gradients
-    /// on `--device` against the CPU's; exits with an error beyond tolerance).
+    /// (end to end), `all` of these, `population` (P agents' updates as one against P
+    /// separate ones, P = 1, 4, 16, 64), or `parity` (every method's values and
+    /// gradients on `--device` against the CPU's; exits with an error beyond tolerance).
     #[arg(default_value = "all")]
     pub what: String,
     /// Timed iterations per measurement.
@@ -46,22 +47,22 @@ pub struct BenchArgs {
 }
 
 #[derive(Debug, Serialize)]
-struct Row {
-    bench: String,
-    case: String,
+pub(crate) struct Row {
+    pub bench: String,
+    pub case: String,
     /// The median (timings) or the single measurement (throughput).
-    value: f64,
+    pub value: f64,
     /// The fastest timing: on a shared machine the least disturbed, the better number
     /// for comparing two rows.
     #[serde(skip_serializing_if = "Option::is_none")]
-    min: Option<f64>,
-    unit: &'static str,
+    pub min: Option<f64>,
+    pub unit: &'static str,
 }
 
 /// Median and minimum of a set of timings.
-struct Timing {
-    median: f64,
-    min: f64,
+pub(crate) struct Timing {
+    pub median: f64,
+    pub min: f64,
 }
 
 /// Median and minimum of `iters` timings of `f`, in microseconds, after a warm-up; each
@@ -73,7 +74,7 @@ fn time_us(iters: usize, device: &Device, f: impl FnMut() -> Result<()>) -> Resu
 
 /// [`time_us`] for several functions at once, in interleaved rounds: a slow spell of a
 /// shared machine then falls on all of them alike, and their ratios hold.
-fn time_interleaved(
+pub(crate) fn time_interleaved(
     iters: usize,
     device: &Device,
     fs: &mut [Box<dyn FnMut() -> Result<()> + '_>],
@@ -109,7 +110,7 @@ fn time_interleaved(
         .collect())
 }
 
-fn random_batch(
+pub(crate) fn random_batch(
     size: usize,
     obs_len: usize,
     n_actions: usize,
@@ -378,9 +379,10 @@ fn train_rows(steps: u64, device: &str) -> Result<Vec<Row>> {
 pub fn bench(args: &BenchArgs) -> Result<()> {
     set_threads(args.threads);
     let all = args.what == "all";
-    if !all && !["nn", "replay", "train", "parity"].contains(&args.what.as_str()) {
+    let known = ["nn", "replay", "train", "population", "parity"];
+    if !all && !known.contains(&args.what.as_str()) {
         anyhow::bail!(
-            "unknown benchmark '{}': expected nn, replay, train, parity or all",
+            "unknown benchmark '{}': expected nn, replay, train, population, parity or all",
             args.what
         );
     }
@@ -397,6 +399,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     if all || args.what == "train" {
         rows.extend(train_rows(args.steps, &args.device)?);
+    }
+    if args.what == "population" {
+        rows.extend(crate::bench_population::rows(args.iters)?);
     }
     if args.json {
         for row in &rows {

@@ -6,6 +6,7 @@
 //! in [`normrl_agents`].
 
 mod bench_cmd;
+mod bench_population;
 pub mod checkpoint;
 pub mod cli;
 pub mod compare;

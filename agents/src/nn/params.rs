@@ -96,6 +96,16 @@ impl ParamStore {
         Ok(var)
     }
 
+    /// Registers an existing variable (a population's, so that the fused optimizer can
+    /// train it).
+    pub(crate) fn insert(&mut self, name: &str, var: Var, group: Group) {
+        self.params.push(Param {
+            name: name.to_string(),
+            var,
+            group,
+        });
+    }
+
     pub fn zeros<S: Into<Shape>>(&mut self, name: &str, shape: S, group: Group) -> Result<Var> {
         let t = Tensor::zeros(shape, DType::F32, &self.device)?;
         self.add(name, t, group)

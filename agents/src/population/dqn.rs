@@ -1,28 +1,27 @@
 //! One DQN update for a whole population, each step one tensor operation over all
 //! agents: TD targets, the TD loss (each agent's mean over its batch, summed over
 //! agents, so that each agent's gradient is its own), gradient clipping per agent, and
-//! Adam with each agent's moments. Agents train exactly as they would alone.
+//! the single agents' optimizer over the stacked variables (elementwise, so each
+//! agent's moments are its own). Agents train exactly as they would alone.
 
-use candle_core::{Device, Result, Tensor, Var, D};
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Result, Tensor, D};
 
 use super::PopulationNet;
 use crate::dqn::{DqnConfig, Loss, TargetUpdate};
-use crate::nn::BnStats;
-use crate::optim::{OptimizerConfig, OptimizerKind};
+use crate::nn::{BnStats, Group, ParamStore};
+use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use crate::replay::Batch;
-
-/// Adam's moments of one variable, `[P, ...]` like it.
-struct Moments {
-    m: Tensor,
-    v: Tensor,
-}
 
 pub struct PopulationDqn {
     online: PopulationNet,
     target: PopulationNet,
     config: DqnConfig,
-    optimizer: OptimizerConfig,
-    moments: Vec<Moments>,
+    /// Per-agent clipping happens before the optimizer, which then clips nothing: the
+    /// single agents' fused optimizer, over the population's variables (its arithmetic
+    /// is elementwise, so each agent's values move as they would alone).
+    optimizer: Optimizer,
+    max_grad_norm: f64,
     updates: u64,
 }
 
@@ -40,24 +39,23 @@ impl PopulationDqn {
         {
             candle_core::bail!("populations support Adam with hard target updates so far");
         }
-        let moments = online
-            .vars()
-            .iter()
-            .map(|(_, v)| {
-                let zeros = v.as_tensor().zeros_like()?;
-                Ok(Moments {
-                    m: zeros.clone(),
-                    v: zeros,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut store = ParamStore::new(online.vars()[0].1.device().clone());
+        for (name, var) in online.vars() {
+            store.insert(name, var.clone(), Group::Weight);
+        }
+        let max_grad_norm = optimizer.max_grad_norm;
+        let unclipped = OptimizerConfig {
+            max_grad_norm: 0.0,
+            ..optimizer
+        };
+        let optimizer = Optimizer::new(&store, &unclipped, 1.0);
         let target = online.duplicate()?;
         Ok(Self {
             online,
             target,
             config,
             optimizer,
-            moments,
+            max_grad_norm,
             updates: 0,
         })
     }
@@ -70,9 +68,9 @@ impl PopulationDqn {
     /// one size); each agent's mean TD loss.
     pub fn update(&mut self, batches: &[Batch]) -> Result<Vec<f32>> {
         let per_agent = self.losses(batches)?;
-        let grads = per_agent.sum_all()?.backward()?;
-        let scale = self.clipping_scales(&grads)?;
-        self.adam_step(&grads, &scale)?;
+        let mut grads = per_agent.sum_all()?.backward()?;
+        self.clip_per_agent(&mut grads)?;
+        self.optimizer.step(&grads)?;
         self.updates += 1;
         if let TargetUpdate::Hard { every } = self.config.target_update {
             if self.updates.is_multiple_of(every) {
@@ -122,56 +120,30 @@ impl PopulationDqn {
         (&b.rewards + (best * keep)?)?.detach().contiguous()
     }
 
-    /// Per agent, the factor that clips its gradients' global norm to `max_grad_norm`
-    /// (1 below it), `[P]`.
-    fn clipping_scales(&self, grads: &candle_core::backprop::GradStore) -> Result<Tensor> {
+    /// Scales each agent's gradients so that their global norm is at most
+    /// `max_grad_norm` (the single optimizer's rule, per agent).
+    fn clip_per_agent(&self, grads: &mut GradStore) -> Result<()> {
+        let max = self.max_grad_norm;
+        if max <= 0.0 {
+            return Ok(());
+        }
         let p = self.online.agents();
-        let mut sum = Tensor::zeros(p, candle_core::DType::F32, &self.device())?;
-        for (_, var) in self.online.vars() {
+        let vars = self.online.vars();
+        let mut sum = Tensor::zeros(p, DType::F32, &self.device())?;
+        for (_, var) in &vars {
             if let Some(g) = grads.get(var.as_tensor()) {
                 sum = (sum + g.sqr()?.flatten_from(1)?.sum(1)?)?;
             }
         }
-        let max = self.optimizer.max_grad_norm;
-        let ones = Tensor::ones(p, candle_core::DType::F32, &self.device())?;
-        if max <= 0.0 {
-            return Ok(ones);
-        }
         let norm = sum.sqrt()?;
         let clipped = norm.affine(1.0, 1e-6)?.recip()?.affine(max, 0.0)?;
-        norm.gt(max)?.where_cond(&clipped, &ones)
-    }
-
-    /// Adam with the single optimizer's arithmetic, each agent's gradients scaled by
-    /// its clipping factor.
-    fn adam_step(
-        &mut self,
-        grads: &candle_core::backprop::GradStore,
-        scale: &Tensor,
-    ) -> Result<()> {
-        let c = &self.optimizer;
-        let t = (self.updates + 1) as i32;
-        let (b1, b2) = c.betas;
-        let step = c.lr as f32 / (1.0 - b1.powi(t)) as f32;
-        let inv_bias2_sqrt = 1.0 / ((1.0 - b2.powi(t)).sqrt() as f32);
-        let vars: Vec<Var> = self
-            .online
-            .vars()
-            .iter()
-            .map(|(_, v)| (*v).clone())
-            .collect();
-        for (var, moments) in vars.iter().zip(&mut self.moments) {
-            let Some(g) = grads.get(var.as_tensor()) else {
-                continue;
-            };
-            let mut shape = vec![1; g.rank()];
-            shape[0] = scale.dim(0)?;
-            let g = g.broadcast_mul(&scale.reshape(shape)?)?;
-            moments.m = ((&moments.m * b1)? + (&g * (1.0 - b1))?)?;
-            moments.v = ((&moments.v * b2)? + (g.sqr()? * (1.0 - b2))?)?;
-            let denominator = ((moments.v.sqrt()? * f64::from(inv_bias2_sqrt))? + c.adam_eps)?;
-            let delta = ((&moments.m * f64::from(step))? / denominator)?;
-            var.set(&(var.as_tensor() - delta)?)?;
+        let scale = norm.gt(max)?.where_cond(&clipped, &norm.ones_like()?)?;
+        for (_, var) in &vars {
+            if let Some(g) = grads.remove(var.as_tensor()) {
+                let mut shape = vec![1; g.rank()];
+                shape[0] = p;
+                grads.insert(var.as_tensor(), g.broadcast_mul(&scale.reshape(shape)?)?);
+            }
         }
         Ok(())
     }
