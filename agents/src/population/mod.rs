@@ -4,8 +4,9 @@
 //! study). So far: MLP Q-networks without normalization, with layer norm or with
 //! batch norm (statistics per agent), stacked from single networks, and their DQN
 //! update with Adam and hard target syncs, equal to each agent trained alone
-//! (`agents/tests/population.rs`). Not yet: weight norm and the other normalizations,
-//! CNNs, the trainer's `run.population`, acting, checkpoints, device replay.
+//! (`agents/tests/population.rs`), measured by `normrl bench population`. Not yet:
+//! weight norm and the other normalizations, CNNs, the trainer's `run.population`,
+//! acting, checkpoints, device replay.
 
 mod dqn;
 mod net;
