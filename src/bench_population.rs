@@ -96,10 +96,17 @@ fn case_rows(kind: NormKind, batch: usize, p: usize, iters: usize) -> Result<Vec
     Ok(rows)
 }
 
-/// The population rows: none, layer norm and batch norm, batch 4 and 32, P = 1 to 64.
+/// The population rows: none, weight norm, layer norm and batch norm, batch 4 and 32,
+/// P = 1 to 64.
 pub fn rows(iters: usize) -> Result<Vec<Row>> {
     let mut rows = vec![];
-    for kind in [NormKind::None, NormKind::LayerNorm, NormKind::BatchNorm] {
+    let kinds = [
+        NormKind::None,
+        NormKind::WeightNorm,
+        NormKind::LayerNorm,
+        NormKind::BatchNorm,
+    ];
+    for kind in kinds {
         for batch in [4, 32] {
             for p in POPULATIONS {
                 // Fewer rounds for the large populations: a round is P updates.

@@ -52,6 +52,35 @@ fn relative(a: f32, b: f32) -> f32 {
     (a - b).abs() / b.abs().max(1e-3)
 }
 
+/// The population's Q-values equal each agent's alone, on four fresh observations.
+fn assert_same_q_values(population: &PopulationDqn, alone: &[Dqn], kind: NormKind) {
+    let agents = alone.len();
+    let obs = batch(4, 99, 0);
+    let x: Vec<f32> = (0..agents).flat_map(|_| obs.obs.iter().copied()).collect();
+    let x = Tensor::from_vec(x, (agents, 4, OBS), &Device::Cpu).unwrap();
+    let q = population.online().forward(&x, BnStats::Running).unwrap();
+    for (i, agent) in alone.iter().enumerate() {
+        let mine: Vec<f32> = q.get(i).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let expected: Vec<f32> = (0..4)
+            .flat_map(|row| {
+                agent
+                    .q_values(&obs.obs[row * OBS..(row + 1) * OBS])
+                    .unwrap()
+            })
+            .collect();
+        // Judged against the agent's Q scale: a Q-value near 0 would read as a
+        // large relative error of the same rounding.
+        let scale = expected.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+        for (a, b) in mine.iter().zip(&expected) {
+            let e = (a - b).abs() / scale;
+            assert!(
+                e <= 1e-4,
+                "{kind:?} agent {i} Q {a} against {b} (scale {scale})"
+            );
+        }
+    }
+}
+
 #[test]
 fn each_agent_of_a_population_trains_as_it_would_alone() {
     // Clipping that binds in some updates and not in others, Double DQN and target
@@ -60,6 +89,7 @@ fn each_agent_of_a_population_trains_as_it_would_alone() {
         (NormKind::None, false, 0.5),
         (NormKind::LayerNorm, true, 0.5),
         (NormKind::BatchNorm, true, 1.0),
+        (NormKind::WeightNorm, false, 10.0),
     ];
     for (kind, double_dqn, max_grad_norm) in cases {
         let optimizer = OptimizerConfig {
@@ -103,33 +133,7 @@ fn each_agent_of_a_population_trains_as_it_would_alone() {
                 );
             }
         }
-        // The Q-values after 100 updates, agent by agent.
-        let obs = batch(4, 99, 0);
-        let x: Vec<f32> = (0..seeds.len())
-            .flat_map(|_| obs.obs.iter().copied())
-            .collect();
-        let x = Tensor::from_vec(x, (seeds.len(), 4, OBS), &Device::Cpu).unwrap();
-        let q = population.online().forward(&x, BnStats::Running).unwrap();
-        for (i, agent) in alone.iter().enumerate() {
-            let mine: Vec<f32> = q.get(i).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-            let expected: Vec<f32> = (0..4)
-                .flat_map(|row| {
-                    agent
-                        .q_values(&obs.obs[row * OBS..(row + 1) * OBS])
-                        .unwrap()
-                })
-                .collect();
-            // Judged against the agent's Q scale: a Q-value near 0 would read as a
-            // large relative error of the same rounding.
-            let scale = expected.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
-            for (a, b) in mine.iter().zip(&expected) {
-                let e = (a - b).abs() / scale;
-                assert!(
-                    e <= 1e-4,
-                    "{kind:?} agent {i} Q {a} against {b} (scale {scale})"
-                );
-            }
-        }
+        assert_same_q_values(&population, &alone, kind);
         // Both branches of the per-agent clipping ran.
         assert!(
             clipped > 0 && clipped < 300,
@@ -142,7 +146,12 @@ fn each_agent_of_a_population_trains_as_it_would_alone() {
 #[test]
 fn agents_do_not_leak_into_each_other() {
     let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
-    for kind in [NormKind::None, NormKind::LayerNorm, NormKind::BatchNorm] {
+    for kind in [
+        NormKind::None,
+        NormKind::WeightNorm,
+        NormKind::LayerNorm,
+        NormKind::BatchNorm,
+    ] {
         let agents: Vec<Dqn> = [1u64, 2, 3, 4]
             .iter()
             .map(|&s| single(kind, s, &dqn, &optimizer))
@@ -190,7 +199,12 @@ fn agents_do_not_leak_into_each_other() {
 #[test]
 fn the_update_graph_does_not_grow_with_the_population() {
     let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
-    for kind in [NormKind::None, NormKind::LayerNorm, NormKind::BatchNorm] {
+    for kind in [
+        NormKind::None,
+        NormKind::WeightNorm,
+        NormKind::LayerNorm,
+        NormKind::BatchNorm,
+    ] {
         let nodes = |p: u64| {
             let agents: Vec<Dqn> = (0..p).map(|s| single(kind, s, &dqn, &optimizer)).collect();
             let nets: Vec<_> = agents.iter().map(|d| d.online()).collect();

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Result, Tensor, D};
 
 use super::PopulationNet;
 use crate::dqn::{DqnConfig, Loss, TargetUpdate};
-use crate::nn::{BnStats, Group, ParamStore};
+use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use crate::replay::Batch;
 
@@ -23,6 +23,8 @@ pub struct PopulationDqn {
     optimizer: Optimizer,
     max_grad_norm: f64,
     updates: u64,
+    /// The first update's data-dependent init and target sync are done.
+    initialized: bool,
 }
 
 impl PopulationDqn {
@@ -40,15 +42,15 @@ impl PopulationDqn {
             candle_core::bail!("populations support Adam with hard target updates so far");
         }
         let mut store = ParamStore::new(online.vars()[0].1.device().clone());
-        for (name, var) in online.vars() {
-            store.insert(name, var.clone(), Group::Weight);
+        for ((name, var), group) in online.vars().into_iter().zip(online.groups()) {
+            store.insert(name, var.clone(), group);
         }
         let max_grad_norm = optimizer.max_grad_norm;
         let unclipped = OptimizerConfig {
             max_grad_norm: 0.0,
             ..optimizer
         };
-        let optimizer = Optimizer::new(&store, &unclipped, 1.0);
+        let optimizer = Optimizer::new(&store, &unclipped, online.g_lr_scale());
         let target = online.duplicate()?;
         Ok(Self {
             online,
@@ -57,6 +59,7 @@ impl PopulationDqn {
             optimizer,
             max_grad_norm,
             updates: 0,
+            initialized: false,
         })
     }
 
@@ -67,7 +70,9 @@ impl PopulationDqn {
     /// One update of every agent on its own batch (`batches[i]` is agent `i`'s, all of
     /// one size); each agent's mean TD loss.
     pub fn update(&mut self, batches: &[Batch]) -> Result<Vec<f32>> {
-        let per_agent = self.losses(batches)?;
+        let stacked = Stacked::of(batches, &self.device())?;
+        self.initialize_once(&stacked)?;
+        let per_agent = self.losses(&stacked)?;
         let mut grads = per_agent.sum_all()?.backward()?;
         self.clip_per_agent(&mut grads)?;
         self.optimizer.step(&grads)?;
@@ -80,10 +85,23 @@ impl PopulationDqn {
         per_agent.to_vec1()
     }
 
+    /// As a single agent's first update: weight norm's data-dependent init on each
+    /// agent's first batch, then the target sync.
+    fn initialize_once(&mut self, stacked: &Stacked) -> Result<()> {
+        if self.initialized {
+            return Ok(());
+        }
+        if self.online.wants_data_dependent_init() {
+            self.online.data_dependent_init(&stacked.obs)?;
+        }
+        self.target.copy_from(&self.online)?;
+        self.initialized = true;
+        Ok(())
+    }
+
     /// Each agent's TD loss on its batch, `[P]`, through candle's graph.
-    fn losses(&self, batches: &[Batch]) -> Result<Tensor> {
-        let stacked = Stacked::of(batches, &self.device())?;
-        let targets = self.targets(&stacked)?;
+    fn losses(&self, stacked: &Stacked) -> Result<Tensor> {
+        let targets = self.targets(stacked)?;
         let q = self
             .online
             .forward(&stacked.obs, self.config.online_bn_mode)?;
@@ -95,7 +113,8 @@ impl PopulationDqn {
     /// the loss's graph. Independent of the population's size (one batched operation
     /// per step of the network, whatever P).
     pub fn loss_graph_nodes(&self, batches: &[Batch]) -> Result<usize> {
-        Ok(self.losses(batches)?.sum_all()?.sorted_nodes().len())
+        let stacked = Stacked::of(batches, &self.device())?;
+        Ok(self.losses(&stacked)?.sum_all()?.sorted_nodes().len())
     }
 
     fn device(&self) -> Device {

@@ -6,7 +6,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use crate::nn::{BnStats, NormKind, QNetwork};
+use crate::nn::{BnStats, Group, NormKind, QNetwork};
 
 /// A hidden layer's normalization, its values `[P, 1, units]`.
 enum PopulationNorm {
@@ -25,9 +25,11 @@ enum PopulationNorm {
 }
 
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
-/// copy), an optional bias `[P, 1, out]`, the normalization and the ReLU.
+/// copy), or weight norm's `v` in that layout and its gains `g` `[P, 1, out]`; an
+/// optional bias `[P, 1, out]`, the normalization and the ReLU.
 struct PopulationLayer {
     weight: Var,
+    gain: Option<Var>,
     bias: Option<Var>,
     norm: PopulationNorm,
     relu: bool,
@@ -37,6 +39,7 @@ impl PopulationLayer {
     /// Trainable variables, in a fixed order.
     fn trainable(&self) -> Vec<&Var> {
         let mut v = vec![&self.weight];
+        v.extend(&self.gain);
         v.extend(&self.bias);
         match &self.norm {
             PopulationNorm::None => {}
@@ -60,12 +63,28 @@ impl PopulationLayer {
         }
         v
     }
+
+    /// The weight the product uses: `w`, or weight norm's `g v / ||v||` per unit
+    /// (`v`'s norms over its inputs, per agent). With `direction`, `v / ||v||` alone.
+    fn effective_weight(&self, direction: bool) -> Result<Tensor> {
+        let v = self.weight.as_tensor();
+        let Some(g) = &self.gain else {
+            return Ok(v.clone());
+        };
+        let inv_norm = v.sqr()?.sum_keepdim(1)?.sqrt()?.recip()?;
+        match direction {
+            true => v.broadcast_mul(&inv_norm),
+            false => v.broadcast_mul(&(inv_norm * g.as_tensor())?),
+        }
+    }
 }
 
 /// The settings every layer shares.
 #[derive(Clone, Copy)]
 struct Settings {
     agents: usize,
+    data_dependent_init: bool,
+    g_lr_scale: f64,
     ln_eps: f64,
     bn_eps: f64,
     bn_momentum: f64,
@@ -75,8 +94,9 @@ struct Settings {
 /// other methods are not built yet: `stack` refuses them).
 pub struct PopulationNet {
     layers: Vec<PopulationLayer>,
-    /// Each trainable variable's single-network name, in the order of [`Self::vars`].
-    names: Vec<String>,
+    /// Each trainable variable's single-network name and group, in the order of
+    /// [`Self::vars`].
+    names: Vec<(String, Group)>,
     settings: Settings,
 }
 
@@ -102,46 +122,53 @@ impl PopulationNet {
         let kind = config.kind;
         let supported = matches!(
             kind,
-            NormKind::None | NormKind::LayerNorm | NormKind::BatchNorm
+            NormKind::None | NormKind::LayerNorm | NormKind::BatchNorm | NormKind::WeightNorm
         );
         if !supported || first.layers().any(|l| l.kernel().weight_shape().len() != 2) {
             candle_core::bail!(
-                "populations support MLPs with norm none, layer_norm or batch_norm so far, not {kind}"
+                "populations support MLPs with norm none, weight_norm, layer_norm or batch_norm so far, not {kind}"
             );
         }
         let mut names = vec![];
         let mut layers = vec![];
         for layer in first.layers() {
             let name = layer.name();
-            let mut take = |suffix: &str, trainable: bool| -> Result<Var> {
+            let mut take = |suffix: &str, group: Group| -> Result<Var> {
                 let full = format!("{name}.{suffix}");
                 let values = stacked(nets, &full)?;
-                if trainable {
-                    names.push(full);
+                if group != Group::Buffer {
+                    names.push((full, group));
                 }
                 match suffix {
-                    "weight" => Var::from_tensor(&values.transpose(1, 2)?.contiguous()?),
+                    "weight" | "v" => Var::from_tensor(&values.transpose(1, 2)?.contiguous()?),
                     _ => Var::from_tensor(&values.unsqueeze(1)?),
                 }
             };
-            let weight = take("weight", true)?;
-            let bias = layer.bias().map(|_| take("bias", true)).transpose()?;
+            let (weight, gain) = match layer.weight_norm() {
+                Some(_) => (take("v", Group::Weight)?, Some(take("g", Group::Gain)?)),
+                None => (take("weight", Group::Weight)?, None),
+            };
+            let bias = layer
+                .bias()
+                .map(|_| take("bias", Group::Weight))
+                .transpose()?;
             let norm = match (kind, layer.relu) {
                 (NormKind::LayerNorm, true) => PopulationNorm::Layer {
-                    gamma: take("ln.gamma", true)?,
-                    beta: take("ln.beta", true)?,
+                    gamma: take("ln.gamma", Group::Weight)?,
+                    beta: take("ln.beta", Group::Weight)?,
                 },
                 (NormKind::BatchNorm, true) => PopulationNorm::Batch {
-                    gamma: take("bn.gamma", true)?,
-                    beta: take("bn.beta", true)?,
-                    running_mean: take("bn.running_mean", false)?,
-                    running_var: take("bn.running_var", false)?,
+                    gamma: take("bn.gamma", Group::Weight)?,
+                    beta: take("bn.beta", Group::Weight)?,
+                    running_mean: take("bn.running_mean", Group::Buffer)?,
+                    running_var: take("bn.running_var", Group::Buffer)?,
                 },
                 _ => PopulationNorm::None,
             };
             let relu = layer.relu;
             layers.push(PopulationLayer {
                 weight,
+                gain,
                 bias,
                 norm,
                 relu,
@@ -149,6 +176,8 @@ impl PopulationNet {
         }
         let settings = Settings {
             agents: nets.len(),
+            data_dependent_init: config.data_dependent_init,
+            g_lr_scale: config.g_lr_scale,
             ln_eps: config.ln_eps,
             bn_eps: config.bn_eps,
             bn_momentum: config.bn_momentum,
@@ -168,7 +197,17 @@ impl PopulationNet {
     /// transposed: `[P, in, out]` for `[out, in]`; per-unit values `[P, 1, out]`).
     pub fn vars(&self) -> Vec<(&str, &Var)> {
         let vars = self.layers.iter().flat_map(PopulationLayer::trainable);
-        self.names.iter().map(String::as_str).zip(vars).collect()
+        self.names
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .zip(vars)
+            .collect()
+    }
+
+    /// The optimizer's group of each of [`Self::vars`] (weight norm's gains have a
+    /// learning rate of their own).
+    pub(crate) fn groups(&self) -> Vec<Group> {
+        self.names.iter().map(|(_, g)| *g).collect()
     }
 
     /// Q-values `[P, B, actions]` of observations `[P, B, obs]`: agent `i`'s network on
@@ -177,7 +216,7 @@ impl PopulationNet {
     pub fn forward(&self, x: &Tensor, stats: BnStats) -> Result<Tensor> {
         let mut h = x.clone();
         for layer in &self.layers {
-            h = h.matmul(layer.weight.as_tensor())?;
+            h = h.matmul(&layer.effective_weight(false)?)?;
             if let Some(b) = &layer.bias {
                 h = h.broadcast_add(b.as_tensor())?;
             }
@@ -250,6 +289,41 @@ impl PopulationNet {
         Ok(())
     }
 
+    /// Weight norm's data-dependent init on each agent's batch `x` `[P, B, obs]`, layer
+    /// by layer as a single network's: per unit, with `t = (v/||v||) . x`, `g = 1 /
+    /// (std(t) + 1e-6)` and `b = -mean(t) g`; then the layer's output feeds the next.
+    pub fn data_dependent_init(&self, x: &Tensor) -> Result<()> {
+        let mut h = x.clone();
+        for layer in &self.layers {
+            if let (Some(g), Some(b)) = (&layer.gain, &layer.bias) {
+                let t = h.matmul(&layer.effective_weight(true)?.detach())?;
+                let (mean, var) = moments(&t, 1)?;
+                let scale = (var.sqrt()? + 1e-6)?.recip()?;
+                g.set(&scale)?;
+                b.set(&(mean * &scale)?.neg()?)?;
+            }
+            h = h.matmul(&layer.effective_weight(false)?)?;
+            if let Some(b) = &layer.bias {
+                h = h.broadcast_add(b.as_tensor())?;
+            }
+            h = self.normalize(&layer.norm, h, BnStats::Running)?;
+            if layer.relu {
+                h = h.relu()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The learning-rate factor of weight norm's gains.
+    pub(crate) fn g_lr_scale(&self) -> f64 {
+        self.settings.g_lr_scale
+    }
+
+    /// Whether the agents' networks ask for weight norm's data-dependent init.
+    pub(crate) fn wants_data_dependent_init(&self) -> bool {
+        self.settings.data_dependent_init && self.layers.iter().any(|l| l.gain.is_some())
+    }
+
     /// `self = other` (a target network's sync, buffers included), every agent alike.
     pub fn copy_from(&self, other: &PopulationNet) -> Result<()> {
         let mine = self.layers.iter().flat_map(PopulationLayer::all);
@@ -286,6 +360,7 @@ impl PopulationNet {
                 };
                 Ok(PopulationLayer {
                     weight: copy(&l.weight)?,
+                    gain: l.gain.as_ref().map(copy).transpose()?,
                     bias: l.bias.as_ref().map(copy).transpose()?,
                     norm,
                     relu: l.relu,
