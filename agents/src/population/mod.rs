@@ -9,6 +9,7 @@
 //! other normalizations, CNNs, the trainer's `run.population`, acting, checkpoints,
 //! device replay.
 
+mod conv;
 mod dqn;
 mod net;
 
