@@ -15,26 +15,53 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::bench_cmd::{random_batch, time_interleaved, Row};
 
 const POPULATIONS: [usize; 4] = [1, 4, 16, 64];
-const OBS: usize = 4;
-const ACTIONS: usize = 2;
 
-/// `P` single agents (seeds 0..P) of `kind`, CartPole-sized MLP 4-64-64-2.
-fn agents(kind: NormKind, p: usize) -> Result<Vec<Dqn>> {
+/// A network of the benchmark: CartPole's MLP 4-64-64-2, or MinAtar's CNN on 4x10x10
+/// binary frames with 6 actions.
+struct Net {
+    name: &'static str,
+    config: QNetworkConfig,
+    obs: Vec<usize>,
+    actions: usize,
+    binary: bool,
+}
+
+fn nets() -> [Net; 2] {
+    [
+        Net {
+            name: "mlp 4-64-64-2",
+            config: QNetworkConfig::mlp(vec![64, 64]),
+            obs: vec![4],
+            actions: 2,
+            binary: false,
+        },
+        Net {
+            name: "minatar cnn",
+            config: QNetworkConfig::minatar_cnn(),
+            obs: vec![4, 10, 10],
+            actions: 6,
+            binary: true,
+        },
+    ]
+}
+
+/// `P` single agents (seeds 0..P) of `kind` on `net`.
+fn agents(net: &Net, kind: NormKind, p: usize) -> Result<Vec<Dqn>> {
     let norm = NormConfig {
         kind,
         ..Default::default()
     };
-    let net = QNetworkConfig::mlp(vec![64, 64]);
     let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
+    let (config, obs, actions) = (&net.config, &net.obs, net.actions);
     (0..p as u64)
         .map(|seed| {
             Dqn::new(
-                &net,
+                config,
                 &norm,
                 &optimizer,
                 &dqn,
-                &[OBS],
-                ACTIONS,
+                obs,
+                actions,
                 seed,
                 &Device::Cpu,
             )
@@ -43,13 +70,14 @@ fn agents(kind: NormKind, p: usize) -> Result<Vec<Dqn>> {
         .collect()
 }
 
-/// Every row for one method, batch size and population size.
-fn case_rows(kind: NormKind, batch: usize, p: usize, iters: usize) -> Result<Vec<Row>> {
+/// Every row for one network, method, batch size and population size.
+fn case_rows(net: &Net, kind: NormKind, batch: usize, p: usize, iters: usize) -> Result<Vec<Row>> {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
+    let obs_len = net.obs.iter().product();
     let batches: Vec<Batch> = (0..p)
-        .map(|_| random_batch(batch, OBS, ACTIONS, false, &mut rng))
+        .map(|_| random_batch(batch, obs_len, net.actions, net.binary, &mut rng))
         .collect();
-    let mut separate = agents(kind, p)?;
+    let mut separate = agents(net, kind, p)?;
     let nets: Vec<_> = separate.iter().map(Dqn::online).collect();
     let stacked = PopulationNet::stack(&nets)?;
     let mut population =
@@ -68,7 +96,7 @@ fn case_rows(kind: NormKind, batch: usize, p: usize, iters: usize) -> Result<Vec
         ];
         time_interleaved(iters, &Device::Cpu, &mut fs)?
     };
-    let case = format!("mlp 4-64-64-2 b{batch} P={p}");
+    let case = format!("{} b{batch} P={p}", net.name);
     let mut rows = vec![];
     for (name, t) in ["population", "separate"].iter().zip(&timings) {
         rows.push(Row {
@@ -96,23 +124,23 @@ fn case_rows(kind: NormKind, batch: usize, p: usize, iters: usize) -> Result<Vec
     Ok(rows)
 }
 
-/// The population rows: none, weight norm, layer norm and batch norm, batch 4 and 32,
-/// P = 1 to 64.
+/// The population rows: the MLP with none, weight norm, layer norm and batch norm,
+/// MinAtar's CNN with none, weight norm and batch norm; batch 4 and 32; P = 1 to 64.
 pub fn rows(iters: usize) -> Result<Vec<Row>> {
     let mut rows = vec![];
-    let kinds = [
-        NormKind::None,
-        NormKind::WeightNorm,
-        NormKind::LayerNorm,
-        NormKind::BatchNorm,
-    ];
-    for kind in kinds {
-        for batch in [4, 32] {
-            for p in POPULATIONS {
-                // Fewer rounds for the large populations: a round is P updates.
-                let rounds = (iters / p.max(1)).max(10);
-                rows.extend(case_rows(kind, batch, p, rounds)?);
-            }
+    for net in nets() {
+        let mut kinds = vec![NormKind::None, NormKind::WeightNorm, NormKind::BatchNorm];
+        if net.obs.len() == 1 {
+            kinds.push(NormKind::LayerNorm);
+        }
+        for (kind, batch, p) in kinds
+            .into_iter()
+            .flat_map(|k| [4, 32].into_iter().map(move |b| (k, b)))
+            .flat_map(|(k, b)| POPULATIONS.into_iter().map(move |p| (k, b, p)))
+        {
+            // Fewer rounds for the large populations: a round is P updates.
+            let rounds = (iters / p.max(1)).max(10);
+            rows.extend(case_rows(&net, kind, batch, p, rounds)?);
         }
     }
     Ok(rows)
