@@ -4,6 +4,8 @@
 //! the single agents' optimizer over the stacked variables (elementwise, so each
 //! agent's moments are its own). Agents train exactly as they would alone.
 
+use std::collections::HashMap;
+
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Result, Tensor, D};
 
@@ -83,6 +85,37 @@ impl PopulationDqn {
             }
         }
         per_agent.to_vec1()
+    }
+
+    /// Everything an exact resume needs: both networks (buffers included), the
+    /// optimizer's state, the update count and whether the first update's init is done.
+    pub fn state(&self) -> Result<HashMap<String, Tensor>> {
+        let mut map = HashMap::new();
+        self.online.save("online", &mut map)?;
+        self.target.save("target", &mut map)?;
+        for (k, v) in self.optimizer.state_tensors()? {
+            map.insert(format!("optimizer/{k}"), v);
+        }
+        let counters = [self.updates as f64, f64::from(u8::from(self.initialized))];
+        map.insert("counters".into(), Tensor::new(&counters, &Device::Cpu)?);
+        Ok(map)
+    }
+
+    /// Continues from [`Self::state`] (of a population of the same agents' networks).
+    pub fn load_state(&mut self, map: &HashMap<String, Tensor>) -> Result<()> {
+        self.online.load("online", map)?;
+        self.target.load("target", map)?;
+        let optimizer: HashMap<String, Tensor> = map
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("optimizer/")?.to_string(), v.clone())))
+            .collect();
+        self.optimizer.load_state_tensors(&optimizer)?;
+        let Some(counters) = map.get("counters") else {
+            candle_core::bail!("population checkpoint lacks 'counters'");
+        };
+        let counters = counters.to_vec1::<f64>()?;
+        (self.updates, self.initialized) = (counters[0] as u64, counters[1] != 0.0);
+        Ok(())
     }
 
     /// As a single agent's first update: weight norm's data-dependent init on each

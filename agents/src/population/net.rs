@@ -4,6 +4,8 @@
 //! norm's per agent over its own batch). The agents' networks are stacked from single
 //! [`QNetwork`]s, so each starts exactly as it would alone.
 
+use std::collections::HashMap;
+
 use candle_core::{DType, Result, Tensor, Var};
 
 use super::conv::Im2col;
@@ -367,6 +369,35 @@ impl PopulationNet {
         let mine = self.layers.iter().flat_map(PopulationLayer::all);
         for (a, b) in mine.zip(other.layers.iter().flat_map(PopulationLayer::all)) {
             a.set(b.as_tensor())?;
+        }
+        Ok(())
+    }
+
+    /// Every variable's values (buffers included), as `<prefix>/<index>`, copied.
+    pub(crate) fn save(&self, prefix: &str, map: &mut HashMap<String, Tensor>) -> Result<()> {
+        let all = self.layers.iter().flat_map(PopulationLayer::all);
+        for (i, var) in all.enumerate() {
+            map.insert(format!("{prefix}/{i}"), var.as_tensor().copy()?);
+        }
+        Ok(())
+    }
+
+    /// Restores what [`Self::save`] wrote, checking every shape.
+    pub(crate) fn load(&self, prefix: &str, map: &HashMap<String, Tensor>) -> Result<()> {
+        let all = self.layers.iter().flat_map(PopulationLayer::all);
+        for (i, var) in all.enumerate() {
+            let key = format!("{prefix}/{i}");
+            let Some(value) = map.get(&key) else {
+                candle_core::bail!("population checkpoint lacks '{key}'");
+            };
+            if value.shape() != var.shape() {
+                candle_core::bail!(
+                    "population checkpoint: '{key}' is {:?}, not {:?}",
+                    value.shape(),
+                    var.shape()
+                );
+            }
+            var.set(value)?;
         }
         Ok(())
     }
