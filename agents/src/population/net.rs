@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Result, Tensor, Var};
 
 use super::conv::Im2col;
-use crate::nn::{BnStats, Group, Kernel, NormKind, QNetwork};
+use crate::nn::{BnStats, Group, Kernel, NormKind, NormLayer, QNetwork};
 
 /// A hidden layer's normalization, its values `[P, 1, units]`.
 enum PopulationNorm {
@@ -130,6 +130,61 @@ fn stacked(nets: &[&QNetwork], name: &str) -> Result<Tensor> {
     Tensor::stack(&values, 0)
 }
 
+/// One layer of every agent's network as one (`layer` is the first agent's), its
+/// variables' names and groups added to `names`.
+fn stack_layer(
+    nets: &[&QNetwork],
+    layer: &NormLayer,
+    kind: NormKind,
+    conv: Option<Im2col>,
+    names: &mut Vec<(String, Group)>,
+) -> Result<PopulationLayer> {
+    let (name, is_conv) = (layer.name(), conv.is_some());
+    let mut take = |suffix: &str, group: Group| -> Result<Var> {
+        let full = format!("{name}.{suffix}");
+        let values = stacked(nets, &full)?;
+        if group != Group::Buffer {
+            names.push((full, group));
+        }
+        let values = match suffix {
+            "weight" | "v" => values.flatten_from(2)?.transpose(1, 2)?.contiguous()?,
+            "g" => values.unsqueeze(1)?,
+            _ if is_conv => values.unsqueeze(1)?.unsqueeze(3)?,
+            _ => values.unsqueeze(1)?,
+        };
+        Var::from_tensor(&values)
+    };
+    let (weight, gain) = match layer.weight_norm() {
+        Some(_) => (take("v", Group::Weight)?, Some(take("g", Group::Gain)?)),
+        None => (take("weight", Group::Weight)?, None),
+    };
+    let bias = layer
+        .bias()
+        .map(|_| take("bias", Group::Weight))
+        .transpose()?;
+    let norm = match (kind, layer.relu) {
+        (NormKind::LayerNorm, true) => PopulationNorm::Layer {
+            gamma: take("ln.gamma", Group::Weight)?,
+            beta: take("ln.beta", Group::Weight)?,
+        },
+        (NormKind::BatchNorm, true) => PopulationNorm::Batch {
+            gamma: take("bn.gamma", Group::Weight)?,
+            beta: take("bn.beta", Group::Weight)?,
+            running_mean: take("bn.running_mean", Group::Buffer)?,
+            running_var: take("bn.running_var", Group::Buffer)?,
+        },
+        _ => PopulationNorm::None,
+    };
+    Ok(PopulationLayer {
+        weight,
+        gain,
+        bias,
+        norm,
+        relu: layer.relu,
+        conv,
+    })
+}
+
 impl PopulationNet {
     /// The networks of `nets` (one per agent, alike but for their values) as one.
     pub fn stack(nets: &[&QNetwork]) -> Result<Self> {
@@ -153,7 +208,6 @@ impl PopulationNet {
         let mut layers = vec![];
         let mut shape = first.obs_shape().to_vec();
         for layer in first.layers() {
-            let name = layer.name();
             let conv = match layer.kernel() {
                 Kernel::Conv2d {
                     c_in, k, stride, ..
@@ -165,51 +219,7 @@ impl PopulationNet {
                 }
                 Kernel::Linear { .. } => None,
             };
-            let is_conv = conv.is_some();
-            let mut take = |suffix: &str, group: Group| -> Result<Var> {
-                let full = format!("{name}.{suffix}");
-                let values = stacked(nets, &full)?;
-                if group != Group::Buffer {
-                    names.push((full, group));
-                }
-                let values = match suffix {
-                    "weight" | "v" => values.flatten_from(2)?.transpose(1, 2)?.contiguous()?,
-                    "g" => values.unsqueeze(1)?,
-                    _ if is_conv => values.unsqueeze(1)?.unsqueeze(3)?,
-                    _ => values.unsqueeze(1)?,
-                };
-                Var::from_tensor(&values)
-            };
-            let (weight, gain) = match layer.weight_norm() {
-                Some(_) => (take("v", Group::Weight)?, Some(take("g", Group::Gain)?)),
-                None => (take("weight", Group::Weight)?, None),
-            };
-            let bias = layer
-                .bias()
-                .map(|_| take("bias", Group::Weight))
-                .transpose()?;
-            let norm = match (kind, layer.relu) {
-                (NormKind::LayerNorm, true) => PopulationNorm::Layer {
-                    gamma: take("ln.gamma", Group::Weight)?,
-                    beta: take("ln.beta", Group::Weight)?,
-                },
-                (NormKind::BatchNorm, true) => PopulationNorm::Batch {
-                    gamma: take("bn.gamma", Group::Weight)?,
-                    beta: take("bn.beta", Group::Weight)?,
-                    running_mean: take("bn.running_mean", Group::Buffer)?,
-                    running_var: take("bn.running_var", Group::Buffer)?,
-                },
-                _ => PopulationNorm::None,
-            };
-            let relu = layer.relu;
-            layers.push(PopulationLayer {
-                weight,
-                gain,
-                bias,
-                norm,
-                relu,
-                conv,
-            });
+            layers.push(stack_layer(nets, layer, kind, conv, &mut names)?);
         }
         let settings = Settings {
             agents: nets.len(),
