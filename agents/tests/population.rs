@@ -308,3 +308,55 @@ fn a_population_resumes_exactly_from_its_state() {
         }
     }
 }
+
+#[test]
+fn a_population_acts_as_its_agents_alone() {
+    use rand::SeedableRng;
+    use rand_xoshiro::Xoshiro256PlusPlus;
+    let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
+    for (shape, kind) in [(mlp(), NormKind::BatchNorm), (cnn(), NormKind::WeightNorm)] {
+        let mut alone: Vec<Dqn> = [4u64, 5, 6]
+            .iter()
+            .map(|&s| shape.single(kind, s, &dqn, &optimizer))
+            .collect();
+        let nets: Vec<_> = alone.iter().map(|d| d.online()).collect();
+        let mut population = PopulationDqn::new(
+            PopulationNet::stack(&nets).unwrap(),
+            dqn.clone(),
+            optimizer.clone(),
+        )
+        .unwrap();
+        let rngs = || -> Vec<Xoshiro256PlusPlus> {
+            (0..3).map(Xoshiro256PlusPlus::seed_from_u64).collect()
+        };
+        let (mut theirs, mut ours) = (rngs(), rngs());
+        let epsilons = [0.0, 0.3, 1.0];
+        let mut greedy_differs = false;
+        for step in 0..40u64 {
+            if step % 10 == 5 {
+                // Train a little, so that the acting statistics and weights move.
+                let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
+                population.update(&batches).unwrap();
+                for (agent, b) in alone.iter_mut().zip(&batches) {
+                    agent.update(b).unwrap();
+                }
+            }
+            let obs = shape.batch(3, 50, step).obs;
+            let n = shape.obs_len();
+            let expected: Vec<usize> = alone
+                .iter()
+                .zip(theirs.iter_mut())
+                .enumerate()
+                .map(|(i, (a, rng))| a.act(&obs[i * n..(i + 1) * n], epsilons[i], rng).unwrap())
+                .collect();
+            let got = population.act(&obs, &epsilons, &mut ours).unwrap();
+            assert_eq!(got, expected, "{kind:?} step {step}");
+            let greedy = population.greedy_actions(&obs).unwrap();
+            greedy_differs |= greedy.iter().any(|&g| g != greedy[0]);
+        }
+        assert!(
+            greedy_differs,
+            "{kind:?}: the agents never disagreed; the test could not tell them apart"
+        );
+    }
+}

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Result, Tensor, D};
+use rand::Rng;
 
 use super::PopulationNet;
 use crate::dqn::{DqnConfig, Loss, TargetUpdate};
@@ -67,6 +68,31 @@ impl PopulationDqn {
 
     pub fn online(&self) -> &PopulationNet {
         &self.online
+    }
+
+    /// Each agent's greedy action on its own observation (`obs`: one row per agent),
+    /// with the acting statistics: one forward for all agents and one read of their P
+    /// actions (on a GPU, the step's only wait for the device).
+    pub fn greedy_actions(&self, obs: &[f32]) -> Result<Vec<u32>> {
+        let p = self.online.agents();
+        let x = Tensor::from_slice(obs, (p, 1, obs.len() / p.max(1)), &self.device())?;
+        let q = self.online.forward(&x, self.config.acting_bn_mode)?;
+        q.argmax(D::Minus1)?.flatten_all()?.to_vec1()
+    }
+
+    /// Epsilon-greedy for every agent with its own epsilon and generator, each drawing
+    /// as a single agent's `act` does (one uniform draw decides, a second picks the
+    /// random action).
+    pub fn act<R: Rng>(&self, obs: &[f32], epsilons: &[f64], rngs: &mut [R]) -> Result<Vec<usize>> {
+        let greedy = self.greedy_actions(obs)?;
+        let n = self.online.actions();
+        let choices = rngs.iter_mut().zip(epsilons).zip(greedy);
+        Ok(choices
+            .map(|((rng, &epsilon), g)| match rng.random::<f64>() < epsilon {
+                true => rng.random_range(0..n),
+                false => g as usize,
+            })
+            .collect())
     }
 
     /// One update of every agent on its own batch (`batches[i]` is agent `i`'s, all of

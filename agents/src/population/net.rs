@@ -101,6 +101,7 @@ impl PopulationLayer {
 #[derive(Clone, Copy)]
 struct Settings {
     agents: usize,
+    actions: usize,
     data_dependent_init: bool,
     g_lr_scale: f64,
     ln_eps: f64,
@@ -223,6 +224,7 @@ impl PopulationNet {
         }
         let settings = Settings {
             agents: nets.len(),
+            actions: first.n_actions(),
             data_dependent_init: config.data_dependent_init,
             g_lr_scale: config.g_lr_scale,
             ln_eps: config.ln_eps,
@@ -238,6 +240,11 @@ impl PopulationNet {
 
     pub fn agents(&self) -> usize {
         self.settings.agents
+    }
+
+    /// Actions per agent.
+    pub fn actions(&self) -> usize {
+        self.settings.actions
     }
 
     /// Every trainable variable, named as in a single network (a weight is stored
