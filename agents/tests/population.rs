@@ -92,8 +92,10 @@ impl Shape {
             let scale = expected.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
             for (a, b) in mine.iter().zip(&expected) {
                 let e = (a - b).abs() / scale;
+                // After 100 updates: the losses' tolerance (see `trains_as_alone`), tenfold.
+                let tolerance = if self.binary { 1e-2 } else { 1e-4 };
                 assert!(
-                    e <= 1e-4,
+                    e <= tolerance,
                     "{kind:?} agent {i} Q {a} against {b} (scale {scale})"
                 );
             }
@@ -119,10 +121,16 @@ fn trains_as_alone(
         max_grad_norm,
         ..Default::default()
     };
-    // Syncs every 20 updates. (Every 10, MinAtar's CNN with batch norm parted at
-    // update 40 by 2e-5 and then drifted to 1e-3, while syncs every 5, 7, 20 or never
-    // stayed within 1e-6 for 100 updates: two float orders of the same piecewise-linear
-    // network meeting a kink by chance, not a difference of method.)
+    // On MinAtar's CNN, two float orders of the same piecewise-linear network can
+    // meet a kink (a ReLU input within rounding of 0) by chance, and part from there:
+    // measured here, with syncs every 10 the CNN with batch norm parted by 2e-5 at
+    // update 40 and drifted to 1e-3 by update 65, while with syncs every 5, 7, 20 or
+    // never it stayed within 1e-6 for 100 updates. Such a meeting is likelier the more
+    // activations there are (the CNN has 30x the MLP's), and another CPU's arithmetic
+    // may meet one elsewhere. So the CNN is held to 1e-5 for 20 updates and to 1e-3
+    // after; the MLP to 1e-5 throughout. A difference of method (a wrong statistic, a
+    // gradient of the wrong agent) shows at the first updates, far beyond either.
+    // Syncs every 20 updates (inside the 100, and no meeting on this machine).
     let dqn = DqnConfig {
         double_dqn,
         target_update: TargetUpdate::Hard { every: 20 },
@@ -146,8 +154,13 @@ fn trains_as_alone(
             let loss = info.td_loss.value().unwrap() as f32;
             let e = relative(together[i], loss);
             worst = worst.max(e);
+            let tolerance = if shape.binary && step >= 20 {
+                1e-3
+            } else {
+                1e-5
+            };
             assert!(
-                e <= 1e-5,
+                e <= tolerance,
                 "{kind:?} update {step} agent {i}: loss {loss} alone, {} together",
                 together[i]
             );
