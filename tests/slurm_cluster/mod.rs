@@ -199,7 +199,8 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// A one-node cluster on this machine, run by root without systemd or cgroups. Job
+/// A one-node cluster on this machine, run by root without systemd or cgroups, at
+/// 127.0.0.1 (a container's host name need not resolve). Job
 /// credentials expire after 10 s instead of 120 s: a requeued job waits that long
 /// before it starts again (sooner, its revoked credential kills it).
 fn config(dir: &Path, socket: &Path, port: u16) -> String {
@@ -210,7 +211,7 @@ fn config(dir: &Path, socket: &Path, port: u16) -> String {
     let d = dir.display();
     format!(
         "ClusterName=normrltest
-SlurmctldHost={host}
+SlurmctldHost={host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -236,7 +237,7 @@ JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 KillWait=5
-NodeName={host} CPUs={cpus} State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 ",
         port + 1,
