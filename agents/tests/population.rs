@@ -179,6 +179,10 @@ fn each_agent_of_a_population_trains_as_it_would_alone() {
         (mlp(), NormKind::LayerNorm, true, 0.5),
         (mlp(), NormKind::BatchNorm, true, 1.0),
         (mlp(), NormKind::WeightNorm, false, 10.0),
+        (mlp(), NormKind::GroupNorm, false, 0.5),
+        (mlp(), NormKind::RmsNorm, true, 0.5),
+        (mlp(), NormKind::WnMeanOnlyBn, false, 1.0),
+        (cnn(), NormKind::WnMeanOnlyBn, false, 1.0),
         (cnn(), NormKind::None, true, 0.4),
         (cnn(), NormKind::BatchNorm, false, 4.5),
         (cnn(), NormKind::WeightNorm, true, 1.0),
@@ -264,6 +268,9 @@ fn the_update_graph_does_not_grow_with_the_population() {
         (cnn(), NormKind::None),
         (cnn(), NormKind::WeightNorm),
         (cnn(), NormKind::BatchNorm),
+        (mlp(), NormKind::GroupNorm),
+        (mlp(), NormKind::RmsNorm),
+        (cnn(), NormKind::WnMeanOnlyBn),
     ];
     for (shape, kind) in cases {
         let nodes = |p: u64| {

@@ -11,12 +11,22 @@ use candle_core::{DType, Result, Tensor, Var};
 use super::conv::Im2col;
 use crate::nn::{BnStats, Group, Kernel, NormKind, NormLayer, QNetwork};
 
-/// A hidden layer's normalization, its values `[P, 1, units]`.
+/// A hidden layer's normalization, its values `[P, 1, units]` (`[P, 1, out, 1]` over
+/// feature maps).
 enum PopulationNorm {
     None,
     Layer {
         gamma: Var,
         beta: Var,
+    },
+    /// Group norm (MLPs): layer norm within each of `groups` contiguous groups.
+    Group {
+        gamma: Var,
+        beta: Var,
+        groups: usize,
+    },
+    Rms {
+        gamma: Var,
     },
     /// Batch norm: running statistics (buffers, never trained) besides `gamma`, `beta`.
     Batch {
@@ -25,6 +35,66 @@ enum PopulationNorm {
         running_mean: Var,
         running_var: Var,
     },
+    /// Weight norm's mean-only batch norm: the batch mean subtracted, a running mean.
+    MeanOnly {
+        running_mean: Var,
+    },
+}
+
+impl PopulationNorm {
+    /// Trainable variables, then buffers.
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        match self {
+            PopulationNorm::None => (vec![], vec![]),
+            PopulationNorm::Layer { gamma, beta } | PopulationNorm::Group { gamma, beta, .. } => {
+                (vec![gamma, beta], vec![])
+            }
+            PopulationNorm::Rms { gamma } => (vec![gamma], vec![]),
+            PopulationNorm::Batch {
+                gamma,
+                beta,
+                running_mean,
+                running_var,
+            } => (vec![gamma, beta], vec![running_mean, running_var]),
+            PopulationNorm::MeanOnly { running_mean } => (vec![], vec![running_mean]),
+        }
+    }
+
+    /// The same normalization over copies of its variables.
+    fn copied(&self) -> Result<Self> {
+        let c = |v: &Var| Var::from_tensor(&v.as_tensor().copy()?);
+        Ok(match self {
+            PopulationNorm::None => PopulationNorm::None,
+            PopulationNorm::Layer { gamma, beta } => PopulationNorm::Layer {
+                gamma: c(gamma)?,
+                beta: c(beta)?,
+            },
+            PopulationNorm::Group {
+                gamma,
+                beta,
+                groups,
+            } => PopulationNorm::Group {
+                gamma: c(gamma)?,
+                beta: c(beta)?,
+                groups: *groups,
+            },
+            PopulationNorm::Rms { gamma } => PopulationNorm::Rms { gamma: c(gamma)? },
+            PopulationNorm::Batch {
+                gamma,
+                beta,
+                running_mean,
+                running_var,
+            } => PopulationNorm::Batch {
+                gamma: c(gamma)?,
+                beta: c(beta)?,
+                running_mean: c(running_mean)?,
+                running_var: c(running_var)?,
+            },
+            PopulationNorm::MeanOnly { running_mean } => PopulationNorm::MeanOnly {
+                running_mean: c(running_mean)?,
+            },
+        })
+    }
 }
 
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
@@ -47,26 +117,14 @@ impl PopulationLayer {
         let mut v = vec![&self.weight];
         v.extend(&self.gain);
         v.extend(&self.bias);
-        match &self.norm {
-            PopulationNorm::None => {}
-            PopulationNorm::Layer { gamma, beta } | PopulationNorm::Batch { gamma, beta, .. } => {
-                v.extend([gamma, beta])
-            }
-        }
+        v.extend(self.norm.vars().0);
         v
     }
 
     /// Everything a target sync copies: the trainable variables, then the buffers.
     fn all(&self) -> Vec<&Var> {
         let mut v = self.trainable();
-        if let PopulationNorm::Batch {
-            running_mean,
-            running_var,
-            ..
-        } = &self.norm
-        {
-            v.extend([running_mean, running_var]);
-        }
+        v.extend(self.norm.vars().1);
         v
     }
 
@@ -136,7 +194,7 @@ fn stacked(nets: &[&QNetwork], name: &str) -> Result<Tensor> {
 fn stack_layer(
     nets: &[&QNetwork],
     layer: &NormLayer,
-    kind: NormKind,
+    (kind, groups): (NormKind, usize),
     conv: Option<Im2col>,
     names: &mut Vec<(String, Group)>,
 ) -> Result<PopulationLayer> {
@@ -174,6 +232,17 @@ fn stack_layer(
             running_mean: take("bn.running_mean", Group::Buffer)?,
             running_var: take("bn.running_var", Group::Buffer)?,
         },
+        (NormKind::GroupNorm, true) => PopulationNorm::Group {
+            gamma: take("gn.gamma", Group::Weight)?,
+            beta: take("gn.beta", Group::Weight)?,
+            groups,
+        },
+        (NormKind::RmsNorm, true) => PopulationNorm::Rms {
+            gamma: take("rms.gamma", Group::Weight)?,
+        },
+        (NormKind::WnMeanOnlyBn, true) => PopulationNorm::MeanOnly {
+            running_mean: take("running_mean", Group::Buffer)?,
+        },
         _ => PopulationNorm::None,
     };
     Ok(PopulationLayer {
@@ -196,13 +265,16 @@ impl PopulationNet {
         let kind = config.kind;
         let convolutional = first.layers().any(|l| l.kernel().weight_shape().len() > 2);
         let supported = match kind {
-            NormKind::None | NormKind::BatchNorm | NormKind::WeightNorm => true,
-            NormKind::LayerNorm => !convolutional,
+            NormKind::None
+            | NormKind::BatchNorm
+            | NormKind::WeightNorm
+            | NormKind::WnMeanOnlyBn => true,
+            NormKind::LayerNorm | NormKind::GroupNorm | NormKind::RmsNorm => !convolutional,
             _ => false,
         };
         if !supported {
             candle_core::bail!(
-                "populations support norm none, weight_norm and batch_norm, and layer_norm on MLPs, so far; not {kind}"
+                "populations support norm none, weight_norm, wn_mean_only_bn and batch_norm, and layer_norm, group_norm and rms_norm on MLPs, so far; not {kind}"
             );
         }
         let mut names = vec![];
@@ -220,7 +292,13 @@ impl PopulationNet {
                 }
                 Kernel::Linear { .. } => None,
             };
-            layers.push(stack_layer(nets, layer, kind, conv, &mut names)?);
+            layers.push(stack_layer(
+                nets,
+                layer,
+                (kind, config.groups),
+                conv,
+                &mut names,
+            )?);
         }
         let settings = Settings {
             agents: nets.len(),
@@ -271,10 +349,11 @@ impl PopulationNet {
         let mut h = x.clone();
         for layer in &self.layers {
             h = layer.product(&h, &layer.effective_weight(false)?)?;
+            // The bias after the normalization (only mean-only BN has both).
+            h = self.normalize(&layer.norm, h, stats)?;
             if let Some(b) = &layer.bias {
                 h = h.broadcast_add(b.as_tensor())?;
             }
-            h = self.normalize(&layer.norm, h, stats)?;
             if layer.relu {
                 h = h.relu()?;
             }
@@ -322,6 +401,38 @@ impl PopulationNet {
                     .broadcast_mul(&scale)?
                     .broadcast_add(beta.as_tensor())
             }
+            PopulationNorm::Group {
+                gamma,
+                beta,
+                groups,
+            } => {
+                let (p, b, units) = h.dims3()?;
+                let grouped = h.reshape((p, b, *groups, units / groups))?;
+                let (mean, var) = moments(&grouped, 3)?;
+                let x_hat = grouped
+                    .broadcast_sub(&mean)?
+                    .broadcast_div(&(var + s.ln_eps)?.sqrt()?)?
+                    .reshape((p, b, units))?;
+                affine(x_hat, gamma, beta)
+            }
+            PopulationNorm::Rms { gamma } => {
+                let rms = (h.sqr()?.mean_keepdim(2)? + s.ln_eps)?.sqrt()?;
+                h.broadcast_div(&rms)?.broadcast_mul(gamma.as_tensor())
+            }
+            PopulationNorm::MeanOnly { running_mean } => {
+                let mean = match stats {
+                    BnStats::Batch => {
+                        let mean = unit_moments(&h)?.0;
+                        let m = s.bn_momentum;
+                        let blended =
+                            ((running_mean.as_tensor() * (1.0 - m))? + (mean.detach() * m)?)?;
+                        running_mean.set(&blended)?;
+                        mean
+                    }
+                    BnStats::Running => running_mean.as_tensor().clone(),
+                };
+                h.broadcast_sub(&mean)
+            }
         }
     }
 
@@ -357,13 +468,22 @@ impl PopulationNet {
                 let (mean, var) = unit_moments(&t)?;
                 let scale = (var.sqrt()? + 1e-6)?.recip()?;
                 g.set(&scale.reshape(g.shape())?)?;
-                b.set(&(mean * &scale)?.neg()?.reshape(b.shape())?)?;
+                let mean_scaled = (mean * &scale)?.reshape(b.shape())?;
+                match &layer.norm {
+                    // The batch mean is subtracted anyway: the bias starts at 0 and
+                    // the running mean at this batch's (scaled) mean.
+                    PopulationNorm::MeanOnly { running_mean } => {
+                        running_mean.set(&mean_scaled)?;
+                        b.set(&mean_scaled.zeros_like()?)?;
+                    }
+                    _ => b.set(&mean_scaled.neg()?)?,
+                }
             }
             h = layer.product(&h, &layer.effective_weight(false)?)?;
+            h = self.normalize(&layer.norm, h, BnStats::Running)?;
             if let Some(b) = &layer.bias {
                 h = h.broadcast_add(b.as_tensor())?;
             }
-            h = self.normalize(&layer.norm, h, BnStats::Running)?;
             if layer.relu {
                 h = h.relu()?;
             }
@@ -426,24 +546,7 @@ impl PopulationNet {
             .layers
             .iter()
             .map(|l| {
-                let norm = match &l.norm {
-                    PopulationNorm::None => PopulationNorm::None,
-                    PopulationNorm::Layer { gamma, beta } => PopulationNorm::Layer {
-                        gamma: copy(gamma)?,
-                        beta: copy(beta)?,
-                    },
-                    PopulationNorm::Batch {
-                        gamma,
-                        beta,
-                        running_mean,
-                        running_var,
-                    } => PopulationNorm::Batch {
-                        gamma: copy(gamma)?,
-                        beta: copy(beta)?,
-                        running_mean: copy(running_mean)?,
-                        running_var: copy(running_var)?,
-                    },
-                };
+                let norm = l.norm.copied()?;
                 Ok(PopulationLayer {
                     weight: copy(&l.weight)?,
                     gain: l.gain.as_ref().map(copy).transpose()?,
