@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The GPU check, for a machine with an NVIDIA GPU (under 8 minutes on one H100/H200):
+# The GPU check, for a machine with an NVIDIA GPU (about 12 minutes on one H100/H200):
 #   1. every normalization method on CUDA against the CPU: Q-values and the gradient
 #      of every variable (MLP, MinAtar CNN, Nature CNN), tolerance 1e-3 relative;
 #   2. update and acting times per method, MLP and MinAtar CNN at batch 32 and 256,
 #      CPU (one thread) and GPU;
 #   3. end-to-end training steps/s on CartPole and MinAtar Breakout, CPU and GPU;
-#   4. four MinAtar Breakout runs side by side on the one GPU (`compare --jobs 4`).
+#   4. four MinAtar Breakout runs side by side on the one GPU (`compare --jobs 4`);
+#   5. populations: P agents' updates as one network against P separate agents, and
+#      the update's graph size, P = 1, 16, 64, 256 (`bench population`).
 #
 #   scripts/gpu-check.sh                     # uses target/cuda/release/normrl
 #   NORMRL_BIN=/path/to/normrl scripts/gpu-check.sh
@@ -59,6 +61,8 @@ TOML
 step "4 runs side by side on one GPU (compare --jobs 4)" \
     timeout 180 "$BIN" compare --config "$tmp/side-by-side.toml" --runs-dir "$tmp/runs" --jobs 4
 rm -rf "$tmp"
+step "populations, CUDA (P = 1, 16, 64, 256)" \
+    timeout 240 "$BIN" bench population --device cuda --iters 40
 echo
 if [ "$failures" -eq 0 ]; then
     echo "gpu-check: all steps passed"

@@ -401,7 +401,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         rows.extend(train_rows(args.steps, &args.device)?);
     }
     if args.what == "population" {
-        rows.extend(crate::bench_population::rows(args.iters)?);
+        rows.extend(crate::bench_population::rows(args.iters, &device)?);
     }
     if args.json {
         for row in &rows {

@@ -14,7 +14,9 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::bench_cmd::{random_batch, time_interleaved, Row};
 
-const POPULATIONS: [usize; 4] = [1, 4, 16, 64];
+/// Population sizes: up to 64 on the CPU, to 256 on a GPU (the study size).
+const POPULATIONS_CPU: [usize; 4] = [1, 4, 16, 64];
+const POPULATIONS_GPU: [usize; 4] = [1, 16, 64, 256];
 
 /// A network of the benchmark: CartPole's MLP 4-64-64-2, or MinAtar's CNN on 4x10x10
 /// binary frames with 6 actions.
@@ -46,7 +48,7 @@ fn nets() -> [Net; 2] {
 }
 
 /// `P` single agents (seeds 0..P) of `kind` on `net`.
-fn agents(net: &Net, kind: NormKind, p: usize) -> Result<Vec<Dqn>> {
+fn agents(net: &Net, kind: NormKind, p: usize, device: &Device) -> Result<Vec<Dqn>> {
     let norm = NormConfig {
         kind,
         ..Default::default()
@@ -55,29 +57,25 @@ fn agents(net: &Net, kind: NormKind, p: usize) -> Result<Vec<Dqn>> {
     let (config, obs, actions) = (&net.config, &net.obs, net.actions);
     (0..p as u64)
         .map(|seed| {
-            Dqn::new(
-                config,
-                &norm,
-                &optimizer,
-                &dqn,
-                obs,
-                actions,
-                seed,
-                &Device::Cpu,
-            )
-            .map_err(Into::into)
+            Dqn::new(config, &norm, &optimizer, &dqn, obs, actions, seed, device)
+                .map_err(Into::into)
         })
         .collect()
 }
 
 /// Every row for one network, method, batch size and population size.
-fn case_rows(net: &Net, kind: NormKind, batch: usize, p: usize, iters: usize) -> Result<Vec<Row>> {
+fn case_rows(
+    net: &Net,
+    (kind, batch, p): (NormKind, usize, usize),
+    iters: usize,
+    device: &Device,
+) -> Result<Vec<Row>> {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
     let obs_len = net.obs.iter().product();
     let batches: Vec<Batch> = (0..p)
         .map(|_| random_batch(batch, obs_len, net.actions, net.binary, &mut rng))
         .collect();
-    let mut separate = agents(net, kind, p)?;
+    let mut separate = agents(net, kind, p, device)?;
     let nets: Vec<_> = separate.iter().map(Dqn::online).collect();
     let stacked = PopulationNet::stack(&nets)?;
     let mut population =
@@ -94,7 +92,7 @@ fn case_rows(net: &Net, kind: NormKind, batch: usize, p: usize, iters: usize) ->
                 Ok(())
             }),
         ];
-        time_interleaved(iters, &Device::Cpu, &mut fs)?
+        time_interleaved(iters, device, &mut fs)?
     };
     let case = format!("{} b{batch} P={p}", net.name);
     let mut rows = vec![];
@@ -125,8 +123,13 @@ fn case_rows(net: &Net, kind: NormKind, batch: usize, p: usize, iters: usize) ->
 }
 
 /// The population rows: the MLP with none, weight norm, layer norm and batch norm,
-/// MinAtar's CNN with none, weight norm and batch norm; batch 4 and 32; P = 1 to 64.
-pub fn rows(iters: usize) -> Result<Vec<Row>> {
+/// MinAtar's CNN with none, weight norm and batch norm; batch 4 and 32; P = 1 to 64 on
+/// the CPU, 1 to 256 on a GPU.
+pub fn rows(iters: usize, device: &Device) -> Result<Vec<Row>> {
+    let populations = match device.is_cpu() {
+        true => POPULATIONS_CPU,
+        false => POPULATIONS_GPU,
+    };
     let mut rows = vec![];
     for net in nets() {
         let mut kinds = vec![NormKind::None, NormKind::WeightNorm, NormKind::BatchNorm];
@@ -136,11 +139,11 @@ pub fn rows(iters: usize) -> Result<Vec<Row>> {
         for (kind, batch, p) in kinds
             .into_iter()
             .flat_map(|k| [4, 32].into_iter().map(move |b| (k, b)))
-            .flat_map(|(k, b)| POPULATIONS.into_iter().map(move |p| (k, b, p)))
+            .flat_map(|(k, b)| populations.into_iter().map(move |p| (k, b, p)))
         {
             // Fewer rounds for the large populations: a round is P updates.
             let rounds = (iters / p.max(1)).max(10);
-            rows.extend(case_rows(&net, kind, batch, p, rounds)?);
+            rows.extend(case_rows(&net, (kind, batch, p), rounds, device)?);
         }
     }
     Ok(rows)
