@@ -9,4 +9,5 @@ mod td_loss;
 pub use agent::{Dqn, Engine, UpdateInfo};
 pub use config::{DqnConfig, Loss, TargetUpdate};
 pub use schedule::LinearSchedule;
+pub(crate) use td_loss::loss_of_errors;
 pub use td_loss::{mean_taken, td_loss, td_loss_tensor_ops};

@@ -105,12 +105,18 @@ pub fn td_loss_tensor_ops(
     loss: Loss,
 ) -> Result<Tensor> {
     let diff = (q.gather(actions, 1)?.squeeze(1)? - targets)?;
+    loss_of_errors(&diff, loss)?.mean_all()
+}
+
+/// The loss of each TD error in `diff` (any shape), before any mean: `d^2`, or Huber's
+/// `0.5 d^2` within 1 and `|d| - 0.5` beyond.
+pub(crate) fn loss_of_errors(diff: &Tensor, loss: Loss) -> Result<Tensor> {
     match loss {
-        Loss::Mse => diff.sqr()?.mean_all(),
+        Loss::Mse => diff.sqr(),
         Loss::Huber => {
             let abs = diff.abs()?;
             let quadratic = abs.clamp(0.0, 1.0)?;
-            ((quadratic.sqr()? * 0.5)? + (abs - &quadratic)?)?.mean_all()
+            (quadratic.sqr()? * 0.5)? + (abs - &quadratic)?
         }
     }
 }

@@ -11,7 +11,8 @@ use candle_core::{DType, Device, Result, Tensor, D};
 use rand::Rng;
 
 use super::PopulationNet;
-use crate::dqn::{DqnConfig, Loss, TargetUpdate};
+use crate::dqn::loss_of_errors;
+use crate::dqn::{DqnConfig, TargetUpdate};
 use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use crate::replay::Batch;
@@ -44,7 +45,7 @@ impl PopulationDqn {
         {
             candle_core::bail!("populations support Adam with hard target updates so far");
         }
-        let mut store = ParamStore::new(online.vars()[0].1.device().clone());
+        let mut store = ParamStore::new(online.device().clone());
         for ((name, var), group) in online.vars().into_iter().zip(online.groups()) {
             store.insert(name, var.clone(), group);
         }
@@ -165,7 +166,8 @@ impl PopulationDqn {
             .online
             .forward(&stacked.obs, self.config.online_bn_mode)?;
         let taken = q.gather(&stacked.actions, 2)?.squeeze(2)?;
-        td_loss(&(taken - targets)?, self.config.loss)
+        // Each agent's mean over its own batch: `[P]`.
+        loss_of_errors(&(taken - targets)?, self.config.loss)?.mean(1)
     }
 
     /// The operations the backward of an update on `batches` goes through: the nodes of
@@ -177,7 +179,7 @@ impl PopulationDqn {
     }
 
     fn device(&self) -> Device {
-        self.online.vars()[0].1.device().clone()
+        self.online.device().clone()
     }
 
     /// `r + gamma (1 - terminated) Q_target(s', a*)`, `[P, B]`, `a*` the target's
@@ -225,19 +227,6 @@ impl PopulationDqn {
         }
         Ok(())
     }
-}
-
-/// Each agent's mean loss over its batch, `[P]`, of TD errors `[P, B]`.
-fn td_loss(diff: &Tensor, loss: Loss) -> Result<Tensor> {
-    let per_value = match loss {
-        Loss::Mse => diff.sqr()?,
-        Loss::Huber => {
-            let abs = diff.abs()?;
-            let quadratic = abs.clamp(0.0, 1.0)?;
-            ((quadratic.sqr()? * 0.5)? + (abs - &quadratic)?)?
-        }
-    };
-    per_value.mean(1)
 }
 
 /// The agents' batches as `[P, B, ...]` tensors.
