@@ -414,7 +414,7 @@ pub fn execute(
                     break;
                 }
                 let dir = root.join(&run.rel_dir);
-                if dir.join("summary.json").exists() {
+                if dir.join(crate::run_files::SUMMARY_FILE).exists() {
                     skipped.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }

@@ -124,7 +124,7 @@ fn finished_run(dir: &Path) -> Result<Option<(RunSummary, String)>> {
             .unwrap_or_else(|| r.summary.norm.clone());
         return Ok(Some((r.summary, variant)));
     }
-    let Some(s) = read_json::<RunSummary>(&dir.join("summary.json"), "a run summary")? else {
+    let Some(s) = crate::train::finished_summary(dir)? else {
         return Ok(None);
     };
     let variant = from_path().unwrap_or_else(|| s.norm.clone());

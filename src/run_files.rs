@@ -32,6 +32,8 @@ impl RunResult {
     }
 }
 
+/// A finished run's summary: its presence marks the run finished (and final).
+pub const SUMMARY_FILE: &str = "summary.json";
 /// A finished run's `result.json`.
 pub const RESULT_FILE: &str = "result.json";
 /// A training run's last sign of life (see [`Heartbeat`]).

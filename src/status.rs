@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::compare::ERROR_FILE;
 use crate::plan::Plan;
-use crate::run_files::{Heartbeat, HEARTBEAT_FILE};
+use crate::run_files::{Heartbeat, HEARTBEAT_FILE, SUMMARY_FILE};
 use crate::train::unix_seconds;
 
 #[derive(Debug, clap::Args)]
@@ -65,7 +65,7 @@ pub struct Status {
 
 /// The state of the run in `dir` now.
 fn state_of(dir: &Path, stale_after: f64) -> Result<RunState> {
-    if dir.join("summary.json").exists() {
+    if dir.join(SUMMARY_FILE).exists() {
         return Ok(RunState::Done);
     }
     if let Ok(text) = std::fs::read_to_string(dir.join(HEARTBEAT_FILE)) {

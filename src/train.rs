@@ -19,7 +19,9 @@ use crate::config::{parse_device_spec, select_device, Keep, TrainConfig};
 use crate::diagnostics::{Diagnostics, Evaluation};
 use crate::hparams;
 use crate::interrupt::{self, Interrupted};
-use crate::run_files::{host_name, Heartbeat, RunResult, HEARTBEAT_FILE, RESULT_FILE};
+use crate::run_files::{
+    host_name, Heartbeat, RunResult, HEARTBEAT_FILE, RESULT_FILE, SUMMARY_FILE,
+};
 use crate::tensorboard::TensorBoard;
 use crate::validate::MemoryEstimate;
 
@@ -124,7 +126,7 @@ pub fn unix_seconds() -> f64 {
 
 /// The summary of a finished run in `run_dir`, if it has one.
 pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
-    checkpoint::read_json(&run_dir.join("summary.json"), "a run summary")
+    checkpoint::read_json(&run_dir.join(SUMMARY_FILE), "a run summary")
 }
 
 /// Sets the tensor thread count before candle first runs (candle otherwise reads
@@ -138,7 +140,7 @@ pub fn set_threads(threads: usize) {
 impl Trainer {
     /// A fresh run in `run_dir`, which must not hold a run already.
     pub fn new(config: TrainConfig, run_dir: &Path) -> Result<Self> {
-        if checkpoint::latest(run_dir)?.is_some() || run_dir.join("summary.json").exists() {
+        if checkpoint::latest(run_dir)?.is_some() || run_dir.join(SUMMARY_FILE).exists() {
             bail!(
                 "{} already holds a run; resume it with --resume {} or choose another --run-dir",
                 run_dir.display(),
@@ -691,7 +693,7 @@ impl Trainer {
             serde_json::to_string(&result)?.as_bytes(),
         )?;
         checkpoint::write_atomic(
-            &self.run_dir.join("summary.json"),
+            &self.run_dir.join(SUMMARY_FILE),
             serde_json::to_string_pretty(summary)?.as_bytes(),
         )?;
         self.tb.flush()?;
