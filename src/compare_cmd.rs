@@ -177,15 +177,17 @@ pub fn compare(args: &CompareArgs) -> Result<()> {
         config.slurm.runs_per_task,
         &args.overrides,
     );
-    if let Some(task) = &args.task {
-        // Checked before plan.json is written: a bad index writes nothing.
-        let per_task = Plan::load(&root)?.map_or(plan.runs_per_task, |p| p.runs_per_task);
-        task_index(task, plan.runs.len().div_ceil(per_task))?;
-    }
     let array = args.slurm || args.task.is_some();
-    let plan = plan.settle(&root, array, grouping_asked)?;
-    if let Some(task) = &args.task {
-        return run_task(&config, &runs, &plan, task, &root, args.jobs);
+    let settled = plan.settle(&root, array, grouping_asked)?;
+    // The task's index is checked against the plan it runs by before plan.json is
+    // written: a bad index writes nothing.
+    let task = match &args.task {
+        Some(task) => Some(task_index(task, settled.plan.tasks())?),
+        None => None,
+    };
+    let plan = settled.commit(&root)?;
+    if let Some(i) = task {
+        return run_task(&config, &runs, &plan, i, &root, args.jobs);
     }
     if args.slurm {
         return write_array(args, &config, &plan, &root, sbatch.as_deref());
@@ -198,11 +200,10 @@ fn run_task(
     config: &CompareConfig,
     runs: &[PlannedRun],
     plan: &Plan,
-    task: &str,
+    i: usize,
     root: &Path,
     jobs: usize,
 ) -> Result<()> {
-    let i = task_index(task, plan.tasks())?;
     let mine = &runs[plan.task(i)];
     eprintln!(
         "array task {i} of {}: {} runs ({})",

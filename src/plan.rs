@@ -79,15 +79,19 @@ impl Plan {
         start..(start + self.runs_per_task).min(self.runs.len())
     }
 
-    /// Writes this plan to `root` if none is there; else checks that the one there has
-    /// the same runs and returns it. `array`: an array is written, or a task runs, with
-    /// this plan, which fixes its grouping; `grouping_asked`: `runs_per_task` was asked
-    /// for, and must be the written one's once that is fixed.
-    pub fn settle(mut self, root: &Path, array: bool, grouping_asked: bool) -> Result<Self> {
+    /// The plan to run by: this one if `root` has none; else the one there, which must
+    /// have the same runs (and, when `runs_per_task` was asked for, the same grouping
+    /// once that is fixed). `array`: an array is written, or a task runs, with this
+    /// plan, which fixes its grouping. Nothing is written: [`Settled::commit`] does,
+    /// once the caller has checked what depends on the plan (a task's index).
+    pub fn settle(mut self, root: &Path, array: bool, grouping_asked: bool) -> Result<Settled> {
         let path = root.join(PLAN_FILE);
         let Some(mut written) = Self::load(root)? else {
             self.array = array;
-            return self.write(root);
+            return Ok(Settled {
+                plan: self,
+                changed: true,
+            });
         };
         if let Some(why) = written.difference(&self) {
             bail!(
@@ -107,19 +111,12 @@ impl Plan {
         if regroup {
             written.runs_per_task = self.runs_per_task;
         }
-        if regroup || (array && !written.array) {
-            written.array |= array;
-            return written.write(root);
-        }
-        Ok(written)
-    }
-
-    fn write(self, root: &Path) -> Result<Self> {
-        std::fs::create_dir_all(root)
-            .with_context(|| format!("cannot create {}", root.display()))?;
-        let text = serde_json::to_string_pretty(&self)?;
-        write_atomic(&root.join(PLAN_FILE), text.as_bytes())?;
-        Ok(self)
+        let changed = regroup || (array && !written.array);
+        written.array |= array;
+        Ok(Settled {
+            plan: written,
+            changed,
+        })
     }
 
     /// The first way `other` differs in its runs, in words.
@@ -156,6 +153,25 @@ impl Plan {
             "run {i} ({}) now sets {changed:?}",
             was.dir.display()
         ))
+    }
+}
+
+/// A plan as [`Plan::settle`] resolved it, and whether `plan.json` must be (re)written.
+pub struct Settled {
+    pub plan: Plan,
+    changed: bool,
+}
+
+impl Settled {
+    /// Writes `plan.json` if it changed; the plan to run by.
+    pub fn commit(self, root: &Path) -> Result<Plan> {
+        if self.changed {
+            std::fs::create_dir_all(root)
+                .with_context(|| format!("cannot create {}", root.display()))?;
+            let text = serde_json::to_string_pretty(&self.plan)?;
+            write_atomic(&root.join(PLAN_FILE), text.as_bytes())?;
+        }
+        Ok(self.plan)
     }
 }
 

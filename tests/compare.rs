@@ -134,19 +134,26 @@ fn tiny_comparison_reports_and_skips_finished_runs() {
         err.contains("4 runs were already finished and skipped"),
         "{err}"
     );
-    regroup_once(&args);
+    regroup_once(&args, &runs.join("plan.json"));
     let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A plan only run here may be grouped into array tasks as asked; once an array of it
 /// is written, its grouping is fixed.
-fn regroup_once(local: &[&str]) {
+fn regroup_once(local: &[&str], plan: &Path) {
     let with = |extra: &[&str]| -> (i32, String) {
         let mut args: Vec<&str> = local[..local.len() - 2].to_vec();
         args.extend(extra);
         let (code, out, err) = normrl(&args);
         (code, out + &err)
     };
+    // A task index is checked against the grouping asked for (2 tasks of 2 runs),
+    // before the plan is touched.
+    let before = std::fs::read_to_string(plan).unwrap();
+    let (code, text) = with(&["--task", "2", "--runs-per-task", "2"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("the plan has tasks 0 to 1"), "{text}");
+    assert_eq!(std::fs::read_to_string(plan).unwrap(), before);
     let (code, text) = with(&["--slurm", "--runs-per-task", "2"]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("4 runs in 2 array tasks"), "{text}");
