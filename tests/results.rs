@@ -121,11 +121,36 @@ fn state_of<'a>(status: &'a serde_json::Value, dir: &str) -> &'a serde_json::Val
         .unwrap_or_else(|| panic!("{dir} not in {status}"))
 }
 
+/// A process this test started: killed by its id if the test fails before it ends.
+struct Started(Option<std::process::Child>);
+
+impl Started {
+    fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Waits for the process to end; its status and output.
+    fn wait(mut self) -> std::process::Output {
+        let child = self.0.take().expect("running");
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 #[test]
 fn a_signal_checkpoints_and_status_tells_each_state() {
     let (dir, config) = setup("status", "last", 200_000);
     let runs = dir.join("runs");
-    // Task 0 (one run per task): the first run, stopped by SIGUSR1 once it trains.
+    // Task 0 (one run per task) as a Kubernetes Indexed Job names it: the first run,
+    // stopped by SIGUSR1 once it trains.
     let child = Command::new(env!("CARGO_BIN_EXE_normrl"))
         .args([
             "compare",
@@ -134,11 +159,14 @@ fn a_signal_checkpoints_and_status_tells_each_state() {
             "--runs-dir",
             s(&runs),
             "--task",
-            "0",
+            "auto",
         ])
+        .env("JOB_COMPLETION_INDEX", "0")
+        .env_remove("SLURM_ARRAY_TASK_ID")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let child = Started(Some(child));
     let first = runs.join("classic_cartpole/none/seed-1");
     let start = Instant::now();
     let mut seen_running = false;
@@ -156,7 +184,7 @@ fn a_signal_checkpoints_and_status_tells_each_state() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(seen_running, "the run was never seen running: {err}");
     assert_eq!(out.status.code(), Some(75), "{err}");
