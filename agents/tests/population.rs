@@ -147,7 +147,7 @@ fn trains_as_alone(
     let (mut worst, mut clipped) = (0f32, 0);
     for step in 0..100u64 {
         let batches: Vec<Batch> = (0..3).map(|i| shape.batch(16, i, step)).collect();
-        let together = population.update(&batches).unwrap();
+        let together = population.update(&batches).unwrap().td_losses().unwrap();
         for (i, agent) in alone.iter_mut().enumerate() {
             let info = agent.update(&batches[i]).unwrap();
             clipped += usize::from(info.grad_norm.value().unwrap() > max_grad_norm);
@@ -317,13 +317,13 @@ fn a_population_resumes_exactly_from_its_state() {
             if step == 10 {
                 saved = Some(whole.state().unwrap());
             }
-            losses.push(whole.update(&batches(step)).unwrap());
+            losses.push(whole.update(&batches(step)).unwrap().td_losses().unwrap());
         }
         // A fresh population of the same agents, from the state at update 10.
         let mut resumed = build();
         resumed.load_state(&saved.unwrap()).unwrap();
         for step in 10..20 {
-            let again = resumed.update(&batches(step)).unwrap();
+            let again = resumed.update(&batches(step)).unwrap().td_losses().unwrap();
             assert_eq!(again, losses[step as usize], "{kind:?} update {step}");
         }
     }
@@ -379,4 +379,88 @@ fn a_population_acts_as_its_agents_alone() {
             "{kind:?}: the agents never disagreed; the test could not tell them apart"
         );
     }
+}
+
+/// A population trained 10 updates, written out into its single agents, and stacked
+/// again from them (what a population's checkpoint and resume do): the next 10
+/// updates' losses equal the unbroken population's bit for bit. The exported agents
+/// are where the population's stand: their Q-values equal its own.
+#[test]
+fn agents_exported_and_restacked_continue_exactly() {
+    let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
+    for (shape, kind) in [
+        (mlp(), NormKind::WeightNorm),
+        (mlp(), NormKind::LayerNorm),
+        (cnn(), NormKind::BatchNorm),
+        (cnn(), NormKind::WnMeanOnlyBn),
+    ] {
+        let mut agents: Vec<Dqn> = [1u64, 2, 3]
+            .iter()
+            .map(|&s| shape.single(kind, s, &dqn, &optimizer))
+            .collect();
+        let mut whole = PopulationDqn::from_agents(&agents.iter().collect::<Vec<_>>()).unwrap();
+        let batches =
+            |step: u64| -> Vec<Batch> { (0..3).map(|i| shape.batch(8, i, step)).collect() };
+        for step in 0..10 {
+            whole.update(&batches(step)).unwrap();
+        }
+        for (i, agent) in agents.iter_mut().enumerate() {
+            whole.export_agent(i, agent).unwrap();
+            assert_eq!(agent.updates(), 10);
+            assert_eq!(agent.optimizer().steps(), 10, "{kind:?}");
+        }
+        shape.assert_same_q_values(&whole, &agents, kind);
+        let mut again = PopulationDqn::from_agents(&agents.iter().collect::<Vec<_>>()).unwrap();
+        for step in 10..20 {
+            let a = whole.update(&batches(step)).unwrap().td_losses().unwrap();
+            let b = again.update(&batches(step)).unwrap().td_losses().unwrap();
+            assert_eq!(a, b, "{kind:?} update {step}");
+        }
+    }
+}
+
+/// Agents that differ in their discount form one population (gamma is a per-agent
+/// tensor), and each trains as it would alone with its own.
+#[test]
+fn agents_with_their_own_gamma_train_as_alone() {
+    let optimizer = OptimizerConfig::default();
+    let gammas = [0.9, 0.99, 0.5];
+    let shape = mlp();
+    let mut alone: Vec<Dqn> = gammas
+        .iter()
+        .zip([1u64, 2, 3])
+        .map(|(&gamma, seed)| {
+            let dqn = DqnConfig {
+                gamma,
+                ..Default::default()
+            };
+            shape.single(NormKind::None, seed, &dqn, &optimizer)
+        })
+        .collect();
+    let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
+    for step in 0..30 {
+        let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
+        let together = population.update(&batches).unwrap().td_losses().unwrap();
+        for (i, agent) in alone.iter_mut().enumerate() {
+            let info = agent.update(&batches[i]).unwrap();
+            let loss = info.td_loss.value().unwrap() as f32;
+            assert!(
+                relative(together[i], loss) <= 1e-5,
+                "agent {i} (gamma {}) update {step}: {} against {loss}",
+                gammas[i],
+                together[i]
+            );
+        }
+    }
+    // Agents that differ in anything else are refused.
+    let other = shape.single(
+        NormKind::None,
+        4,
+        &DqnConfig::default(),
+        &OptimizerConfig {
+            lr: 1e-3,
+            ..Default::default()
+        },
+    );
+    assert!(PopulationDqn::from_agents(&[&alone[0], &other]).is_err());
 }

@@ -165,6 +165,10 @@ impl Dqn {
         &self.target
     }
 
+    pub fn config(&self) -> &DqnConfig {
+        &self.config
+    }
+
     pub fn optimizer(&self) -> &Optimizer {
         &self.optimizer
     }

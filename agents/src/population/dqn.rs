@@ -10,9 +10,10 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Result, Tensor, D};
 use rand::Rng;
 
+use super::count::read_to_host;
 use super::PopulationNet;
 use crate::dqn::loss_of_errors;
-use crate::dqn::{DqnConfig, TargetUpdate};
+use crate::dqn::{Dqn, DqnConfig, TargetUpdate};
 use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use crate::replay::Batch;
@@ -26,6 +27,9 @@ pub struct PopulationDqn {
     /// is elementwise, so each agent's values move as they would alone).
     optimizer: Optimizer,
     max_grad_norm: f64,
+    /// Each agent's discount `[P, 1]` where they differ (a per-agent hyperparameter);
+    /// `None` when all share `config.gamma`.
+    gammas: Option<Tensor>,
     updates: u64,
     /// The first update's data-dependent init and target sync are done.
     initialized: bool,
@@ -62,13 +66,119 @@ impl PopulationDqn {
             config,
             optimizer,
             max_grad_norm,
+            gammas: None,
             updates: 0,
             initialized: false,
         })
     }
 
+    /// The single agents `agents` as one population, each exactly where it stands:
+    /// networks (buffers included), optimizer moments, update count. They must be alike
+    /// but for their values and their discount `gamma` (a per-agent tensor).
+    pub fn from_agents(agents: &[&Dqn]) -> Result<Self> {
+        let Some(first) = agents.first() else {
+            candle_core::bail!("a population needs at least one agent");
+        };
+        let same = |a: &&Dqn| {
+            let config = DqnConfig {
+                gamma: first.config().gamma,
+                ..a.config().clone()
+            };
+            config == *first.config()
+                && a.optimizer().config() == first.optimizer().config()
+                && (a.updates(), a.is_initialized()) == (first.updates(), first.is_initialized())
+        };
+        if !agents.iter().all(same) {
+            candle_core::bail!("a population's agents differ in more than their values and gamma");
+        }
+        let online = PopulationNet::stack(&agents.iter().map(|a| a.online()).collect::<Vec<_>>())?;
+        let target = PopulationNet::stack(&agents.iter().map(|a| a.target()).collect::<Vec<_>>())?;
+        let optimizer = first.optimizer().config().clone();
+        let mut population = Self::new(online, first.config().clone(), optimizer)?;
+        population.target = target;
+        let states = agents
+            .iter()
+            .map(|a| a.optimizer().state_tensors())
+            .collect::<Result<Vec<_>>>()?;
+        population.load_optimizer_states(&states)?;
+        population.updates = first.updates();
+        population.initialized = first.is_initialized();
+        let gammas: Vec<f32> = agents.iter().map(|a| a.config().gamma as f32).collect();
+        if gammas.iter().any(|&g| g != gammas[0]) {
+            let p = gammas.len();
+            population.gammas = Some(Tensor::from_vec(gammas, (p, 1), &population.device())?);
+        }
+        Ok(population)
+    }
+
+    /// The agents' optimizer states (as [`crate::optim::Optimizer::state_tensors`]
+    /// names them) stacked into the population's optimizer.
+    fn load_optimizer_states(&mut self, states: &[HashMap<String, Tensor>]) -> Result<()> {
+        let mut map = HashMap::new();
+        let vars = self.online.vars();
+        for (layout, (_, var)) in self.online.trainable_layouts().into_iter().zip(vars) {
+            for slot in ["state0", "state1"] {
+                let key = format!("{}.{slot}", layout.name);
+                let values = states
+                    .iter()
+                    .map(|s| match s.get(&key) {
+                        Some(t) => Ok(t.to_device(var.device())?),
+                        None => candle_core::bail!("an agent's optimizer lacks {key}"),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let stacked = Tensor::stack(&values, 0)?;
+                map.insert(key, layout.stack(&stacked, var.dims())?);
+            }
+        }
+        let steps = |s: &HashMap<String, Tensor>| s.get("steps").map(|t| t.to_vec1::<f64>());
+        let first = steps(&states[0]).transpose()?;
+        for s in states {
+            if steps(s).transpose()? != first {
+                candle_core::bail!("a population's agents have taken different optimizer steps");
+            }
+        }
+        if let Some(first) = states[0].get("steps") {
+            map.insert("steps".into(), first.clone());
+        }
+        self.optimizer.load_state_tensors(&map)
+    }
+
+    /// Writes agent `i` where it stands into the single agent `agent` (one of those the
+    /// population was made from): both networks, the optimizer's moments and step
+    /// count, the update count. The single agent then evaluates, reports and
+    /// checkpoints exactly as the population's agent `i`.
+    pub fn export_agent(&self, i: usize, agent: &mut Dqn) -> Result<()> {
+        self.online.export_agent(i, agent.online())?;
+        self.target.export_agent(i, agent.target())?;
+        let state = self.optimizer.state_tensors()?;
+        let mut map = HashMap::new();
+        let single = agent.online().store();
+        for layout in self.online.trainable_layouts() {
+            let Some(param) = single.get(&layout.name) else {
+                candle_core::bail!("the agent's network has no {}", layout.name);
+            };
+            for slot in ["state0", "state1"] {
+                let key = format!("{}.{slot}", layout.name);
+                let Some(values) = state.get(&key) else {
+                    candle_core::bail!("the population's optimizer lacks {key}");
+                };
+                map.insert(key, layout.agent(values, i, param.var.dims())?);
+            }
+        }
+        if let Some(steps) = state.get("steps") {
+            map.insert("steps".into(), steps.clone());
+        }
+        agent.optimizer_mut().load_state_tensors(&map)?;
+        agent.restore_counters(self.updates, self.initialized);
+        Ok(())
+    }
+
     pub fn online(&self) -> &PopulationNet {
         &self.online
+    }
+
+    pub fn updates(&self) -> u64 {
+        self.updates
     }
 
     /// Each agent's greedy action on its own observation (`obs`: one row per agent),
@@ -78,7 +188,7 @@ impl PopulationDqn {
         let p = self.online.agents();
         let x = Tensor::from_slice(obs, (p, 1, obs.len() / p.max(1)), &self.device())?;
         let q = self.online.forward(&x, self.config.acting_bn_mode)?;
-        q.argmax(D::Minus1)?.flatten_all()?.to_vec1()
+        read_to_host(&q.argmax(D::Minus1)?.flatten_all()?)
     }
 
     /// Epsilon-greedy for every agent with its own epsilon and generator, each drawing
@@ -97,13 +207,14 @@ impl PopulationDqn {
     }
 
     /// One update of every agent on its own batch (`batches[i]` is agent `i`'s, all of
-    /// one size); each agent's mean TD loss.
-    pub fn update(&mut self, batches: &[Batch]) -> Result<Vec<f32>> {
+    /// one size): each agent's TD loss, mean Q of the taken actions and gradient norm
+    /// (before clipping), still on the device.
+    pub fn update(&mut self, batches: &[Batch]) -> Result<PopulationInfo> {
         let stacked = Stacked::of(batches, &self.device())?;
         self.initialize_once(&stacked)?;
-        let per_agent = self.losses(&stacked)?;
+        let (per_agent, q_mean) = self.losses(&stacked)?;
         let mut grads = per_agent.sum_all()?.backward()?;
-        self.clip_per_agent(&mut grads)?;
+        let grad_norm = self.clip_per_agent(&mut grads)?;
         self.optimizer.step(&grads)?;
         self.updates += 1;
         if let TargetUpdate::Hard { every } = self.config.target_update {
@@ -111,7 +222,8 @@ impl PopulationDqn {
                 self.target.copy_from(&self.online)?;
             }
         }
-        per_agent.to_vec1()
+        let metrics = Tensor::stack(&[per_agent.detach(), q_mean, grad_norm], 0)?;
+        Ok(PopulationInfo { metrics })
     }
 
     /// Everything an exact resume needs: both networks (buffers included), the
@@ -159,15 +271,18 @@ impl PopulationDqn {
         Ok(())
     }
 
-    /// Each agent's TD loss on its batch, `[P]`, through candle's graph.
-    fn losses(&self, stacked: &Stacked) -> Result<Tensor> {
+    /// Each agent's TD loss on its batch, `[P]`, through candle's graph, and the mean
+    /// Q-value of its taken actions (detached).
+    fn losses(&self, stacked: &Stacked) -> Result<(Tensor, Tensor)> {
         let targets = self.targets(stacked)?;
         let q = self
             .online
             .forward(&stacked.obs, self.config.online_bn_mode)?;
         let taken = q.gather(&stacked.actions, 2)?.squeeze(2)?;
+        let q_mean = taken.detach().mean(1)?;
         // Each agent's mean over its own batch: `[P]`.
-        loss_of_errors(&(taken - targets)?, self.config.loss)?.mean(1)
+        let losses = loss_of_errors(&(taken - targets)?, self.config.loss)?.mean(1)?;
+        Ok((losses, q_mean))
     }
 
     /// The operations the backward of an update on `batches` goes through: the nodes of
@@ -175,7 +290,7 @@ impl PopulationDqn {
     /// per step of the network, whatever P).
     pub fn loss_graph_nodes(&self, batches: &[Batch]) -> Result<usize> {
         let stacked = Stacked::of(batches, &self.device())?;
-        Ok(self.losses(&stacked)?.sum_all()?.sorted_nodes().len())
+        Ok(self.losses(&stacked)?.0.sum_all()?.sorted_nodes().len())
     }
 
     fn device(&self) -> Device {
@@ -196,17 +311,18 @@ impl PopulationDqn {
                 next_q.gather(&a, 2)?.squeeze(2)?
             }
         };
-        let keep = (b.terminated.affine(-1.0, 1.0)? * self.config.gamma)?;
+        let keep = match &self.gammas {
+            None => (b.terminated.affine(-1.0, 1.0)? * self.config.gamma)?,
+            Some(gammas) => b.terminated.affine(-1.0, 1.0)?.broadcast_mul(gammas)?,
+        };
         (&b.rewards + (best * keep)?)?.detach().contiguous()
     }
 
     /// Scales each agent's gradients so that their global norm is at most
-    /// `max_grad_norm` (the single optimizer's rule, per agent).
-    fn clip_per_agent(&self, grads: &mut GradStore) -> Result<()> {
+    /// `max_grad_norm` (the single optimizer's rule, per agent); each agent's norm
+    /// before clipping, `[P]`.
+    fn clip_per_agent(&self, grads: &mut GradStore) -> Result<Tensor> {
         let max = self.max_grad_norm;
-        if max <= 0.0 {
-            return Ok(());
-        }
         let p = self.online.agents();
         let vars = self.online.vars();
         let mut sum = Tensor::zeros(p, DType::F32, &self.device())?;
@@ -216,6 +332,9 @@ impl PopulationDqn {
             }
         }
         let norm = sum.sqrt()?;
+        if max <= 0.0 {
+            return Ok(norm);
+        }
         let clipped = norm.affine(1.0, 1e-6)?.recip()?.affine(max, 0.0)?;
         let scale = norm.gt(max)?.where_cond(&clipped, &norm.ones_like()?)?;
         for (_, var) in &vars {
@@ -225,7 +344,21 @@ impl PopulationDqn {
                 grads.insert(var.as_tensor(), g.broadcast_mul(&scale.reshape(shape)?)?);
             }
         }
-        Ok(())
+        Ok(norm)
+    }
+}
+
+/// What one population update reports, on the device (no wait for it).
+pub struct PopulationInfo {
+    /// `[3, P]`: each agent's TD loss, mean Q of its taken actions, and gradient norm
+    /// before clipping.
+    pub metrics: Tensor,
+}
+
+impl PopulationInfo {
+    /// Each agent's TD loss, read to the host.
+    pub fn td_losses(&self) -> Result<Vec<f32>> {
+        read_to_host(&self.metrics.get(0)?)
     }
 }
 

@@ -12,8 +12,9 @@
 //! replay.
 
 mod conv;
+pub mod count;
 mod dqn;
 mod net;
 
-pub use dqn::PopulationDqn;
+pub use dqn::{PopulationDqn, PopulationInfo};
 pub use net::PopulationNet;

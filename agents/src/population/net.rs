@@ -174,7 +174,37 @@ pub struct PopulationNet {
     /// Each trainable variable's single-network name and group, in the order of
     /// [`Self::vars`].
     names: Vec<(String, Group)>,
+    /// Every variable's (buffers too) single-network name and layout, in the order of
+    /// the layers' [`PopulationLayer::all`].
+    layouts: Vec<VarLayout>,
     settings: Settings,
+}
+
+/// How a single network's variable is laid out in the population's: a weight
+/// `[out, in...]` becomes `[P, in, out]` (transposed, so that the product needs no
+/// copy); per-unit values gain axes of size one for broadcasting.
+#[derive(Clone)]
+pub(crate) struct VarLayout {
+    pub(crate) name: String,
+    transposed: bool,
+}
+
+impl VarLayout {
+    /// Every agent's values `[P, single shape...]` in the population's layout `shape`.
+    pub(crate) fn stack(&self, values: &Tensor, shape: &[usize]) -> Result<Tensor> {
+        match self.transposed {
+            true => values.flatten_from(2)?.transpose(1, 2)?.contiguous(),
+            false => values.reshape(shape),
+        }
+    }
+
+    /// Agent `i`'s values of a population variable `values`, in the single network's
+    /// shape `single`.
+    pub(crate) fn agent(&self, values: &Tensor, i: usize, single: &[usize]) -> Result<Tensor> {
+        let x = values.get(i)?;
+        let x = if self.transposed { x.t()? } else { x };
+        x.contiguous()?.reshape(single)
+    }
 }
 
 /// The values of `name` in every agent's store, stacked along a new first axis.
@@ -190,27 +220,34 @@ fn stacked(nets: &[&QNetwork], name: &str) -> Result<Tensor> {
 }
 
 /// One layer of every agent's network as one (`layer` is the first agent's), its
-/// variables' names and groups added to `names`.
+/// trainable variables' names and groups added to `names`, every variable's layout to
+/// `layouts`.
 fn stack_layer(
     nets: &[&QNetwork],
     layer: &NormLayer,
     (kind, groups): (NormKind, usize),
     conv: Option<Im2col>,
-    names: &mut Vec<(String, Group)>,
+    (names, layouts): (&mut Vec<(String, Group)>, &mut Vec<VarLayout>),
 ) -> Result<PopulationLayer> {
     let (name, is_conv) = (layer.name(), conv.is_some());
     let mut take = |suffix: &str, group: Group| -> Result<Var> {
         let full = format!("{name}.{suffix}");
         let values = stacked(nets, &full)?;
         if group != Group::Buffer {
-            names.push((full, group));
+            names.push((full.clone(), group));
         }
-        let values = match suffix {
-            "weight" | "v" => values.flatten_from(2)?.transpose(1, 2)?.contiguous()?,
-            "g" => values.unsqueeze(1)?,
-            _ if is_conv => values.unsqueeze(1)?.unsqueeze(3)?,
-            _ => values.unsqueeze(1)?,
+        let layout = VarLayout {
+            name: full,
+            transposed: matches!(suffix, "weight" | "v"),
         };
+        let (p, units) = (values.dim(0)?, values.dim(1)?);
+        let shape = match suffix {
+            "g" => vec![p, 1, units],
+            _ if is_conv => vec![p, 1, units, 1],
+            _ => vec![p, 1, units],
+        };
+        let values = layout.stack(&values, &shape)?;
+        layouts.push(layout);
         Var::from_tensor(&values)
     };
     let (weight, gain) = match layer.weight_norm() {
@@ -277,7 +314,7 @@ impl PopulationNet {
                 "populations support norm none, weight_norm, wn_mean_only_bn and batch_norm, and layer_norm, group_norm and rms_norm on MLPs, so far; not {kind}"
             );
         }
-        let mut names = vec![];
+        let (mut names, mut layouts) = (vec![], vec![]);
         let mut layers = vec![];
         let mut shape = first.obs_shape().to_vec();
         for layer in first.layers() {
@@ -297,7 +334,7 @@ impl PopulationNet {
                 layer,
                 (kind, config.groups),
                 conv,
-                &mut names,
+                (&mut names, &mut layouts),
             )?);
         }
         let settings = Settings {
@@ -312,6 +349,7 @@ impl PopulationNet {
         Ok(Self {
             layers,
             names,
+            layouts,
             settings,
         })
     }
@@ -537,6 +575,30 @@ impl PopulationNet {
         Ok(())
     }
 
+    /// The layout of each of [`Self::vars`] (the trainable variables).
+    pub(crate) fn trainable_layouts(&self) -> Vec<&VarLayout> {
+        let trainable: std::collections::HashSet<&str> =
+            self.names.iter().map(|(n, _)| n.as_str()).collect();
+        let all = self.layouts.iter();
+        all.filter(|l| trainable.contains(l.name.as_str()))
+            .collect()
+    }
+
+    /// Writes agent `i`'s values (buffers included) into the single network `net`, a
+    /// network of the kind this population was stacked from.
+    pub fn export_agent(&self, i: usize, net: &QNetwork) -> Result<()> {
+        let all = self.layers.iter().flat_map(PopulationLayer::all);
+        let mut map = HashMap::new();
+        for (layout, var) in self.layouts.iter().zip(all) {
+            let Some(single) = net.store().get(&layout.name) else {
+                candle_core::bail!("the agent's network has no {}", layout.name);
+            };
+            let values = layout.agent(var.as_tensor(), i, single.var.dims())?;
+            map.insert(layout.name.clone(), values);
+        }
+        net.store().load_map(&map)
+    }
+
     /// An independent copy (a target network).
     pub fn duplicate(&self) -> Result<Self> {
         let copy = |v: &Var| Var::from_tensor(&v.as_tensor().copy()?);
@@ -558,6 +620,7 @@ impl PopulationNet {
         Ok(Self {
             layers,
             names: self.names.clone(),
+            layouts: self.layouts.clone(),
             settings: self.settings,
         })
     }
