@@ -88,16 +88,49 @@ pub fn save(
     }
     std::fs::rename(&tmp, &dir)?;
     write_atomic(&root.join(LATEST), name.as_bytes())?;
-    if keep_older {
-        return Ok(dir);
+    if !keep_older {
+        remove_others(&root, &name);
     }
-    for entry in std::fs::read_dir(&root)?.flatten() {
+    Ok(dir)
+}
+
+/// Removes every checkpoint of the run but the newest (none if it has none).
+pub fn prune(run_dir: &Path) -> Result<()> {
+    if let Some(dir) = latest(run_dir)? {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+        remove_others(&run_dir.join("checkpoints"), &name.unwrap_or_default());
+    }
+    Ok(())
+}
+
+fn remove_others(root: &Path, keep: &str) {
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
         let other = entry.file_name().to_string_lossy().into_owned();
-        if other.starts_with("step-") && other != name {
+        if other.starts_with("step-") && other != keep {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-    Ok(dir)
+}
+
+/// Every complete checkpoint of the run (one with its `state.bin`), by step.
+pub fn complete(run_dir: &Path) -> Vec<(u64, PathBuf)> {
+    let root = run_dir.join("checkpoints");
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let step = name.strip_prefix("step-")?.parse().ok()?;
+            entry
+                .path()
+                .join("state.bin")
+                .exists()
+                .then(|| (step, entry.path()))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// The directory of the newest complete checkpoint of a run, if any.

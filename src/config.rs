@@ -53,6 +53,15 @@ pub struct RunConfig {
     /// starts, a rising epsilon, ...). Written to the resolved config only when set.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub allow_odd: bool,
+    /// Agents trained together as one batched network (seeds `seed`, `seed + 1`, ...),
+    /// each in its own run directory `<run dir>/seed-<seed>`. Written to the resolved
+    /// config only when above 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub population: usize,
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,6 +141,7 @@ impl Default for RunConfig {
             device: "cpu".into(),
             threads: 1,
             allow_odd: false,
+            population: 1,
         }
     }
 }
@@ -276,6 +286,7 @@ impl TrainConfig {
         // Every key, those written only when set included.
         let mut every_key = TrainConfig::default();
         every_key.run.allow_odd = true;
+        every_key.run.population = 2;
         let known = toml::Table::try_from(every_key).expect("defaults serialize");
         check_keys(&table, &known, "")?;
         let config: TrainConfig =

@@ -110,6 +110,11 @@ impl Diagnostics {
         Ok(())
     }
 
+    /// Whether the interval's parameters wait for the next update.
+    pub fn awaits_update(&self) -> bool {
+        self.before_update.is_some()
+    }
+
     /// After an update: the effective step, if the interval's parameters wait for it.
     pub fn after_update(&mut self, agent: &Dqn, step: u64, tb: &mut TensorBoard) -> Result<()> {
         let Some(before) = self.before_update.take() else {

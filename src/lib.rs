@@ -19,6 +19,7 @@ pub mod interrupt;
 pub mod parity;
 pub mod plan;
 mod plots;
+pub mod population;
 mod progress;
 pub mod report;
 mod report_charts;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use normrl_agents::dqn::{Dqn, UpdateInfo};
+use normrl_agents::dqn::{epsilon_greedy, Dqn, UpdateInfo};
 use normrl_agents::replay::{Batch, FrameEncoding, ReplayBuffer};
 use normrl_agents::Metric;
 use normrl_envs::{make, Env};
@@ -112,6 +112,9 @@ pub struct Trainer {
     variant: Option<String>,
     /// When the heartbeat was last written.
     last_beat: Option<Instant>,
+    /// A population member keeps its older checkpoints until every member has written
+    /// its new one (see `population.rs`).
+    defer_pruning: bool,
 }
 
 /// Seconds between heartbeats, at the most.
@@ -212,17 +215,23 @@ impl Trainer {
             diagnostics: Diagnostics::default(),
             variant: None,
             last_beat: None,
+            defer_pruning: false,
         })
     }
 
     /// Reopens a run from its directory and latest checkpoint. The checkpoint's state
     /// is read and checked before anything is built or written.
     pub fn resume(run_dir: &Path) -> Result<Self> {
-        let config_path = run_dir.join("config.toml");
-        let config = TrainConfig::load(&config_path, &[])?;
         let Some(dir) = checkpoint::latest(run_dir)? else {
             bail!("{} has no checkpoint to resume from", run_dir.display());
         };
+        Self::resume_at(run_dir, &dir)
+    }
+
+    /// Reopens a run from its checkpoint in `dir` (one of `run_dir/checkpoints/`).
+    pub fn resume_at(run_dir: &Path, dir: &Path) -> Result<Self> {
+        let config_path = run_dir.join("config.toml");
+        let config = TrainConfig::load(&config_path, &[])?;
         let bytes = std::fs::read(dir.join("state.bin"))?;
         let corrupt = || format!("checkpoint {} is corrupt", dir.join("state.bin").display());
         let state: LoopState = postcard::from_bytes(&bytes).with_context(corrupt)?;
@@ -242,14 +251,14 @@ impl Trainer {
         t.agent
             .online()
             .store()
-            .load_map(&checkpoint::load_tensors(&dir, "online", &device)?)?;
+            .load_map(&checkpoint::load_tensors(dir, "online", &device)?)?;
         t.agent
             .target()
             .store()
-            .load_map(&checkpoint::load_tensors(&dir, "target", &device)?)?;
+            .load_map(&checkpoint::load_tensors(dir, "target", &device)?)?;
         t.agent
             .optimizer_mut()
-            .load_state_tensors(&checkpoint::load_tensors(&dir, "optimizer", &device)?)?;
+            .load_state_tensors(&checkpoint::load_tensors(dir, "optimizer", &device)?)?;
         t.agent.restore_counters(state.updates, state.initialized);
         let env_state: serde_json::Value = serde_json::from_str(&state.env_state)?;
         let exact = !env_state.is_null();
@@ -338,8 +347,8 @@ impl Trainer {
                 Ok(())
             }),
         };
-        let keep_all = self.config.checkpoint.keep == Keep::All;
-        checkpoint::save(&self.run_dir, self.step, &files, keep_all)?;
+        let keep_older = self.config.checkpoint.keep == Keep::All || self.defer_pruning;
+        checkpoint::save(&self.run_dir, self.step, &files, keep_older)?;
         Ok(())
     }
 
@@ -386,19 +395,24 @@ impl Trainer {
         let n = self.updates_since_log.max(1) as f64;
         self.updates_since_log = 0;
         // One read of each sum (on a GPU, each waits for the device).
+        let means = [loss.value()? / n, q.value()? / n, g.value()? / n];
+        self.log_update_means(means);
+        Ok(())
+    }
+
+    /// The updates' mean TD loss, Q-value and gradient norm since the last log.
+    pub(crate) fn log_update_means(&mut self, means: [f64; 3]) {
         let logged = [
-            ("td_loss", "losses/td_loss", loss),
-            ("q_mean", "losses/q_values", q),
-            ("grad_norm", "losses/grad_norm", g),
+            ("td_loss", "losses/td_loss"),
+            ("q_mean", "losses/q_values"),
+            ("grad_norm", "losses/grad_norm"),
         ];
-        for (name, tag, sum) in logged {
-            let v = sum.value()?;
+        for ((name, tag), v) in logged.into_iter().zip(means) {
             if !v.is_finite() {
                 self.diverge(format!("{name} = {v} (mean since the last log)"));
             }
-            self.tb.scalar(tag, v / n, self.step);
+            self.tb.scalar(tag, v, self.step);
         }
-        Ok(())
     }
 
     /// Adds an update's numbers to the sums logged next (on a GPU without waiting).
@@ -460,17 +474,7 @@ impl Trainer {
     pub fn run(&mut self, stop_at: Option<u64>) -> Result<Option<RunSummary>> {
         let total = self.config.run.total_steps;
         let end = stop_at.unwrap_or(total).min(total);
-        if self.step == 0 {
-            let config = format!("```toml\n{}\n```", self.config.to_toml());
-            self.tb.text("config", &config, 0);
-            let start = hparams::session_start(&self.config, unix_seconds());
-            self.tb
-                .plugin_summary(hparams::SESSION_START_TAG, "hparams", start, 0);
-        } else {
-            // Events from after the checkpoint (steps > `self.step`) were lost with the
-            // interrupted process's replay state; TensorBoard drops them from here on.
-            self.tb.restart(self.step + 1);
-        }
+        self.begin();
         let mut clock = Clock::new(&self.config, self.step);
         while self.step < end && self.diverged.is_none() {
             if let Some(signal) = interrupt::requested() {
@@ -485,8 +489,30 @@ impl Trainer {
                 }
             }
         }
+        self.conclude(&mut clock)
+    }
+
+    /// The session's start in TensorBoard, or where a resumed run picks it up.
+    pub(crate) fn begin(&mut self) {
+        if self.step == 0 {
+            let config = format!("```toml\n{}\n```", self.config.to_toml());
+            self.tb.text("config", &config, 0);
+            let start = hparams::session_start(&self.config, unix_seconds());
+            self.tb
+                .plugin_summary(hparams::SESSION_START_TAG, "hparams", start, 0);
+        } else {
+            // Events from after the checkpoint (steps > `self.step`) were lost with the
+            // interrupted process's replay state; TensorBoard drops them from here on.
+            self.tb.restart(self.step + 1);
+        }
+    }
+
+    /// After the loop: a diverged run's summary; a checkpoint when stopped early
+    /// (`None`); else the final evaluation, checkpoint and summary.
+    pub(crate) fn conclude(&mut self, clock: &mut Clock) -> Result<Option<RunSummary>> {
+        let total = self.config.run.total_steps;
         if let Some(divergence) = self.diverged.clone() {
-            return self.finish_diverged(&clock, divergence).map(Some);
+            return self.finish_diverged(clock, divergence).map(Some);
         }
         if self.step < total {
             // Stopped early on request: leave a checkpoint to resume from.
@@ -494,11 +520,11 @@ impl Trainer {
             clock.progress.finish();
             return Ok(None);
         }
-        self.finish(&clock).map(Some)
+        self.finish(clock).map(Some)
     }
 
     /// A stop request: a checkpoint at this step, the logs flushed.
-    fn interrupt(&mut self, signal: i32, clock: &Clock) -> Result<Interrupted> {
+    pub(crate) fn interrupt(&mut self, signal: i32, clock: &Clock) -> Result<Interrupted> {
         self.save_checkpoint(clock.elapsed())?;
         self.tb.flush()?;
         clock.progress.finish();
@@ -513,6 +539,19 @@ impl Trainer {
     /// One environment step with an epsilon-greedy action, into the replay.
     fn env_step(&mut self, epsilon: f64) -> Result<()> {
         let action = self.agent.act(&self.obs, epsilon, &mut self.act_rng)?;
+        self.apply_action(action)
+    }
+
+    /// Epsilon-greedy at this step, the greedy action given (a population's, computed
+    /// for all its agents at once): the same draws as [`Dqn::act`].
+    pub(crate) fn explore_or(&mut self, greedy: usize) -> Result<usize> {
+        let epsilon = self.config.exploration.at(self.step);
+        let n = self.agent.online().n_actions();
+        epsilon_greedy(&mut self.act_rng, epsilon, n, || Ok(greedy)).map_err(Into::into)
+    }
+
+    /// One environment step with `action`, into the replay.
+    pub(crate) fn apply_action(&mut self, action: usize) -> Result<()> {
         let (outcome, game_over) = self
             .env
             .step_game(action, &mut self.next_obs)
@@ -559,7 +598,12 @@ impl Trainer {
         }
     }
 
-    fn run_task(&mut self, task: Periodic, epsilon: f64, clock: &mut Clock) -> Result<()> {
+    pub(crate) fn run_task(
+        &mut self,
+        task: Periodic,
+        epsilon: f64,
+        clock: &mut Clock,
+    ) -> Result<()> {
         match task {
             Periodic::Train => self.train(),
             Periodic::Log => {
@@ -736,8 +780,8 @@ impl Trainer {
 }
 
 /// The work done every so many environment steps, in this order after a step.
-#[derive(Debug, Clone, Copy)]
-enum Periodic {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Periodic {
     /// Gradient steps, every `replay.train_frequency` once learning has started.
     Train,
     /// Speed, epsilon, the updates' means and the progress bar.
@@ -751,7 +795,7 @@ enum Periodic {
 }
 
 impl Periodic {
-    const ALL: [Periodic; 5] = [
+    pub(crate) const ALL: [Periodic; 5] = [
         Periodic::Train,
         Periodic::Log,
         Periodic::LayerStats,
@@ -760,7 +804,7 @@ impl Periodic {
     ];
 
     /// Due after environment step `step`.
-    fn due(self, cfg: &TrainConfig, step: u64) -> bool {
+    pub(crate) fn due(self, cfg: &TrainConfig, step: u64) -> bool {
         let before_end = step < cfg.run.total_steps;
         match self {
             Periodic::Train => {
@@ -775,17 +819,21 @@ impl Periodic {
 }
 
 /// Time since this process started training, the speed between logs, the progress bar.
-struct Clock {
+pub(crate) struct Clock {
     start: Instant,
     start_step: u64,
     lap: (Instant, u64),
-    progress: crate::progress::Progress,
+    pub(crate) progress: crate::progress::Progress,
 }
 
 impl Clock {
-    fn new(cfg: &TrainConfig, step: u64) -> Self {
-        let progress =
-            crate::progress::Progress::new(cfg.logging.progress, cfg.run.total_steps, step);
+    pub(crate) fn new(cfg: &TrainConfig, step: u64) -> Self {
+        Self::with_progress(cfg.logging.progress, cfg, step)
+    }
+
+    /// A clock with a progress bar only if `progress` (a population shows one bar).
+    pub(crate) fn with_progress(progress: bool, cfg: &TrainConfig, step: u64) -> Self {
+        let progress = crate::progress::Progress::new(progress, cfg.run.total_steps, step);
         Self {
             start: Instant::now(),
             start_step: step,
@@ -799,7 +847,7 @@ impl Clock {
     }
 
     /// Steps per second since the last lap.
-    fn lap(&mut self, step: u64) -> f64 {
+    pub(crate) fn lap(&mut self, step: u64) -> f64 {
         let (t0, s0) = self.lap;
         self.lap = (Instant::now(), step);
         (step - s0) as f64 / t0.elapsed().as_secs_f64().max(1e-9)
@@ -871,4 +919,59 @@ pub fn evaluate_in(
         q_start: q_start / n,
         discounted_return: discounted / n,
     })
+}
+
+/// What a population (`population.rs`) asks of its members: their observations and
+/// replays, each step's action from outside, the update's numbers from outside, and
+/// their single agent, into which the population writes the member's agent before
+/// anything reads it (evaluations, diagnostics, checkpoints).
+impl Trainer {
+    pub(crate) fn obs(&self) -> &[f32] {
+        &self.obs
+    }
+
+    pub(crate) fn agent_mut(&mut self) -> &mut Dqn {
+        &mut self.agent
+    }
+
+    pub(crate) fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    pub(crate) fn is_diverged(&self) -> bool {
+        self.diverged.is_some()
+    }
+
+    /// Keeps older checkpoints when writing a new one; the population prunes them once
+    /// every member has written its own.
+    pub(crate) fn defer_pruning(&mut self) {
+        self.defer_pruning = true;
+    }
+
+    /// A batch from the replay with the run's generator, as [`Self::train`] draws it.
+    pub(crate) fn sample(&mut self) -> Result<&Batch> {
+        let sampler = self.config.replay.sampler;
+        self.replay
+            .sample(sampler, &mut self.batch, &mut self.replay_rng)?;
+        Ok(&self.batch)
+    }
+
+    pub(crate) fn batch(&self) -> &Batch {
+        &self.batch
+    }
+
+    /// Whether the diagnostics wait for the next update (its effective step).
+    pub(crate) fn awaits_update(&self) -> bool {
+        self.diagnostics.awaits_update()
+    }
+
+    /// The diagnostics after an update, the agent written in.
+    pub(crate) fn after_update(&mut self) -> Result<()> {
+        self.diagnostics
+            .after_update(&self.agent, self.step, &mut self.tb)
+    }
+
+    pub(crate) fn recent_return(&self) -> Option<f64> {
+        mean(self.recent_returns.iter().copied())
+    }
 }

@@ -8,7 +8,9 @@ use normrl_envs::make;
 
 use crate::checkpoint;
 use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::population::{train_members, Member};
 use crate::train::{evaluate, finished_summary, set_threads, Divergence, RunSummary, Trainer};
+use crate::validate::MemoryEstimate;
 
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
@@ -51,6 +53,13 @@ pub struct EvalArgs {
 pub fn train(args: &TrainArgs) -> Result<()> {
     let mut trainer = match (&args.resume, &args.config) {
         (Some(dir), _) => {
+            let root_config = dir.join("config.toml");
+            if root_config.exists() {
+                let config = TrainConfig::load(&root_config, &[])?;
+                if config.run.population > 1 {
+                    return train_population(config, dir, false);
+                }
+            }
             if let Some(summary) = finished_summary(dir)? {
                 // Finished is final: nothing trains, evaluates or is rewritten.
                 eprintln!("{} holds a finished run; nothing to resume", dir.display());
@@ -72,6 +81,9 @@ pub fn train(args: &TrainArgs) -> Result<()> {
                 .run_dir
                 .clone()
                 .unwrap_or_else(|| Path::new("runs").join(&config.run.name));
+            if config.run.population > 1 {
+                return train_population(config, &run_dir, true);
+            }
             Trainer::new(config, &run_dir)?
         }
         (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
@@ -102,6 +114,79 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The members of a population config: seeds `seed`, `seed + 1`, ..., each a single
+/// run's config in `run_dir/seed-<seed>`.
+pub fn population_members(config: &TrainConfig, run_dir: &Path) -> Vec<Member> {
+    (0..config.run.population as u64)
+        .map(|i| {
+            let mut member = config.clone();
+            member.run.seed = config.run.seed.wrapping_add(i);
+            member.run.population = 1;
+            Member {
+                dir: run_dir.join(format!("seed-{}", member.run.seed)),
+                config: member,
+                variant: None,
+            }
+        })
+        .collect()
+}
+
+/// `run.population > 1`: the members train as one population, fresh (`run_dir` then
+/// holds no run yet; its `config.toml` is the population's) or resumed.
+fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<()> {
+    let members = population_members(&config, run_dir);
+    if fresh {
+        let started = members.iter().any(|m| {
+            m.dir.join(crate::run_files::SUMMARY_FILE).exists()
+                || m.dir.join("checkpoints").exists()
+        });
+        if started {
+            bail!(
+                "{} already holds a population; resume it with --resume {} or choose another --run-dir",
+                run_dir.display(),
+                run_dir.display()
+            );
+        }
+        set_threads(config.run.threads);
+        check_population_memory(&config)?;
+        std::fs::create_dir_all(run_dir)
+            .with_context(|| format!("cannot create {}", run_dir.display()))?;
+        checkpoint::write_atomic(&run_dir.join("config.toml"), config.to_toml().as_bytes())?;
+    }
+    eprintln!(
+        "training a population of {} ({}) in {}",
+        members.len(),
+        config.norm.kind,
+        run_dir.display()
+    );
+    let summaries = train_members(&members, None)?;
+    let mut diverged = None;
+    for summary in summaries.into_iter().flatten() {
+        print_summary(&summary);
+        diverged = diverged.or(summary.diverged);
+    }
+    match diverged {
+        Some(d) => Err(Diverged(d).into()),
+        None => Ok(()),
+    }
+}
+
+/// All members' replays and networks must fit together.
+fn check_population_memory(config: &TrainConfig) -> Result<()> {
+    let Some(available) = crate::validate::machine_memory() else {
+        return Ok(());
+    };
+    let env = make(&config.env.id)?;
+    let one = MemoryEstimate::of(config, &env.observation_space(), env.action_space().n);
+    let p = config.run.population as u128;
+    let all = MemoryEstimate {
+        replay_bytes: one.replay_bytes * p,
+        network_bytes: one.network_bytes * p,
+    };
+    all.check(config, available)
+        .with_context(|| format!("run.population = {p} members together"))
 }
 
 /// A run that stopped on a non-finite value: `normrl train` exits with status 3.

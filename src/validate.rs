@@ -30,6 +30,7 @@ pub fn problems(config: &TrainConfig) -> Vec<String> {
         add("eval", vec![("epsilon", "in [0, 1]")]);
     }
     problems.extend(group_problems(config));
+    problems.extend(population_problems(config));
     if let Err(e) = parse_device_spec(&config.run.device) {
         problems.push(e.to_string());
     }
@@ -94,6 +95,25 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
         ));
     }
     p
+}
+
+/// A population (`run.population > 1`) trains only what the batched network and
+/// update support.
+pub fn population_problems(config: &TrainConfig) -> Option<String> {
+    let p = config.run.population;
+    if p == 0 {
+        return Some("run.population must be a positive integer (1: a single agent)".into());
+    }
+    if p == 1 {
+        return None;
+    }
+    let convolutional = !config.network.architecture.convolutions().is_empty();
+    let (norm, dqn, optimizer) = (config.norm.kind, &config.dqn, &config.optimizer);
+    normrl_agents::population::unsupported(norm, convolutional, dqn, optimizer).map(
+        |(key, allowed)| {
+            format!("{key} must be {allowed} when run.population > 1 (populations support no other yet)")
+        },
+    )
 }
 
 fn network_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {

@@ -220,13 +220,10 @@ impl Dqn {
         Ok(first_argmax(&self.q_values(obs)?))
     }
 
-    /// Epsilon-greedy: one uniform draw decides, a second picks the random action.
+    /// Epsilon-greedy (see [`epsilon_greedy`]).
     pub fn act<R: Rng>(&self, obs: &[f32], epsilon: f64, rng: &mut R) -> Result<usize> {
-        if rng.random::<f64>() < epsilon {
-            Ok(rng.random_range(0..self.online.n_actions()))
-        } else {
-            self.greedy_action(obs)
-        }
+        let n = self.online.n_actions();
+        epsilon_greedy(rng, epsilon, n, || self.greedy_action(obs))
     }
 
     /// One gradient step on `batch`, as CleanRL's DQN writes it: TD targets from the
@@ -466,4 +463,20 @@ fn first_argmax(values: &[f32]) -> usize {
         }
     }
     best
+}
+
+/// Epsilon-greedy among `n` actions: one uniform draw decides, a second picks the random
+/// action; `greedy` runs only when it is chosen. Every agent draws this way, alone or
+/// in a population, so that both draw the same numbers.
+pub fn epsilon_greedy<R: Rng>(
+    rng: &mut R,
+    epsilon: f64,
+    n: usize,
+    greedy: impl FnOnce() -> Result<usize>,
+) -> Result<usize> {
+    if rng.random::<f64>() < epsilon {
+        Ok(rng.random_range(0..n))
+    } else {
+        greedy()
+    }
 }

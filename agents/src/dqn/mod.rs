@@ -6,7 +6,7 @@ mod config;
 mod schedule;
 mod td_loss;
 
-pub use agent::{Dqn, Engine, UpdateInfo};
+pub use agent::{epsilon_greedy, Dqn, Engine, UpdateInfo};
 pub use config::{DqnConfig, Loss, TargetUpdate};
 pub use schedule::LinearSchedule;
 pub(crate) use td_loss::loss_of_errors;

@@ -4,6 +4,7 @@
 //! the single agents' optimizer over the stacked variables (elementwise, so each
 //! agent's moments are its own). Agents train exactly as they would alone.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use candle_core::backprop::GradStore;
@@ -13,9 +14,9 @@ use rand::Rng;
 use super::count::read_to_host;
 use super::PopulationNet;
 use crate::dqn::loss_of_errors;
-use crate::dqn::{Dqn, DqnConfig, TargetUpdate};
-use crate::nn::{BnStats, ParamStore};
-use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
+use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, TargetUpdate};
+use crate::nn::{BnStats, NormKind, ParamStore};
+use crate::optim::{Optimizer, OptimizerConfig};
 use crate::replay::Batch;
 
 pub struct PopulationDqn {
@@ -43,11 +44,9 @@ impl PopulationDqn {
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
-        if optimizer.kind != OptimizerKind::Adam
-            || !matches!(config.target_update, TargetUpdate::Hard { .. })
-            || config.joint_forward
+        if let Some((key, allowed)) = super::unsupported(NormKind::None, false, &config, &optimizer)
         {
-            candle_core::bail!("populations support Adam with hard target updates so far");
+            candle_core::bail!("a population's {key} must be {allowed}");
         }
         let mut store = ParamStore::new(online.device().clone());
         for ((name, var), group) in online.vars().into_iter().zip(online.groups()) {
@@ -198,18 +197,15 @@ impl PopulationDqn {
         let greedy = self.greedy_actions(obs)?;
         let n = self.online.actions();
         let choices = rngs.iter_mut().zip(epsilons).zip(greedy);
-        Ok(choices
-            .map(|((rng, &epsilon), g)| match rng.random::<f64>() < epsilon {
-                true => rng.random_range(0..n),
-                false => g as usize,
-            })
-            .collect())
+        choices
+            .map(|((rng, &epsilon), g)| epsilon_greedy(rng, epsilon, n, || Ok(g as usize)))
+            .collect()
     }
 
     /// One update of every agent on its own batch (`batches[i]` is agent `i`'s, all of
     /// one size): each agent's TD loss, mean Q of the taken actions and gradient norm
     /// (before clipping), still on the device.
-    pub fn update(&mut self, batches: &[Batch]) -> Result<PopulationInfo> {
+    pub fn update<B: Borrow<Batch>>(&mut self, batches: &[B]) -> Result<PopulationInfo> {
         let stacked = Stacked::of(batches, &self.device())?;
         self.initialize_once(&stacked)?;
         let (per_agent, q_mean) = self.losses(&stacked)?;
@@ -222,7 +218,7 @@ impl PopulationDqn {
                 self.target.copy_from(&self.online)?;
             }
         }
-        let metrics = Tensor::stack(&[per_agent.detach(), q_mean, grad_norm], 0)?;
+        let metrics = Tensor::stack(&[per_agent.detach(), q_mean, grad_norm], 0)?.detach();
         Ok(PopulationInfo { metrics })
     }
 
@@ -288,7 +284,7 @@ impl PopulationDqn {
     /// The operations the backward of an update on `batches` goes through: the nodes of
     /// the loss's graph. Independent of the population's size (one batched operation
     /// per step of the network, whatever P).
-    pub fn loss_graph_nodes(&self, batches: &[Batch]) -> Result<usize> {
+    pub fn loss_graph_nodes<B: Borrow<Batch>>(&self, batches: &[B]) -> Result<usize> {
         let stacked = Stacked::of(batches, &self.device())?;
         Ok(self.losses(&stacked)?.0.sum_all()?.sorted_nodes().len())
     }
@@ -372,7 +368,8 @@ struct Stacked {
 }
 
 impl Stacked {
-    fn of(batches: &[Batch], device: &Device) -> Result<Self> {
+    fn of<B: Borrow<Batch>>(batches: &[B], device: &Device) -> Result<Self> {
+        let batches: Vec<&Batch> = batches.iter().map(Borrow::borrow).collect();
         let (p, b) = (batches.len(), batches.first().map_or(0, |x| x.size));
         if batches.iter().any(|x| x.size != b) {
             candle_core::bail!("a population's batches must have one size");

@@ -1,4 +1,4 @@
-//! Populations (issue 20, first part): P agents trained as one program whose every
+//! Populations (issue 20): P agents trained as one program whose every
 //! tensor carries a leading population axis, so that the number of operations per
 //! step does not grow with P (on a GPU, a fixed number of kernel launches for a whole
 //! study). So far: MLPs and MinAtar's CNN with no normalization, weight norm (and its
@@ -18,3 +18,44 @@ mod net;
 
 pub use dqn::{PopulationDqn, PopulationInfo};
 pub use net::PopulationNet;
+
+use crate::dqn::{DqnConfig, TargetUpdate};
+use crate::nn::NormKind;
+use crate::optim::{OptimizerConfig, OptimizerKind};
+
+/// Why agents of this kind cannot train as a population yet, as `(key, what is
+/// supported)`; `None` when they can.
+pub fn unsupported(
+    norm: NormKind,
+    convolutional: bool,
+    dqn: &DqnConfig,
+    optimizer: &OptimizerConfig,
+) -> Option<(&'static str, &'static str)> {
+    if !norm_supported(norm, convolutional) {
+        return Some((
+            "norm.kind",
+            "none, weight_norm, wn_mean_only_bn or batch_norm (and layer_norm, group_norm or rms_norm on MLPs)",
+        ));
+    }
+    if optimizer.kind != OptimizerKind::Adam {
+        return Some(("optimizer.kind", "adam"));
+    }
+    if !matches!(dqn.target_update, TargetUpdate::Hard { .. }) {
+        return Some(("dqn.target_update", "a hard update (every N updates)"));
+    }
+    if dqn.joint_forward {
+        return Some(("dqn.joint_forward", "false"));
+    }
+    None
+}
+
+/// Whether a population stacks networks normalized by `norm`.
+pub(crate) fn norm_supported(norm: NormKind, convolutional: bool) -> bool {
+    match norm {
+        NormKind::None | NormKind::BatchNorm | NormKind::WeightNorm | NormKind::WnMeanOnlyBn => {
+            true
+        }
+        NormKind::LayerNorm | NormKind::GroupNorm | NormKind::RmsNorm => !convolutional,
+        _ => false,
+    }
+}

@@ -301,15 +301,7 @@ impl PopulationNet {
         let config = first.norm();
         let kind = config.kind;
         let convolutional = first.layers().any(|l| l.kernel().weight_shape().len() > 2);
-        let supported = match kind {
-            NormKind::None
-            | NormKind::BatchNorm
-            | NormKind::WeightNorm
-            | NormKind::WnMeanOnlyBn => true,
-            NormKind::LayerNorm | NormKind::GroupNorm | NormKind::RmsNorm => !convolutional,
-            _ => false,
-        };
-        if !supported {
+        if !super::norm_supported(kind, convolutional) {
             candle_core::bail!(
                 "populations support norm none, weight_norm, wn_mean_only_bn and batch_norm, and layer_norm, group_norm and rms_norm on MLPs, so far; not {kind}"
             );

@@ -1,0 +1,360 @@
+//! Populations in the trainer: runs alike but for their seed (and per-agent
+//! hyperparameters: exploration schedule, gamma) trained in lockstep as one batched
+//! network (`normrl_agents::population`). Each member is a whole [`Trainer`], with its
+//! own environment, replay, generators, run directory and files, so that reports,
+//! `status` and TensorBoard cannot tell a member from a single run; the population
+//! replaces only its acting (one forward and one read for all members) and its
+//! updates (one for all). Before anything reads a member's agent (evaluations,
+//! diagnostics, layer statistics, checkpoints) the population writes that member's
+//! agent into the member's single [`Dqn`], so a member's checkpoint is a single run's
+//! and resumes either way.
+//!
+//! Checkpoints are written in two phases: every member writes its new one keeping the
+//! old, then the old go. A population killed in between resumes from the newest step
+//! all members hold; members that share none (killed before the first checkpoint was
+//! complete everywhere) resume in groups, one after the other.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use candle_core::Tensor;
+use normrl_agents::dqn::{Dqn, DqnConfig, LinearSchedule};
+use normrl_agents::population::count::read_rows_to_host;
+use normrl_agents::population::PopulationDqn;
+use normrl_agents::replay::Batch;
+
+use crate::checkpoint;
+use crate::config::{Keep, TrainConfig};
+use crate::interrupt::{self, Interrupted};
+use crate::train::{finished_summary, Clock, Periodic, RunSummary, Trainer};
+
+/// What may differ between the members of one population: their seed and name, and
+/// the hyperparameters a population holds per agent. Configs with the same key train
+/// together.
+pub fn population_key(config: &TrainConfig) -> String {
+    let mut c = config.clone();
+    c.run.seed = 0;
+    c.run.name = String::new();
+    c.run.population = 1;
+    c.exploration = LinearSchedule::default();
+    c.dqn.gamma = DqnConfig::default().gamma;
+    c.to_toml()
+}
+
+/// P members trained as one population.
+pub struct Population {
+    members: Vec<Trainer>,
+    /// Each member's clock (its speed and wall time); none shows a progress bar.
+    clocks: Vec<Clock>,
+    agents: PopulationDqn,
+    step: u64,
+    /// `[3, P]`: each member's sums of TD loss, mean Q and gradient norm since the last
+    /// log, on the device (read once per log for all members).
+    sums: Option<Tensor>,
+    updates_since_log: u64,
+    /// Members whose run ended early (diverged): their summary is written, their
+    /// environment no longer steps, nothing more is written for them.
+    ended: Vec<bool>,
+}
+
+impl Population {
+    /// `members`, all at the same step and alike but for what [`population_key`]
+    /// leaves out, as one population.
+    pub fn new(mut members: Vec<Trainer>) -> Result<Self> {
+        let Some(first) = members.first() else {
+            bail!("a population needs at least one member");
+        };
+        let (key, step) = (population_key(first.config()), first.step());
+        for m in &members {
+            if population_key(m.config()) != key || m.step() != step {
+                bail!(
+                    "{} cannot train in one population with {}: their configs or steps differ",
+                    m.run_dir().display(),
+                    first.run_dir().display()
+                );
+            }
+        }
+        let agents = {
+            let singles: Vec<&Dqn> = members.iter().map(Trainer::agent).collect();
+            PopulationDqn::from_agents(&singles)?
+        };
+        for m in &mut members {
+            m.defer_pruning();
+        }
+        let clocks = members
+            .iter()
+            .map(|m| Clock::with_progress(false, m.config(), step))
+            .collect();
+        let ended = vec![false; members.len()];
+        Ok(Self {
+            members,
+            clocks,
+            agents,
+            step,
+            sums: None,
+            updates_since_log: 0,
+            ended,
+        })
+    }
+
+    /// Trains every member to its `total_steps` (or `stop_at`, for tests of resuming);
+    /// each member's summary, `None` for those stopped early.
+    pub fn run(&mut self, stop_at: Option<u64>) -> Result<Vec<Option<RunSummary>>> {
+        let config = self.members[0].config().clone();
+        let total = config.run.total_steps;
+        let end = stop_at.unwrap_or(total).min(total);
+        for m in &mut self.members {
+            m.begin();
+        }
+        let mut summaries = vec![None; self.members.len()];
+        let mut clock = Clock::new(&config, self.step);
+        while self.step < end && self.ended.contains(&false) {
+            if let Some(signal) = interrupt::requested() {
+                return Err(self.interrupt(signal)?.into());
+            }
+            self.act()?;
+            self.step += 1;
+            for task in Periodic::ALL {
+                if task.due(&config, self.step) {
+                    self.run_task(task, &mut clock)?;
+                }
+                self.end_diverged(&mut summaries)?;
+            }
+        }
+        self.log_updates()?;
+        self.export()?;
+        for i in self.live() {
+            summaries[i] = self.members[i].conclude(&mut self.clocks[i])?;
+        }
+        self.prune()?;
+        clock.progress.finish();
+        Ok(summaries)
+    }
+
+    /// The indices of the members still training.
+    fn live(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&i| !self.ended[i])
+            .collect()
+    }
+
+    /// One step of every member: the greedy actions of all in one forward, then each
+    /// member's own epsilon-greedy draw and environment step.
+    fn act(&mut self) -> Result<()> {
+        let obs: Vec<f32> = self.members.iter().flat_map(|m| m.obs().to_vec()).collect();
+        let greedy = self.agents.greedy_actions(&obs)?;
+        for i in self.live() {
+            let member = &mut self.members[i];
+            let action = member.explore_or(greedy[i] as usize)?;
+            member.apply_action(action)?;
+        }
+        Ok(())
+    }
+
+    fn run_task(&mut self, task: Periodic, clock: &mut Clock) -> Result<()> {
+        if task == Periodic::Train {
+            return self.train();
+        }
+        self.export()?;
+        if task == Periodic::Log {
+            self.log_updates()?;
+        }
+        for i in self.live() {
+            let epsilon = self.members[i].config().exploration.at(self.step);
+            self.members[i].run_task(task, epsilon, &mut self.clocks[i])?;
+        }
+        match task {
+            Periodic::Checkpoint => self.prune()?,
+            Periodic::Log => {
+                let sps = clock.lap(self.step);
+                let returns: Vec<f64> = self
+                    .members
+                    .iter()
+                    .filter_map(|m| m.recent_return())
+                    .collect();
+                let recent = (!returns.is_empty())
+                    .then(|| returns.iter().sum::<f64>() / returns.len() as f64);
+                clock.progress.update(self.step, sps, recent);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `replay.gradient_steps` population updates, each member on a batch from its own
+    /// replay; the diagnostics that wait for an update get it.
+    fn train(&mut self) -> Result<()> {
+        for _ in 0..self.members[0].config().replay.gradient_steps {
+            for m in &mut self.members {
+                m.sample()?;
+            }
+            let batches: Vec<&Batch> = self.members.iter().map(Trainer::batch).collect();
+            let info = self.agents.update(&batches)?;
+            self.sums = Some(match self.sums.take() {
+                None => info.metrics,
+                Some(sums) => (sums + info.metrics)?,
+            });
+            self.updates_since_log += 1;
+            for i in self.live() {
+                if self.members[i].awaits_update() {
+                    self.agents.export_agent(i, self.members[i].agent_mut())?;
+                    self.members[i].after_update()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each member's means since the last log, from one read of all members' sums.
+    fn log_updates(&mut self) -> Result<()> {
+        let Some(sums) = self.sums.take() else {
+            return Ok(());
+        };
+        let n = self.updates_since_log.max(1) as f64;
+        self.updates_since_log = 0;
+        let rows: Vec<Vec<f32>> = read_rows_to_host(&sums)?;
+        for i in self.live() {
+            let mean = |row: usize| f64::from(rows[row][i]) / n;
+            self.members[i].log_update_means([mean(0), mean(1), mean(2)]);
+        }
+        Ok(())
+    }
+
+    /// Every live member's agent where the population's stands.
+    fn export(&mut self) -> Result<()> {
+        for i in self.live() {
+            self.agents.export_agent(i, self.members[i].agent_mut())?;
+        }
+        Ok(())
+    }
+
+    /// Members that diverged end here, with the summary a single run writes.
+    fn end_diverged(&mut self, summaries: &mut [Option<RunSummary>]) -> Result<()> {
+        for i in self.live() {
+            if self.members[i].is_diverged() {
+                self.agents.export_agent(i, self.members[i].agent_mut())?;
+                summaries[i] = self.members[i].conclude(&mut self.clocks[i])?;
+                self.ended[i] = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// A stop request: every live member checkpoints at this step.
+    fn interrupt(&mut self, signal: i32) -> Result<Interrupted> {
+        self.export()?;
+        for i in self.live() {
+            self.members[i].interrupt(signal, &self.clocks[i])?;
+        }
+        self.prune()?;
+        Ok(Interrupted {
+            signal,
+            step: self.step,
+        })
+    }
+
+    /// The second phase of a checkpoint: once every member has written its new one,
+    /// the older ones go (unless `checkpoint.keep = "all"`).
+    fn prune(&self) -> Result<()> {
+        for m in &self.members {
+            let dir = m.run_dir();
+            if m.config().checkpoint.keep != Keep::All && dir.join("checkpoints").exists() {
+                checkpoint::prune(dir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One run of a population: its directory, its config (used when it starts fresh;
+/// a resumed member reads its own `config.toml`) and its comparison label.
+pub struct Member {
+    pub dir: PathBuf,
+    pub config: TrainConfig,
+    pub variant: Option<String>,
+}
+
+/// Trains `members` together: finished ones are skipped; the others start or resume
+/// as one population at the newest checkpoint step they all hold, or, when they hold
+/// none in common, in groups of those at the same step. One member alone trains as a
+/// single run. Each member's summary (`None` if it stopped early).
+pub fn train_members(members: &[Member], stop_at: Option<u64>) -> Result<Vec<Option<RunSummary>>> {
+    let mut summaries = vec![None; members.len()];
+    let mut pending = vec![];
+    for (i, m) in members.iter().enumerate() {
+        match finished_summary(&m.dir)? {
+            Some(summary) => summaries[i] = Some(summary),
+            None => pending.push(i),
+        }
+    }
+    for (step, group) in resume_groups(members, &pending) {
+        let mut trainers = group
+            .iter()
+            .map(|&i| {
+                let m = &members[i];
+                let mut t = match step {
+                    0 => Trainer::new(m.config.clone(), &m.dir)?,
+                    s => Trainer::resume_at(&m.dir, &checkpoint_dir(&m.dir, s))?,
+                };
+                if let Some(v) = &m.variant {
+                    t.set_variant(v);
+                }
+                Ok(t)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let done = match trainers.len() {
+            1 => vec![trainers[0].run(stop_at)?],
+            _ => Population::new(std::mem::take(&mut trainers))?.run(stop_at)?,
+        };
+        for (&i, summary) in group.iter().zip(done) {
+            summaries[i] = summary;
+        }
+    }
+    Ok(summaries)
+}
+
+fn checkpoint_dir(run_dir: &std::path::Path, step: u64) -> PathBuf {
+    checkpoint::complete(run_dir)
+        .into_iter()
+        .find(|(s, _)| *s == step)
+        .map(|(_, dir)| dir)
+        .expect("a step listed among the run's complete checkpoints")
+}
+
+/// The pending members by the step each resumes from (0: fresh): all at the newest
+/// step they share, else grouped by their own newest.
+fn resume_groups(members: &[Member], pending: &[usize]) -> Vec<(u64, Vec<usize>)> {
+    let points: Vec<BTreeSet<u64>> = pending
+        .iter()
+        .map(|&i| {
+            let steps: BTreeSet<u64> = checkpoint::complete(&members[i].dir)
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect();
+            if steps.is_empty() {
+                BTreeSet::from([0])
+            } else {
+                steps
+            }
+        })
+        .collect();
+    let common = points
+        .iter()
+        .skip(1)
+        .fold(points.first().cloned().unwrap_or_default(), |a, b| {
+            a.intersection(b).copied().collect()
+        });
+    if let Some(&step) = common.last() {
+        return vec![(step, pending.to_vec())];
+    }
+    let mut groups: Vec<(u64, Vec<usize>)> = vec![];
+    for (&i, p) in pending.iter().zip(&points) {
+        let newest = *p.last().expect("never empty");
+        match groups.iter_mut().find(|(s, _)| *s == newest) {
+            Some((_, g)) => g.push(i),
+            None => groups.push((newest, vec![i])),
+        }
+    }
+    groups
+}
