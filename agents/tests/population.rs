@@ -6,7 +6,7 @@ use candle_core::{Device, Tensor};
 use normrl_agents::dqn::{Dqn, DqnConfig, TargetUpdate};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{BnStats, NormConfig, NormKind, QNetworkConfig};
-use normrl_agents::optim::OptimizerConfig;
+use normrl_agents::optim::{OptimizerConfig, OptimizerKind};
 use normrl_agents::population::{PopulationDqn, PopulationNet};
 use normrl_agents::replay::Batch;
 
@@ -117,8 +117,14 @@ fn trains_as_alone(
     double_dqn: bool,
     max_grad_norm: f64,
 ) -> (f32, usize) {
+    // MinAtar's CNN with the MinAtar baselines' centered RMSprop, the MLP with Adam.
     let optimizer = OptimizerConfig {
         max_grad_norm,
+        kind: match shape.binary {
+            true => OptimizerKind::Rmsprop,
+            false => OptimizerKind::Adam,
+        },
+        lr: if shape.binary { 2.5e-4 } else { 1e-3 },
         ..Default::default()
     };
     // On MinAtar's CNN, two float orders of the same piecewise-linear network can
@@ -186,6 +192,7 @@ fn each_agent_of_a_population_trains_as_it_would_alone() {
         (cnn(), NormKind::None, true, 0.4),
         (cnn(), NormKind::BatchNorm, false, 4.5),
         (cnn(), NormKind::WeightNorm, true, 1.0),
+        (cnn(), NormKind::LayerNorm, false, 1.0),
     ];
     let mut unclipped = 0;
     for (shape, kind, double_dqn, max_grad_norm) in cases {
@@ -271,6 +278,7 @@ fn the_update_graph_does_not_grow_with_the_population() {
         (mlp(), NormKind::GroupNorm),
         (mlp(), NormKind::RmsNorm),
         (cnn(), NormKind::WnMeanOnlyBn),
+        (cnn(), NormKind::LayerNorm),
     ];
     for (shape, kind) in cases {
         let nodes = |p: u64| {

@@ -21,7 +21,7 @@ pub use net::PopulationNet;
 
 use crate::dqn::{DqnConfig, TargetUpdate};
 use crate::nn::NormKind;
-use crate::optim::{OptimizerConfig, OptimizerKind};
+use crate::optim::OptimizerConfig;
 
 /// Why agents of this kind cannot train as a population yet, as `(key, what is
 /// supported)`; `None` when they can.
@@ -34,12 +34,12 @@ pub fn unsupported(
     if !norm_supported(norm, convolutional) {
         return Some((
             "norm.kind",
-            "none, weight_norm, wn_mean_only_bn or batch_norm (and layer_norm, group_norm or rms_norm on MLPs)",
+            "none, weight_norm, wn_mean_only_bn, batch_norm or layer_norm (and group_norm or rms_norm on MLPs)",
         ));
     }
-    if optimizer.kind != OptimizerKind::Adam {
-        return Some(("optimizer.kind", "adam"));
-    }
+    // Every optimizer (Adam, RMSprop) updates each value from its own gradient and
+    // moments: the single agents' optimizer over the stacked variables is each agent's.
+    let _ = optimizer;
     if !matches!(dqn.target_update, TargetUpdate::Hard { .. }) {
         return Some(("dqn.target_update", "a hard update (every N updates)"));
     }
@@ -52,10 +52,12 @@ pub fn unsupported(
 /// Whether a population stacks networks normalized by `norm`.
 pub(crate) fn norm_supported(norm: NormKind, convolutional: bool) -> bool {
     match norm {
-        NormKind::None | NormKind::BatchNorm | NormKind::WeightNorm | NormKind::WnMeanOnlyBn => {
-            true
-        }
-        NormKind::LayerNorm | NormKind::GroupNorm | NormKind::RmsNorm => !convolutional,
+        NormKind::None
+        | NormKind::BatchNorm
+        | NormKind::WeightNorm
+        | NormKind::WnMeanOnlyBn
+        | NormKind::LayerNorm => true,
+        NormKind::GroupNorm | NormKind::RmsNorm => !convolutional,
         _ => false,
     }
 }

@@ -241,9 +241,12 @@ fn stack_layer(
             transposed: matches!(suffix, "weight" | "v"),
         };
         let (p, units) = (values.dim(0)?, values.dim(1)?);
+        // Over feature maps `[P, B, channels, positions]`: a value per channel (batch
+        // norm's), or per channel and position (layer norm's `[C, H, W]`).
+        let positions = values.elem_count() / (p * units).max(1);
         let shape = match suffix {
             "g" => vec![p, 1, units],
-            _ if is_conv => vec![p, 1, units, 1],
+            _ if is_conv => vec![p, 1, units, positions],
             _ => vec![p, 1, units],
         };
         let values = layout.stack(&values, &shape)?;
@@ -303,7 +306,7 @@ impl PopulationNet {
         let convolutional = first.layers().any(|l| l.kernel().weight_shape().len() > 2);
         if !super::norm_supported(kind, convolutional) {
             candle_core::bail!(
-                "populations support norm none, weight_norm, wn_mean_only_bn and batch_norm, and layer_norm, group_norm and rms_norm on MLPs, so far; not {kind}"
+                "populations support norm none, weight_norm, wn_mean_only_bn, batch_norm and layer_norm, and group_norm and rms_norm on MLPs, so far; not {kind}"
             );
         }
         let (mut names, mut layouts) = (vec![], vec![]);
@@ -412,7 +415,16 @@ impl PopulationNet {
         match norm {
             PopulationNorm::None => Ok(h),
             PopulationNorm::Layer { gamma, beta } => {
-                let (mean, var) = moments(&h, 2)?;
+                // Each sample over all its features (a feature map's channels and
+                // positions).
+                let (mean, var) = match h.rank() {
+                    3 => moments(&h, 2)?,
+                    _ => {
+                        let mean = h.mean_keepdim(3)?.mean_keepdim(2)?;
+                        let centered = h.broadcast_sub(&mean)?;
+                        (mean, centered.sqr()?.mean_keepdim(3)?.mean_keepdim(2)?)
+                    }
+                };
                 let x_hat = h
                     .broadcast_sub(&mean)?
                     .broadcast_div(&(var + s.ln_eps)?.sqrt()?)?;
