@@ -7,6 +7,7 @@ use candle_core::Device;
 use normrl_agents::dqn::{Dqn, DqnConfig};
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
+use normrl_agents::population::count::{device_reads, tensors_created};
 use normrl_agents::population::{PopulationDqn, PopulationNet};
 use normrl_agents::replay::Batch;
 use rand::SeedableRng;
@@ -81,6 +82,7 @@ fn case_rows(
     let mut population =
         PopulationDqn::new(stacked, DqnConfig::default(), OptimizerConfig::default())?;
     let nodes = population.loss_graph_nodes(&batches)?;
+    let (ops, reads) = step_counts(&mut population, &batches)?;
     let timings = {
         let batches = &batches;
         let mut fs: Vec<Box<dyn FnMut() -> Result<()> + '_>> = vec![
@@ -112,18 +114,46 @@ fn case_rows(
             unit: "1/s",
         });
     }
-    rows.push(Row {
-        bench: format!("population graph {kind}"),
-        case,
-        value: nodes as f64,
-        min: None,
-        unit: "nodes",
-    });
+    let counted = [
+        ("graph", nodes as f64, "nodes"),
+        ("ops/step", ops as f64, "tensors"),
+        ("reads/step", reads as f64, "reads"),
+    ];
+    for (what, value, unit) in counted {
+        rows.push(Row {
+            bench: format!("population {what} {kind}"),
+            case: case.clone(),
+            value,
+            min: None,
+            unit,
+        });
+    }
     Ok(rows)
 }
 
-/// The population rows: the MLP with none, weight norm, layer norm and batch norm,
-/// MinAtar's CNN with none, weight norm and batch norm; batch 4 and 32; P = 1 to 64 on
+/// The tensors created and device reads of one population step: every agent's greedy
+/// action on its first observation, and one update (after a first step that did the
+/// one-time initialization). Counted in this single-threaded benchmark, where nothing
+/// else creates tensors.
+fn step_counts(population: &mut PopulationDqn, batches: &[Batch]) -> Result<(u64, u64)> {
+    let obs_len = batches[0].obs.len() / batches[0].size.max(1);
+    let obs: Vec<f32> = batches
+        .iter()
+        .flat_map(|b| b.obs[..obs_len].to_vec())
+        .collect();
+    let mut step = || -> Result<()> {
+        population.greedy_actions(&obs)?;
+        population.update(batches)?;
+        Ok(())
+    };
+    step()?;
+    let (t0, r0) = (tensors_created(), device_reads());
+    step()?;
+    Ok((tensors_created() - t0, device_reads() - r0))
+}
+
+/// The population rows: the MLP and MinAtar's CNN with none, weight norm, batch norm
+/// and layer norm; batch 4 and 32; P = 1 to 64 on
 /// the CPU, 1 to 256 on a GPU.
 pub fn rows(iters: usize, device: &Device) -> Result<Vec<Row>> {
     let populations = match device.is_cpu() {
@@ -132,10 +162,12 @@ pub fn rows(iters: usize, device: &Device) -> Result<Vec<Row>> {
     };
     let mut rows = vec![];
     for net in nets() {
-        let mut kinds = vec![NormKind::None, NormKind::WeightNorm, NormKind::BatchNorm];
-        if net.obs.len() == 1 {
-            kinds.push(NormKind::LayerNorm);
-        }
+        let kinds = [
+            NormKind::None,
+            NormKind::WeightNorm,
+            NormKind::BatchNorm,
+            NormKind::LayerNorm,
+        ];
         for (kind, batch, p) in kinds
             .into_iter()
             .flat_map(|k| [4, 32].into_iter().map(move |b| (k, b)))

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
 use crate::interrupt::Interrupted;
+use crate::population::{population_key, train_members, Member};
 use crate::train::{set_threads, Trainer};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,8 +92,24 @@ pub struct CompareConfig {
     /// How `--slurm` writes the job array.
     #[serde(default)]
     pub slurm: crate::slurm::SlurmConfig,
+    /// Train runs together as populations (one batched network, `run.population`):
+    /// `"seeds"` groups the seeds of each environment and variant; a number groups
+    /// up to that many runs that differ only in seed, exploration schedule or gamma.
+    /// Runs of methods populations do not support train alone.
+    #[serde(default)]
+    pub population: Option<PopulationGrouping>,
     #[serde(skip)]
     base_text: String,
+}
+
+/// How a comparison groups its runs into populations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PopulationGrouping {
+    /// `"seeds"`: every seed of one environment and variant.
+    Named(String),
+    /// At most this many runs alike but for per-agent values.
+    Size(usize),
 }
 
 fn default_seeds() -> Seeds {
@@ -177,6 +194,15 @@ impl CompareConfig {
         }
         if let Seeds::Count(0) = config.seeds {
             bail!("seeds must be a positive count or a list of seeds");
+        }
+        match &config.population {
+            Some(PopulationGrouping::Named(name)) if name != "seeds" => {
+                bail!("population = '{name}' must be \"seeds\" or a positive number of runs")
+            }
+            Some(PopulationGrouping::Size(0)) => {
+                bail!("population = 0 must be \"seeds\" or a positive number of runs")
+            }
+            _ => {}
         }
         Ok(config)
     }
@@ -400,6 +426,7 @@ pub fn execute(
 ) -> Result<usize> {
     set_threads(1);
     write_experiment(config, runs, root)?;
+    let units = population_units(config, runs)?;
     let next = AtomicUsize::new(0);
     let errors = Mutex::new(Vec::new());
     let interrupted = Mutex::new(None);
@@ -409,50 +436,59 @@ pub fn execute(
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(run) = runs.get(i) else { break };
+                let Some(unit) = units.get(i) else { break };
                 if crate::interrupt::requested().is_some() {
                     break;
                 }
-                let dir = root.join(&run.rel_dir);
-                if dir.join(crate::run_files::SUMMARY_FILE).exists() {
-                    skipped.fetch_add(1, Ordering::SeqCst);
+                let finished = |r: &&PlannedRun| {
+                    let summary = root.join(&r.rel_dir).join(crate::run_files::SUMMARY_FILE);
+                    summary.exists()
+                };
+                let (ended, pending): (Vec<&PlannedRun>, Vec<&PlannedRun>) =
+                    unit.iter().map(|&k| &runs[k]).partition(finished);
+                skipped.fetch_add(ended.len(), Ordering::SeqCst);
+                if pending.is_empty() {
                     continue;
                 }
                 let start = Instant::now();
-                let result = run_one(config, run, &dir);
-                let k = done.fetch_add(1, Ordering::SeqCst) + 1;
-                let head = format!(
-                    "[{k}/{}] {} {} seed {}",
-                    runs.len(),
-                    run.env,
-                    run.variant,
-                    run.seed
-                );
-                match result {
-                    Ok(summary) => {
-                        let outcome = match &summary.diverged {
-                            Some(d) => format!("diverged at step {}: {}", d.step, d.what),
-                            None => format!("final eval return {:.2}", summary.final_eval_return),
-                        };
-                        eprintln!("{head}: {outcome} ({:.0} s)", start.elapsed().as_secs_f64())
+                for (run, result) in run_unit(config, &pending, root) {
+                    let dir = root.join(&run.rel_dir);
+                    let k = done.fetch_add(1, Ordering::SeqCst) + 1;
+                    let head = format!(
+                        "[{k}/{}] {} {} seed {}",
+                        runs.len(),
+                        run.env,
+                        run.variant,
+                        run.seed
+                    );
+                    match result {
+                        Ok(summary) => {
+                            let outcome = match &summary.diverged {
+                                Some(d) => format!("diverged at step {}: {}", d.step, d.what),
+                                None => {
+                                    format!("final eval return {:.2}", summary.final_eval_return)
+                                }
+                            };
+                            eprintln!("{head}: {outcome} ({:.0} s)", start.elapsed().as_secs_f64())
+                        }
+                        Err(e) => match e.downcast::<Interrupted>() {
+                            Ok(stop) => {
+                                eprintln!("{head}: {stop}");
+                                *interrupted.lock().expect("interruption") = Some(stop);
+                            }
+                            Err(e) => {
+                                eprintln!("{head} failed: {e:#}");
+                                let _ = crate::checkpoint::write_atomic(
+                                    &dir.join(ERROR_FILE),
+                                    format!("{e:#}\n").as_bytes(),
+                                );
+                                errors
+                                    .lock()
+                                    .expect("error list")
+                                    .push(format!("{}: {e:#}", run.rel_dir.display()));
+                            }
+                        },
                     }
-                    Err(e) => match e.downcast::<Interrupted>() {
-                        Ok(stop) => {
-                            eprintln!("{head}: {stop}");
-                            *interrupted.lock().expect("interruption") = Some(stop);
-                        }
-                        Err(e) => {
-                            eprintln!("{head} failed: {e:#}");
-                            let _ = crate::checkpoint::write_atomic(
-                                &dir.join(ERROR_FILE),
-                                format!("{e:#}\n").as_bytes(),
-                            );
-                            errors
-                                .lock()
-                                .expect("error list")
-                                .push(format!("{}: {e:#}", run.rel_dir.display()));
-                        }
-                    },
                 }
             });
         }
@@ -465,6 +501,86 @@ pub fn execute(
         return Err(stop.into());
     }
     Ok(skipped.into_inner())
+}
+
+/// The runs of a unit of work (one run, or a population's), each with its outcome.
+fn run_unit<'r>(
+    config: &CompareConfig,
+    runs: &[&'r PlannedRun],
+    root: &Path,
+) -> Vec<(&'r PlannedRun, Result<crate::train::RunSummary>)> {
+    if let [run] = runs {
+        return vec![(*run, run_one(config, run, &root.join(&run.rel_dir)))];
+    }
+    let members = runs
+        .iter()
+        .map(|r| {
+            let dir = root.join(&r.rel_dir);
+            let _ = std::fs::remove_file(dir.join(ERROR_FILE));
+            Ok(Member {
+                dir,
+                config: config.config_for(r)?,
+                variant: Some(r.variant.clone()),
+            })
+        })
+        .collect::<Result<Vec<_>>>();
+    match members.and_then(|m| train_members(&m, None)) {
+        Ok(summaries) => runs
+            .iter()
+            .zip(summaries)
+            .map(|(r, s)| (*r, s.context("the run stopped early")))
+            .collect(),
+        // Every member shares the population's fate.
+        Err(e) => {
+            let stop = e.downcast_ref::<Interrupted>().copied();
+            runs.iter()
+                .map(|r| match stop {
+                    Some(stop) => (*r, Err(stop.into())),
+                    None => (*r, Err(anyhow::anyhow!("the population failed: {e:#}"))),
+                })
+                .collect()
+        }
+    }
+}
+
+/// The units of work: each run alone, or with `population` set, groups of runs that
+/// train as one population. Runs of methods populations do not support train alone
+/// (said once per variant).
+fn population_units(config: &CompareConfig, runs: &[PlannedRun]) -> Result<Vec<Vec<usize>>> {
+    let Some(grouping) = &config.population else {
+        return Ok((0..runs.len()).map(|i| vec![i]).collect());
+    };
+    let limit = match grouping {
+        PopulationGrouping::Named(_) => usize::MAX,
+        PopulationGrouping::Size(n) => *n,
+    };
+    let (mut units, mut groups) = (vec![], Vec::<(String, Vec<usize>)>::new());
+    let mut alone = BTreeMap::new();
+    for (i, run) in runs.iter().enumerate() {
+        let mut c = config.config_for(run)?;
+        c.run.population = 2;
+        if let Some(why) = crate::validate::population_problems(&c) {
+            alone.entry(run.variant.clone()).or_insert(why);
+            units.push(vec![i]);
+            continue;
+        }
+        let mut key = population_key(&c);
+        if limit == usize::MAX {
+            key = format!("{}\n{}\n{key}", run.env, run.variant);
+        }
+        match groups
+            .iter_mut()
+            .find(|(k, g)| *k == key && g.len() < limit)
+        {
+            Some((_, g)) => g.push(i),
+            None => groups.push((key, vec![i])),
+        }
+    }
+    for (variant, why) in alone {
+        eprintln!("note: {variant} trains its runs alone, not as a population: {why}");
+    }
+    units.extend(groups.into_iter().map(|(_, g)| g));
+    Ok(units)
 }
 
 /// One run: resumed from its checkpoint if it has one, else started; labelled with its

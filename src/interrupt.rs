@@ -36,7 +36,7 @@ pub fn requested() -> Option<i32> {
 }
 
 /// A run stopped by a signal after writing its checkpoint.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Interrupted {
     pub signal: i32,
     pub step: u64,

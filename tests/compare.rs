@@ -215,3 +215,49 @@ fn shards_split_the_grid_and_report_merges_them() {
     assert!(err.contains("0 <= i < n"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `population = "seeds"`: each variant's seeds train as one population, into the
+/// run directories single runs use; a method populations do not support (SVB) trains
+/// its runs alone, and says so. A second invocation skips them all.
+#[test]
+fn a_comparison_trains_its_seeds_as_populations() {
+    let (dir, config) = setup("population");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text
+        .replace("seeds = 2", "seeds = 3\npopulation = \"seeds\"")
+        .replace(r#"norm = ["none", "weight_norm"]"#, r#"norm = ["none", "svb"]"#);
+    std::fs::write(&config, text).unwrap();
+    let runs = dir.join("runs");
+    let args = [
+        "compare",
+        "--config",
+        config.to_str().unwrap(),
+        "--runs-dir",
+        runs.to_str().unwrap(),
+    ];
+    let (code, _, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("note: svb trains its runs alone"), "{err}");
+    for variant in ["none", "svb"] {
+        for seed in 1..=3 {
+            let run = runs.join(format!("classic_cartpole/{variant}/seed-{seed}"));
+            let result: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(run.join("result.json")).unwrap()).unwrap();
+            assert_eq!(result["variant"], variant, "{}", run.display());
+            assert_eq!(result["summary"]["steps"], 1500, "{}", run.display());
+        }
+    }
+    assert_eq!(csv_rows(&runs.join("report/runs.csv")), 6);
+    let (code, _, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("6 runs were already finished and skipped"), "{err}");
+    // A grouping that is neither "seeds" nor a size is refused.
+    let bad = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("population = \"seeds\"", "population = \"variants\"");
+    std::fs::write(&config, bad).unwrap();
+    let (code, _, err) = normrl(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("population = 'variants' must be"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,81 @@
+//! The two numbers that decide a population's speed on a GPU, counted on the CPU: the
+//! tensor operations of a step (acting and one update) and its reads from the device,
+//! the same for P = 1 and P = 64. One test in its own binary: the tensor counter is
+//! the process's, and no other test may create tensors while it counts.
+
+use candle_core::Device;
+use normrl_agents::dqn::{Dqn, DqnConfig};
+use normrl_agents::nn::init::InitRng;
+use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
+use normrl_agents::optim::OptimizerConfig;
+use normrl_agents::population::count::{device_reads, tensors_created};
+use normrl_agents::population::PopulationDqn;
+use normrl_agents::replay::Batch;
+
+/// Agent `agent`'s batch of `size` random transitions on observations of `obs_len`.
+fn batch(size: usize, obs_len: usize, agent: u64) -> Batch {
+    let mut rng = InitRng::new(agent);
+    let mut b = Batch::new(size, obs_len);
+    let mut normal = |n: usize| rng.normal(n, 1.0, &Device::Cpu).unwrap().to_vec1().unwrap();
+    b.obs = normal(size * obs_len);
+    b.next_obs = normal(size * obs_len);
+    b.rewards = normal(size);
+    for i in 0..size {
+        b.actions[i] = (i % 3) as u32;
+    }
+    b
+}
+
+/// Tensors created and device reads of one step (the P greedy actions, one update)
+/// of a population of `p`, after a first step that did the one-time initialization.
+fn step_counts(network: &QNetworkConfig, obs: &[usize], kind: NormKind, p: usize) -> (u64, u64) {
+    let norm = NormConfig {
+        kind,
+        ..Default::default()
+    };
+    let (opt, dqn) = (OptimizerConfig::default(), DqnConfig::default());
+    let agents: Vec<Dqn> = (0..p as u64)
+        .map(|s| Dqn::new(network, &norm, &opt, &dqn, obs, 3, s, &Device::Cpu).unwrap())
+        .collect();
+    let mut population = PopulationDqn::from_agents(&agents.iter().collect::<Vec<_>>()).unwrap();
+    let obs_len: usize = obs.iter().product();
+    let batches: Vec<Batch> = (0..p as u64).map(|i| batch(8, obs_len, i)).collect();
+    let observations: Vec<f32> = batches
+        .iter()
+        .flat_map(|b| b.obs[..obs_len].to_vec())
+        .collect();
+    let mut step = || {
+        population.greedy_actions(&observations).unwrap();
+        population.update(&batches).unwrap();
+    };
+    step();
+    let (t0, r0) = (tensors_created(), device_reads());
+    step();
+    (tensors_created() - t0, device_reads() - r0)
+}
+
+#[test]
+fn operations_and_reads_per_step_do_not_grow_with_the_population() {
+    let mlp = (QNetworkConfig::mlp(vec![24, 16]), vec![5]);
+    let cnn = (QNetworkConfig::minatar_cnn(), vec![4, 10, 10]);
+    for (network, obs) in [mlp, cnn] {
+        for kind in [
+            NormKind::None,
+            NormKind::WeightNorm,
+            NormKind::BatchNorm,
+            NormKind::LayerNorm,
+        ] {
+            let (ops, reads) = step_counts(&network, &obs, kind, 1);
+            let (ops_64, reads_64) = step_counts(&network, &obs, kind, 64);
+            let what = format!("{:?} {kind:?}", network.architecture);
+            eprintln!("{what}: {ops} tensors, {reads} reads per step at P = 1 and {ops_64}, {reads_64} at P = 64");
+            assert!(
+                ops > 20,
+                "{what}: {ops} tensors: the counter counts nothing"
+            );
+            assert_eq!(ops_64, ops, "{what}: operations per step grow with P");
+            // The greedy actions are the step's one read; the update reads nothing.
+            assert_eq!((reads, reads_64), (1, 1), "{what}");
+        }
+    }
+}
