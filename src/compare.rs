@@ -461,33 +461,18 @@ pub fn execute(
                         run.variant,
                         run.seed
                     );
-                    match result {
-                        Ok(summary) => {
-                            let outcome = match &summary.diverged {
-                                Some(d) => format!("diverged at step {}: {}", d.step, d.what),
-                                None => {
-                                    format!("final eval return {:.2}", summary.final_eval_return)
-                                }
-                            };
-                            eprintln!("{head}: {outcome} ({:.0} s)", start.elapsed().as_secs_f64())
+                    let line = |message: String| {
+                        eprintln!("{head}{message}");
+                    };
+                    match outcome(result, start, &dir, line) {
+                        Outcome::Done => {}
+                        Outcome::Interrupted(stop) => {
+                            *interrupted.lock().expect("interruption") = Some(stop);
                         }
-                        Err(e) => match e.downcast::<Interrupted>() {
-                            Ok(stop) => {
-                                eprintln!("{head}: {stop}");
-                                *interrupted.lock().expect("interruption") = Some(stop);
-                            }
-                            Err(e) => {
-                                eprintln!("{head} failed: {e:#}");
-                                let _ = crate::checkpoint::write_atomic(
-                                    &dir.join(ERROR_FILE),
-                                    format!("{e:#}\n").as_bytes(),
-                                );
-                                errors
-                                    .lock()
-                                    .expect("error list")
-                                    .push(format!("{}: {e:#}", run.rel_dir.display()));
-                            }
-                        },
+                        Outcome::Failed(e) => errors
+                            .lock()
+                            .expect("error list")
+                            .push(format!("{}: {e}", run.rel_dir.display())),
                     }
                 }
             });
@@ -501,6 +486,44 @@ pub fn execute(
         return Err(stop.into());
     }
     Ok(skipped.into_inner())
+}
+
+/// How one run of a comparison ended.
+enum Outcome {
+    Done,
+    Interrupted(Interrupted),
+    Failed(String),
+}
+
+/// Says how a run ended (through `line`) and, for a failure, writes its `error.txt`.
+fn outcome(
+    result: Result<crate::train::RunSummary>,
+    start: Instant,
+    dir: &Path,
+    line: impl Fn(String),
+) -> Outcome {
+    match result {
+        Ok(summary) => {
+            let end = match &summary.diverged {
+                Some(d) => format!("diverged at step {}: {}", d.step, d.what),
+                None => format!("final eval return {:.2}", summary.final_eval_return),
+            };
+            line(format!(": {end} ({:.0} s)", start.elapsed().as_secs_f64()));
+            Outcome::Done
+        }
+        Err(e) => match e.downcast::<Interrupted>() {
+            Ok(stop) => {
+                line(format!(": {stop}"));
+                Outcome::Interrupted(stop)
+            }
+            Err(e) => {
+                line(format!(" failed: {e:#}"));
+                let text = format!("{e:#}\n");
+                let _ = crate::checkpoint::write_atomic(&dir.join(ERROR_FILE), text.as_bytes());
+                Outcome::Failed(format!("{e:#}"))
+            }
+        },
+    }
 }
 
 /// The runs of a unit of work (one run, or a population's), each with its outcome.

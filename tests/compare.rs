@@ -225,7 +225,10 @@ fn a_comparison_trains_its_seeds_as_populations() {
     let text = std::fs::read_to_string(&config).unwrap();
     let text = text
         .replace("seeds = 2", "seeds = 3\npopulation = \"seeds\"")
-        .replace(r#"norm = ["none", "weight_norm"]"#, r#"norm = ["none", "svb"]"#);
+        .replace(
+            r#"norm = ["none", "weight_norm"]"#,
+            r#"norm = ["none", "svb"]"#,
+        );
     std::fs::write(&config, text).unwrap();
     let runs = dir.join("runs");
     let args = [
@@ -250,7 +253,10 @@ fn a_comparison_trains_its_seeds_as_populations() {
     assert_eq!(csv_rows(&runs.join("report/runs.csv")), 6);
     let (code, _, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("6 runs were already finished and skipped"), "{err}");
+    assert!(
+        err.contains("6 runs were already finished and skipped"),
+        "{err}"
+    );
     // A grouping that is neither "seeds" nor a size is refused.
     let bad = std::fs::read_to_string(&config)
         .unwrap()
