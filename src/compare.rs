@@ -94,7 +94,8 @@ pub struct CompareConfig {
     pub slurm: crate::slurm::SlurmConfig,
     /// Train runs together as populations (one batched network, `run.population`):
     /// `"seeds"` groups the seeds of each environment and variant; a number groups
-    /// up to that many runs that differ only in seed, exploration schedule or gamma.
+    /// up to that many runs that differ only in seed, exploration schedule, gamma or
+    /// learning rate.
     /// Runs of methods populations do not support train alone.
     #[serde(default)]
     pub population: Option<PopulationGrouping>,

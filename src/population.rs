@@ -1,5 +1,5 @@
 //! Populations in the trainer: runs alike but for their seed (and per-agent
-//! hyperparameters: exploration schedule, gamma) trained in lockstep as one batched
+//! hyperparameters: exploration schedule, gamma, learning rate) trained in lockstep as one batched
 //! network (`normrl_agents::population`). Each member is a whole [`Trainer`], with its
 //! own environment, replay, generators, run directory and files, so that reports,
 //! `status` and TensorBoard cannot tell a member from a single run; the population
@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 use normrl_agents::dqn::{Dqn, DqnConfig, LinearSchedule};
+use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::population::count::read_rows_to_host;
 use normrl_agents::population::PopulationDqn;
 use normrl_agents::replay::Batch;
@@ -30,7 +31,8 @@ use crate::interrupt::{self, Interrupted};
 use crate::train::{finished_summary, Clock, Periodic, RunSummary, Trainer};
 
 /// What may differ between the members of one population: their seed and name, and
-/// the hyperparameters a population holds per agent. Configs with the same key train
+/// the hyperparameters a population holds per agent (exploration, gamma, learning
+/// rate). Configs with the same key train
 /// together.
 pub fn population_key(config: &TrainConfig) -> String {
     let mut c = config.clone();
@@ -39,6 +41,7 @@ pub fn population_key(config: &TrainConfig) -> String {
     c.run.population = 1;
     c.exploration = LinearSchedule::default();
     c.dqn.gamma = DqnConfig::default().gamma;
+    c.optimizer.lr = OptimizerConfig::default().lr;
     c.to_toml()
 }
 

@@ -427,48 +427,66 @@ fn agents_exported_and_restacked_continue_exactly() {
     }
 }
 
-/// Agents that differ in their discount form one population (gamma is a per-agent
-/// tensor), and each trains as it would alone with its own.
+/// Agents that differ in their discount and learning rate form one population (both
+/// are per-agent tensors), and each trains as it would alone with its own: a gamma
+/// sweep and a learning-rate sweep, each one population.
 #[test]
-fn agents_with_their_own_gamma_train_as_alone() {
-    let optimizer = OptimizerConfig::default();
-    let gammas = [0.9, 0.99, 0.5];
+fn agents_with_their_own_gamma_and_learning_rate_train_as_alone() {
     let shape = mlp();
-    let mut alone: Vec<Dqn> = gammas
-        .iter()
-        .zip([1u64, 2, 3])
-        .map(|(&gamma, seed)| {
-            let dqn = DqnConfig {
-                gamma,
-                ..Default::default()
-            };
-            shape.single(NormKind::None, seed, &dqn, &optimizer)
-        })
-        .collect();
-    let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
-    for step in 0..30 {
-        let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
-        let together = population.update(&batches).unwrap().td_losses().unwrap();
-        for (i, agent) in alone.iter_mut().enumerate() {
-            let info = agent.update(&batches[i]).unwrap();
-            let loss = info.td_loss.value().unwrap() as f32;
-            assert!(
-                relative(together[i], loss) <= 1e-5,
-                "agent {i} (gamma {}) update {step}: {} against {loss}",
-                gammas[i],
-                together[i]
-            );
+    let sweeps: [(&str, [(f64, f64); 3]); 2] = [
+        ("gamma", [(0.9, 1e-3), (0.99, 1e-3), (0.5, 1e-3)]),
+        ("lr", [(0.99, 1e-3), (0.99, 3e-4), (0.99, 3e-3)]),
+    ];
+    for (what, settings) in sweeps {
+        let mut alone: Vec<Dqn> = settings
+            .iter()
+            .zip([1u64, 2, 3])
+            .map(|(&(gamma, lr), seed)| {
+                let dqn = DqnConfig {
+                    gamma,
+                    ..Default::default()
+                };
+                let optimizer = OptimizerConfig {
+                    lr,
+                    ..Default::default()
+                };
+                shape.single(NormKind::WeightNorm, seed, &dqn, &optimizer)
+            })
+            .collect();
+        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
+        for step in 0..30 {
+            let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
+            let together = population.update(&batches).unwrap().td_losses().unwrap();
+            for (i, agent) in alone.iter_mut().enumerate() {
+                let info = agent.update(&batches[i]).unwrap();
+                let loss = info.td_loss.value().unwrap() as f32;
+                assert!(
+                    relative(together[i], loss) <= 1e-5,
+                    "{what} sweep, agent {i} {:?}, update {step}: {} against {loss}",
+                    settings[i],
+                    together[i]
+                );
+            }
         }
     }
-    // Agents that differ in anything else are refused.
-    let other = shape.single(
-        NormKind::None,
-        4,
-        &DqnConfig::default(),
-        &OptimizerConfig {
-            lr: 1e-3,
-            ..Default::default()
-        },
-    );
-    assert!(PopulationDqn::from_agents(&[&alone[0], &other]).is_err());
+}
+
+/// Agents that differ in more than seed, gamma and learning rate are refused.
+#[test]
+fn agents_that_differ_otherwise_are_refused() {
+    let shape = mlp();
+    let optimizer = OptimizerConfig::default();
+    let a = shape.single(NormKind::None, 1, &DqnConfig::default(), &optimizer);
+    let double = DqnConfig {
+        double_dqn: true,
+        ..Default::default()
+    };
+    let b = shape.single(NormKind::None, 2, &double, &optimizer);
+    assert!(PopulationDqn::from_agents(&[&a, &b]).is_err());
+    let clipped = OptimizerConfig {
+        max_grad_norm: 1.0,
+        ..Default::default()
+    };
+    let c = shape.single(NormKind::None, 3, &DqnConfig::default(), &clipped);
+    assert!(PopulationDqn::from_agents(&[&a, &c]).is_err());
 }

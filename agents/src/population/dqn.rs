@@ -8,7 +8,7 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Device, Result, Tensor, D};
+use candle_core::{DType, Device, Result, Tensor, Var, D};
 use rand::Rng;
 
 use super::count::read_to_host;
@@ -31,6 +31,9 @@ pub struct PopulationDqn {
     /// Each agent's discount `[P, 1]` where they differ (a per-agent hyperparameter);
     /// `None` when all share `config.gamma`.
     gammas: Option<Tensor>,
+    /// Each agent's learning rate over the optimizer's (agent 0's), `[P]`, where they
+    /// differ; `None` when all share one.
+    lr_ratios: Option<Tensor>,
     updates: u64,
     /// The first update's data-dependent init and target sync are done.
     initialized: bool,
@@ -66,6 +69,7 @@ impl PopulationDqn {
             optimizer,
             max_grad_norm,
             gammas: None,
+            lr_ratios: None,
             updates: 0,
             initialized: false,
         })
@@ -73,7 +77,8 @@ impl PopulationDqn {
 
     /// The single agents `agents` as one population, each exactly where it stands:
     /// networks (buffers included), optimizer moments, update count. They must be alike
-    /// but for their values and their discount `gamma` (a per-agent tensor).
+    /// but for their values, their discount `gamma` and their learning rate (per-agent
+    /// tensors).
     pub fn from_agents(agents: &[&Dqn]) -> Result<Self> {
         let Some(first) = agents.first() else {
             candle_core::bail!("a population needs at least one agent");
@@ -83,12 +88,18 @@ impl PopulationDqn {
                 gamma: first.config().gamma,
                 ..a.config().clone()
             };
+            let optimizer = OptimizerConfig {
+                lr: first.optimizer().config().lr,
+                ..a.optimizer().config().clone()
+            };
             config == *first.config()
-                && a.optimizer().config() == first.optimizer().config()
+                && optimizer == *first.optimizer().config()
                 && (a.updates(), a.is_initialized()) == (first.updates(), first.is_initialized())
         };
         if !agents.iter().all(same) {
-            candle_core::bail!("a population's agents differ in more than their values and gamma");
+            candle_core::bail!(
+                "a population's agents differ in more than their values, gamma and learning rate"
+            );
         }
         let online = PopulationNet::stack(&agents.iter().map(|a| a.online()).collect::<Vec<_>>())?;
         let target = PopulationNet::stack(&agents.iter().map(|a| a.target()).collect::<Vec<_>>())?;
@@ -102,10 +113,15 @@ impl PopulationDqn {
         population.load_optimizer_states(&states)?;
         population.updates = first.updates();
         population.initialized = first.is_initialized();
+        let p = agents.len();
         let gammas: Vec<f32> = agents.iter().map(|a| a.config().gamma as f32).collect();
         if gammas.iter().any(|&g| g != gammas[0]) {
-            let p = gammas.len();
             population.gammas = Some(Tensor::from_vec(gammas, (p, 1), &population.device())?);
+        }
+        let lr = |a: &&Dqn| a.optimizer().config().lr;
+        let ratios: Vec<f32> = agents.iter().map(|a| (lr(a) / lr(first)) as f32).collect();
+        if ratios.iter().any(|&r| r != 1.0) {
+            population.lr_ratios = Some(Tensor::from_vec(ratios, p, &population.device())?);
         }
         Ok(population)
     }
@@ -211,7 +227,7 @@ impl PopulationDqn {
         let (per_agent, q_mean) = self.losses(&stacked)?;
         let mut grads = per_agent.sum_all()?.backward()?;
         let grad_norm = self.clip_per_agent(&mut grads)?;
-        self.optimizer.step(&grads)?;
+        self.optimizer_step(&grads)?;
         self.updates += 1;
         if let TargetUpdate::Hard { every } = self.config.target_update {
             if self.updates.is_multiple_of(every) {
@@ -312,6 +328,35 @@ impl PopulationDqn {
             Some(gammas) => b.terminated.affine(-1.0, 1.0)?.broadcast_mul(gammas)?,
         };
         (&b.rewards + (best * keep)?)?.detach().contiguous()
+    }
+
+    /// The optimizer's step, each agent's scaled to its own learning rate: Adam's and
+    /// RMSprop's step is the learning rate times a function of the moments alone, so
+    /// `old + (new - old) * lr_i / lr` is agent `i`'s step (to rounding of the
+    /// parameter, 1e-7 of it). Three operations per variable, whatever P.
+    fn optimizer_step(&mut self, grads: &GradStore) -> Result<()> {
+        let Some(ratios) = &self.lr_ratios else {
+            self.optimizer.step(grads)?;
+            return Ok(());
+        };
+        let vars: Vec<Var> = self
+            .online
+            .vars()
+            .into_iter()
+            .map(|(_, v)| v.clone())
+            .collect();
+        let before = vars
+            .iter()
+            .map(|v| v.as_tensor().copy())
+            .collect::<Result<Vec<_>>>()?;
+        self.optimizer.step(grads)?;
+        for (var, old) in vars.iter().zip(before) {
+            let mut shape = vec![1; old.rank()];
+            shape[0] = ratios.dim(0)?;
+            let step = (var.as_tensor() - &old)?.broadcast_mul(&ratios.reshape(shape)?)?;
+            var.set(&(old + step)?)?;
+        }
+        Ok(())
     }
 
     /// Scales each agent's gradients so that their global norm is at most

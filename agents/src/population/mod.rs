@@ -8,7 +8,7 @@
 //! single ones where they stand and export back into them (the trainer's checkpoints
 //! are single runs'), and each trains exactly as alone (`agents/tests/population.rs`).
 //! Not yet: batch renormalization and SVB/BBN's projections, Polyak and target-free
-//! updates, per-agent learning rates, the replay on the device.
+//! updates, the replay on the device. Gamma and the learning rate may differ per agent.
 
 mod conv;
 pub mod count;
