@@ -7,7 +7,10 @@
 #   3. end-to-end training steps/s on CartPole and MinAtar Breakout, CPU and GPU;
 #   4. four MinAtar Breakout runs side by side on the one GPU (`compare --jobs 4`);
 #   5. populations: P agents' updates as one network against P separate agents, and
-#      the update's graph size, P = 1, 16, 64, 256 (`bench population`).
+#      the update's graph size, tensors and reads per step, P = 1, 16, 64, 256
+#      (`bench population`); then P agents trained end to end as one population
+#      against P single runs, aggregate agent-steps/s on CartPole and MinAtar Breakout
+#      (`bench population-train`).
 #
 #   scripts/gpu-check.sh                     # uses target/cuda/release/normrl
 #   NORMRL_BIN=/path/to/normrl scripts/gpu-check.sh
@@ -63,6 +66,8 @@ step "4 runs side by side on one GPU (compare --jobs 4)" \
 rm -rf "$tmp"
 step "populations, CUDA (P = 1, 16, 64, 256)" \
     timeout 240 "$BIN" bench population --device cuda --iters 40
+step "populations trained end to end, CUDA: agent-steps/s (P = 1, 16, 64, 256)" \
+    timeout 420 "$BIN" bench population-train --device cuda --steps 300
 echo
 if [ "$failures" -eq 0 ]; then
     echo "gpu-check: all steps passed"

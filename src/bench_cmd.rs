@@ -21,8 +21,11 @@ use crate::train::{set_threads, Trainer};
 pub struct BenchArgs {
     /// What to measure: `nn` (updates and acting per method), `replay`, `train`
     /// (end to end), `all` of these, `population` (P agents' updates as one against P
-    /// separate ones, P = 1, 4, 16, 64), or `parity` (every method's values and
-    /// gradients on `--device` against the CPU's; exits with an error beyond tolerance).
+    /// separate ones, P = 1, 4, 16, 64, with tensors and device reads per step),
+    /// `population-train` (P agents trained end to end as one population against P
+    /// single runs: agent-steps/s; use a small `--steps`, e.g. 300), or `parity`
+    /// (every method's values and gradients on `--device` against the CPU's; exits with
+    /// an error beyond tolerance).
     #[arg(default_value = "all")]
     pub what: String,
     /// Timed iterations per measurement.
@@ -379,10 +382,17 @@ fn train_rows(steps: u64, device: &str) -> Result<Vec<Row>> {
 pub fn bench(args: &BenchArgs) -> Result<()> {
     set_threads(args.threads);
     let all = args.what == "all";
-    let known = ["nn", "replay", "train", "population", "parity"];
+    let known = [
+        "nn",
+        "replay",
+        "train",
+        "population",
+        "population-train",
+        "parity",
+    ];
     if !all && !known.contains(&args.what.as_str()) {
         anyhow::bail!(
-            "unknown benchmark '{}': expected nn, replay, train, population, parity or all",
+            "unknown benchmark '{}': expected nn, replay, train, population, population-train, parity or all",
             args.what
         );
     }
@@ -402,6 +412,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     if args.what == "population" {
         rows.extend(crate::bench_population::rows(args.iters, &device)?);
+    }
+    if args.what == "population-train" {
+        let rows_of = crate::bench_population::train_rows;
+        rows.extend(rows_of(args.steps, &device, &args.device)?);
     }
     if args.json {
         for row in &rows {

@@ -180,3 +180,92 @@ pub fn rows(iters: usize, device: &Device) -> Result<Vec<Row>> {
     }
     Ok(rows)
 }
+
+/// End to end: P agents trained by the trainer as one population against the same P
+/// trained one after the other as single runs (one core each way), after 1,000 steps
+/// of warm-up without updates; then `steps` steps with an update every step, the
+/// final evaluation (one episode) and checkpoint included on both sides. Aggregate
+/// agent-steps/s, on CartPole's MLP and MinAtar Breakout's CNN at batch 4 and 32.
+pub fn train_rows(steps: u64, device: &Device, device_spec: &str) -> Result<Vec<Row>> {
+    let populations = match device.is_cpu() {
+        true => POPULATIONS_CPU,
+        false => POPULATIONS_GPU,
+    };
+    let cases = [
+        (
+            "cartpole mlp 64-64",
+            "classic/cartpole",
+            "{type=\"mlp\",hidden=[64,64]}",
+        ),
+        (
+            "minatar/breakout cnn",
+            "minatar/breakout",
+            "{type=\"minatar_cnn\"}",
+        ),
+    ];
+    let mut rows = vec![];
+    for (name, env, arch) in cases {
+        for batch in [4, 32] {
+            for p in populations {
+                let overrides: Vec<String> = vec![
+                    format!("env.id={env}"),
+                    format!("network.architecture={arch}"),
+                    format!("run.total_steps={}", steps + 1000),
+                    format!("replay.batch_size={batch}"),
+                    "replay.learning_starts=1000".into(),
+                    "replay.train_frequency=1".into(),
+                    "eval.interval=0".into(),
+                    "eval.episodes=1".into(),
+                    "checkpoint.interval=0".into(),
+                    "checkpoint.replay=false".into(),
+                    "logging.progress=false".into(),
+                    "logging.layer_stats_interval=0".into(),
+                    format!("run.device=\"{device_spec}\""),
+                ];
+                let config = crate::config::TrainConfig::from_toml_str("", &overrides)?;
+                let case = format!("{name} b{batch} P={p}");
+                let [together, alone] = train_both(&config, p, steps)?;
+                for (what, seconds) in [("population", together), ("separate", alone)] {
+                    rows.push(Row {
+                        bench: format!("{what} train agent-steps/s"),
+                        case: case.clone(),
+                        value: (p as u64 * steps) as f64 / seconds,
+                        min: None,
+                        unit: "1/s",
+                    });
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Seconds of the timed part for P agents as one population, then one after another.
+fn train_both(config: &crate::config::TrainConfig, p: usize, steps: u64) -> Result<[f64; 2]> {
+    use crate::population::Population;
+    use crate::train::Trainer;
+    let root = std::env::temp_dir().join(format!("normrl-bench-population-{}", std::process::id()));
+    let trainers = |side: &str| -> Result<Vec<Trainer>> {
+        (0..p as u64)
+            .map(|seed| {
+                let mut c = config.clone();
+                c.run.seed = seed + 1;
+                Trainer::new(c, &root.join(side).join(format!("seed-{}", seed + 1)))
+            })
+            .collect()
+    };
+    let mut population = Population::new(trainers("population")?)?;
+    population.run(Some(1000))?;
+    let t = std::time::Instant::now();
+    population.run(Some(1000 + steps))?;
+    let together = t.elapsed().as_secs_f64();
+    let mut alone = 0.0;
+    for mut trainer in trainers("separate")? {
+        trainer.run(Some(1000))?;
+        let t = std::time::Instant::now();
+        trainer.run(Some(1000 + steps))?;
+        alone += t.elapsed().as_secs_f64();
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    Ok([together, alone])
+}

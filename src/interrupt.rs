@@ -63,7 +63,7 @@ impl std::error::Error for Interrupted {}
 /// `--requeue`), and says what happened; outside Slurm, says how to resume.
 pub fn requeue() -> String {
     let Ok(job) = std::env::var("SLURM_JOB_ID") else {
-        return "not a Slurm job: run the same command again to resume".into();
+        return "not a Slurm job: to resume, run the same `normrl compare` again, or `normrl train --resume RUN_DIR`".into();
     };
     // An array task is `<array job>_<index>`; its own job id works as well.
     let id = match (

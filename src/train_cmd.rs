@@ -189,6 +189,29 @@ fn check_population_memory(config: &TrainConfig) -> Result<()> {
         .with_context(|| format!("run.population = {p} members together"))
 }
 
+/// An agent of `config` on `device` with the online network of the checkpoint in
+/// `ckpt` (a `checkpoints/step-*` directory): for evaluations.
+pub fn agent_from_checkpoint(
+    config: &TrainConfig,
+    ckpt: &Path,
+    device: &candle_core::Device,
+) -> Result<Dqn> {
+    let env = make(&config.env.id)?;
+    let agent = Dqn::new(
+        &config.network,
+        &config.norm,
+        &config.optimizer,
+        &config.dqn,
+        &env.observation_space().shape,
+        env.action_space().n,
+        0,
+        device,
+    )?;
+    let online = checkpoint::load_tensors(ckpt, "online", device)?;
+    agent.online().store().load_map(&online)?;
+    Ok(agent)
+}
+
 /// A run that stopped on a non-finite value: `normrl train` exits with status 3.
 #[derive(Debug)]
 pub struct Diverged(pub Divergence);
@@ -250,21 +273,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     }
     set_threads(config.run.threads);
     let device = select_device(parse_device_spec(&config.run.device)?)?;
-    let env = make(&config.env.id)?;
-    let agent = Dqn::new(
-        &config.network,
-        &config.norm,
-        &config.optimizer,
-        &config.dqn,
-        &env.observation_space().shape,
-        env.action_space().n,
-        0,
-        &device,
-    )?;
-    agent
-        .online()
-        .store()
-        .load_map(&checkpoint::load_tensors(&ckpt, "online", &device)?)?;
+    let agent = agent_from_checkpoint(&config, &ckpt, &device)?;
     let eval = evaluate(&agent, &config, 0)?;
     println!(
         "{} over {} episodes (epsilon {}): mean return {:.2}; max Q at the first \

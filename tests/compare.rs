@@ -39,6 +39,14 @@ thresholds = {{ "classic/cartpole" = 30.0 }}
     (dir, config)
 }
 
+/// `normrl compare --config CONFIG --runs-dir RUNS`.
+fn compare_args(config: &Path, runs: &Path) -> Vec<String> {
+    let (config, runs) = (config.to_str().unwrap(), runs.to_str().unwrap());
+    ["compare", "--config", config, "--runs-dir", runs]
+        .map(String::from)
+        .to_vec()
+}
+
 fn csv_rows(path: &Path) -> usize {
     std::fs::read_to_string(path).unwrap().lines().count() - 1
 }
@@ -89,15 +97,9 @@ fn assert_report_files(report: &Path) {
 fn tiny_comparison_reports_and_skips_finished_runs() {
     let (dir, config) = setup("full");
     let runs = dir.join("runs");
-    let args = [
-        "compare",
-        "--config",
-        config.to_str().unwrap(),
-        "--runs-dir",
-        runs.to_str().unwrap(),
-        "--jobs",
-        "2",
-    ];
+    let mut args = compare_args(&config, &runs);
+    args.extend(["--jobs".to_string(), "2".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -231,13 +233,8 @@ fn a_comparison_trains_its_seeds_as_populations() {
         );
     std::fs::write(&config, text).unwrap();
     let runs = dir.join("runs");
-    let args = [
-        "compare",
-        "--config",
-        config.to_str().unwrap(),
-        "--runs-dir",
-        runs.to_str().unwrap(),
-    ];
+    let args = compare_args(&config, &runs);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, _, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("note: svb trains its runs alone"), "{err}");

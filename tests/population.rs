@@ -53,37 +53,12 @@ fn members(config: &TrainConfig, root: &Path, p: u64) -> Vec<Member> {
         .collect()
 }
 
-/// The online network's values in a run's latest checkpoint, by name.
-fn weights(run: &Path) -> Vec<(String, Vec<f32>)> {
-    let dir = normrl::checkpoint::latest(run).unwrap().unwrap();
-    let map = normrl::checkpoint::load_tensors(&dir, "online", &candle_core::Device::Cpu).unwrap();
-    let mut v: Vec<_> = map
-        .into_iter()
-        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
-
 /// The final online network's Q-values of a run in `dir` on `obs` (rows of one
 /// observation each).
 fn final_q_values(dir: &Path, config: &TrainConfig, obs: &[Vec<f32>]) -> Vec<f32> {
-    let env = normrl_envs::make(&config.env.id).unwrap();
-    let device = candle_core::Device::Cpu;
-    let agent = normrl_agents::dqn::Dqn::new(
-        &config.network,
-        &config.norm,
-        &config.optimizer,
-        &config.dqn,
-        &env.observation_space().shape,
-        env.action_space().n,
-        0,
-        &device,
-    )
-    .unwrap();
     let ckpt = normrl::checkpoint::latest(dir).unwrap().unwrap();
-    let online = normrl::checkpoint::load_tensors(&ckpt, "online", &device).unwrap();
-    agent.online().store().load_map(&online).unwrap();
+    let device = candle_core::Device::Cpu;
+    let agent = normrl::train_cmd::agent_from_checkpoint(config, &ckpt, &device).unwrap();
     obs.iter()
         .flat_map(|o| agent.q_values(o).unwrap())
         .collect()
@@ -152,8 +127,8 @@ fn member_equals_population_of_one(config_file: &str, norm: &str) {
     assert_eq!(member.eval_curve, alone.eval_curve, "{what}");
     assert_eq!(member.diagnostics, alone.diagnostics, "{what}");
     assert_eq!(
-        weights(&three.join("seed-2")),
-        weights(&one.join("seed-2")),
+        common::checkpoint_weights(&three.join("seed-2")),
+        common::checkpoint_weights(&one.join("seed-2")),
         "{what}"
     );
     let _ = std::fs::remove_dir_all(&three);
@@ -277,7 +252,10 @@ fn a_killed_population_resumes_all_its_members_exactly() {
         }
         for seed in [1, 2] {
             let run = |r: &Path| r.join(format!("seed-{seed}"));
-            assert_eq!(weights(&run(root)), weights(&run(&whole)));
+            assert_eq!(
+                common::checkpoint_weights(&run(root)),
+                common::checkpoint_weights(&run(&whole))
+            );
             // Pruned to the final checkpoint once every member wrote it.
             let left = std::fs::read_dir(run(root).join("checkpoints")).unwrap();
             let steps = left
@@ -414,4 +392,99 @@ fn the_population_key_leaves_out_exactly_the_per_agent_values() {
     for other in [batch, double] {
         assert_ne!(normrl::population::population_key(&other), key);
     }
+}
+
+/// A process this test started, killed by its id if the test fails before it ends.
+struct Started(Option<std::process::Child>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// SIGTERM to a training population: every member checkpoints at the same step and
+/// the program exits 75; `--resume` then finishes every member as the uninterrupted
+/// population does, bit for bit.
+#[test]
+fn a_signalled_population_checkpoints_every_member_and_resumes() {
+    let (dir, whole) = (temp("signal"), temp("signal-whole"));
+    let args = |run_dir: &Path| -> Vec<String> {
+        [
+            "train",
+            "--config",
+            "configs/cartpole.toml",
+            "--set",
+            "run.population=2",
+            "--set",
+            "run.total_steps=12000",
+            "--set",
+            "logging.progress=false",
+            "--set",
+            "logging.interval=100",
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args(args(&dir))
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut started = Started(Some(child));
+    let pid = started.0.as_ref().unwrap().id();
+    let beating = |seed: u32| dir.join(format!("seed-{seed}/heartbeat")).exists();
+    let t = std::time::Instant::now();
+    while !(beating(1) && beating(2)) && t.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(beating(1) && beating(2), "the members never beat");
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = started.0.take().unwrap().wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert!(err.contains("SIGTERM at step"), "{err}");
+    let latest = |seed: u32| {
+        let pointer = dir.join(format!("seed-{seed}/checkpoints/latest"));
+        std::fs::read_to_string(pointer).unwrap()
+    };
+    assert_eq!(
+        latest(1),
+        latest(2),
+        "the members stopped at different steps"
+    );
+    assert!(
+        !beating(1) && !beating(2),
+        "an interrupted member still beats"
+    );
+    let (code, _, err) = common::normrl(&["train", "--resume", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let whole_args = args(&whole);
+    let whole_args: Vec<&str> = whole_args.iter().map(String::as_str).collect();
+    let (code, _, err) = common::normrl(&whole_args);
+    assert_eq!(code, 0, "{err}");
+    for seed in [1, 2] {
+        let summary = |root: &Path| {
+            let dir = root.join(format!("seed-{seed}"));
+            normrl::train::finished_summary(&dir).unwrap().unwrap()
+        };
+        let (resumed, uninterrupted) = (summary(&dir), summary(&whole));
+        assert_eq!(
+            resumed.train_curve, uninterrupted.train_curve,
+            "seed {seed}"
+        );
+        assert_eq!(resumed.eval_curve, uninterrupted.eval_curve, "seed {seed}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&whole);
 }

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
 use normrl::config::TrainConfig;
 use normrl::train::Trainer;
 
@@ -29,17 +31,6 @@ fn temp(name: &str) -> PathBuf {
     dir
 }
 
-fn weights(run: &Path) -> Vec<(String, Vec<f32>)> {
-    let dir = normrl::checkpoint::latest(run).unwrap().unwrap();
-    let map = normrl::checkpoint::load_tensors(&dir, "online", &candle_core::Device::Cpu).unwrap();
-    let mut v: Vec<_> = map
-        .into_iter()
-        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
-
 #[test]
 fn same_seed_same_run_and_resume_equals_uninterrupted() {
     let config = small_config("wn_mean_only_bn");
@@ -58,7 +49,10 @@ fn same_seed_same_run_and_resume_equals_uninterrupted() {
         .unwrap();
     assert_eq!(full.train_curve, again.train_curve);
     assert_eq!(full.eval_curve, again.eval_curve);
-    assert_eq!(weights(&a), weights(&b));
+    assert_eq!(
+        common::checkpoint_weights(&a),
+        common::checkpoint_weights(&b)
+    );
 
     // Stop mid-episode at 1700 steps, resume in a fresh trainer.
     assert!(Trainer::new(config.clone(), &c)
@@ -75,7 +69,10 @@ fn same_seed_same_run_and_resume_equals_uninterrupted() {
     assert_eq!(resumed.diagnostics, full.diagnostics);
     assert_eq!(full.diagnostics["effective_step/all"].len(), 2);
     assert_eq!(full.diagnostics["effective_step/all"][0].0, 1001);
-    assert_eq!(weights(&c), weights(&a));
+    assert_eq!(
+        common::checkpoint_weights(&c),
+        common::checkpoint_weights(&a)
+    );
     assert!(full.episodes > 10 && full.updates == 2500);
 
     // The run directory: config, summary, one checkpoint, TensorBoard events.

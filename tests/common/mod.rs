@@ -64,3 +64,15 @@ pub fn python() -> &'static Path {
         python
     })
 }
+
+/// The online network's values in a run's latest checkpoint, by name.
+pub fn checkpoint_weights(run: &Path) -> Vec<(String, Vec<f32>)> {
+    let dir = normrl::checkpoint::latest(run).unwrap().unwrap();
+    let map = normrl::checkpoint::load_tensors(&dir, "online", &candle_core::Device::Cpu).unwrap();
+    let mut v: Vec<_> = map
+        .into_iter()
+        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
