@@ -343,54 +343,28 @@ fn the_command_line_trains_and_resumes_a_population() {
 #[test]
 fn unsupported_populations_are_refused_with_the_key() {
     let dir = temp("refused");
-    for (set, key) in [
-        ("run.population=0", "run.population"),
-        ("norm.kind=svb", "norm.kind"),
+    let cases: [(&[&str], &str); 3] = [
+        (&["run.population=0"], "run.population"),
+        (&["run.population=2", "norm.kind=svb"], "norm.kind"),
         (
-            "dqn.target_update={type=\"polyak\",tau=0.01}",
-            "dqn.target_update",
+            &[
+                "run.population=2",
+                "dqn.target_update={type=\"none\"}",
+                "dqn.joint_forward=true",
+            ],
+            "dqn.joint_forward",
         ),
-    ] {
-        let population = if set.starts_with("run.population") {
-            "run.population=0"
-        } else {
-            "run.population=2"
-        };
-        let (code, _, err) = common::normrl(&[
-            "train",
-            "--config",
-            "configs/cartpole.toml",
-            "--set",
-            population,
-            "--set",
-            set,
-            "--run-dir",
-            dir.to_str().unwrap(),
-        ]);
-        assert_eq!(code, 2, "{set}: {err}");
-        assert!(err.contains(key), "{set}: {err}");
-        assert!(!dir.exists(), "{set}: something was written");
-    }
-}
-
-/// Runs that differ in seed, exploration, gamma or learning rate share a population's
-/// key (those are per-agent values); a different batch size or method does not.
-#[test]
-fn the_population_key_leaves_out_exactly_the_per_agent_values() {
-    let base = config("configs/cartpole.toml", "none", 1000);
-    let key = normrl::population::population_key(&base);
-    let mut same = base.clone();
-    same.run.seed = 9;
-    same.exploration.end = 0.3;
-    same.dqn.gamma = 0.9;
-    same.optimizer.lr = 1e-4;
-    assert_eq!(normrl::population::population_key(&same), key);
-    let mut batch = base.clone();
-    batch.replay.batch_size = 4;
-    let mut double = base.clone();
-    double.dqn.double_dqn = !double.dqn.double_dqn;
-    for other in [batch, double] {
-        assert_ne!(normrl::population::population_key(&other), key);
+    ];
+    for (sets, key) in cases {
+        let mut args = vec!["train", "--config", "configs/cartpole.toml"];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        args.extend(["--run-dir", dir.to_str().unwrap()]);
+        let (code, _, err) = common::normrl(&args);
+        assert_eq!(code, 2, "{sets:?}: {err}");
+        assert!(err.contains(key), "{sets:?}: {err}");
+        assert!(!dir.exists(), "{sets:?}: something was written");
     }
 }
 

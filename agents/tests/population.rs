@@ -490,3 +490,43 @@ fn agents_that_differ_otherwise_are_refused() {
     let c = shape.single(NormKind::None, 3, &DqnConfig::default(), &clipped);
     assert!(PopulationDqn::from_agents(&[&a, &c]).is_err());
 }
+
+/// Polyak targets and target-free TD (PQN's layer norm without a target network)
+/// train each agent as alone: losses to 1e-5 over 50 updates.
+#[test]
+fn polyak_and_target_free_populations_train_as_alone() {
+    let cases = [
+        (mlp(), NormKind::LayerNorm, TargetUpdate::None),
+        (
+            mlp(),
+            NormKind::BatchNorm,
+            TargetUpdate::Polyak { tau: 0.05 },
+        ),
+        (cnn(), NormKind::None, TargetUpdate::Polyak { tau: 0.05 }),
+        (cnn(), NormKind::LayerNorm, TargetUpdate::None),
+    ];
+    for (shape, kind, target_update) in cases {
+        let dqn = DqnConfig {
+            target_update,
+            ..Default::default()
+        };
+        let optimizer = OptimizerConfig::default();
+        let mut alone: Vec<Dqn> = [1u64, 2]
+            .iter()
+            .map(|&s| shape.single(kind, s, &dqn, &optimizer))
+            .collect();
+        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
+        for step in 0..50 {
+            let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();
+            let together = population.update(&batches).unwrap().td_losses().unwrap();
+            for (i, agent) in alone.iter_mut().enumerate() {
+                let loss = agent.update(&batches[i]).unwrap().td_loss.value().unwrap() as f32;
+                assert!(
+                    relative(together[i], loss) <= 1e-5,
+                    "{kind:?} {target_update:?} agent {i} update {step}: {} against {loss}",
+                    together[i]
+                );
+            }
+        }
+    }
+}

@@ -229,10 +229,12 @@ impl PopulationDqn {
         let grad_norm = self.clip_per_agent(&mut grads)?;
         self.optimizer_step(&grads)?;
         self.updates += 1;
-        if let TargetUpdate::Hard { every } = self.config.target_update {
-            if self.updates.is_multiple_of(every) {
+        match self.config.target_update {
+            TargetUpdate::Hard { every } if self.updates.is_multiple_of(every) => {
                 self.target.copy_from(&self.online)?;
             }
+            TargetUpdate::Polyak { tau } => self.target.soft_update_from(&self.online, tau)?,
+            _ => {}
         }
         let metrics = Tensor::stack(&[per_agent.detach(), q_mean, grad_norm], 0)?.detach();
         Ok(PopulationInfo { metrics })
@@ -312,9 +314,12 @@ impl PopulationDqn {
     /// `r + gamma (1 - terminated) Q_target(s', a*)`, `[P, B]`, `a*` the target's
     /// argmax or (Double DQN) the online network's.
     fn targets(&self, b: &Stacked) -> Result<Tensor> {
-        let next_q = self
-            .target
-            .forward(&b.next_obs, self.config.target_bn_mode)?;
+        // Target-free TD (`target_update = "none"`) bootstraps from the online network.
+        let target = match self.config.target_update {
+            TargetUpdate::None => &self.online,
+            _ => &self.target,
+        };
+        let next_q = target.forward(&b.next_obs, self.config.target_bn_mode)?;
         let best = match self.config.double_dqn {
             false => next_q.max(D::Minus1)?,
             true => {

@@ -4,11 +4,11 @@
 //! MLPs and MinAtar's CNN with no normalization, weight norm (and its data-dependent
 //! init on each agent's first batch), weight norm with mean-only batch norm, batch norm
 //! or layer norm (statistics per agent, and per sample for layer norm), and MLPs with
-//! group norm or RMSNorm; Adam or RMSprop with hard target syncs. Agents stack from
+//! group norm or RMSNorm; Adam or RMSprop; hard, Polyak or no target updates. Agents stack from
 //! single ones where they stand and export back into them (the trainer's checkpoints
 //! are single runs'), and each trains exactly as alone (`agents/tests/population.rs`).
-//! Not yet: batch renormalization and SVB/BBN's projections, Polyak and target-free
-//! updates, the replay on the device. Gamma and the learning rate may differ per agent.
+//! Not yet: batch renormalization, SVB/BBN's projections, CrossQ's joint forward, the
+//! replay on the device. Gamma and the learning rate may differ per agent.
 
 mod conv;
 pub mod count;
@@ -18,7 +18,7 @@ mod net;
 pub use dqn::{PopulationDqn, PopulationInfo};
 pub use net::PopulationNet;
 
-use crate::dqn::{DqnConfig, TargetUpdate};
+use crate::dqn::DqnConfig;
 use crate::nn::NormKind;
 use crate::optim::OptimizerConfig;
 
@@ -39,9 +39,6 @@ pub fn unsupported(
     // Every optimizer (Adam, RMSprop) updates each value from its own gradient and
     // moments: the single agents' optimizer over the stacked variables is each agent's.
     let _ = optimizer;
-    if !matches!(dqn.target_update, TargetUpdate::Hard { .. }) {
-        return Some(("dqn.target_update", "a hard update (every N updates)"));
-    }
     if dqn.joint_forward {
         return Some(("dqn.joint_forward", "false"));
     }

@@ -550,6 +550,20 @@ impl PopulationNet {
         Ok(())
     }
 
+    /// Polyak averaging, every agent alike: `self = (1 - tau) self + tau other` for
+    /// the trainable variables; buffers are copied (a single network's rule).
+    pub fn soft_update_from(&self, other: &PopulationNet, tau: f64) -> Result<()> {
+        for (mine, theirs) in self.layers.iter().zip(&other.layers) {
+            for (a, b) in mine.trainable().into_iter().zip(theirs.trainable()) {
+                a.set(&((a.as_tensor() * (1.0 - tau))? + (b.as_tensor() * tau)?)?)?;
+            }
+            for (a, b) in mine.norm.vars().1.into_iter().zip(theirs.norm.vars().1) {
+                a.set(b.as_tensor())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Every variable's values (buffers included), as `<prefix>/<index>`, copied.
     pub(crate) fn save(&self, prefix: &str, map: &mut HashMap<String, Tensor>) -> Result<()> {
         let all = self.layers.iter().flat_map(PopulationLayer::all);
