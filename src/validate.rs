@@ -107,13 +107,12 @@ pub fn population_problems(config: &TrainConfig) -> Option<String> {
     if p == 1 {
         return None;
     }
-    let convolutional = !config.network.architecture.convolutions().is_empty();
     let (norm, dqn, optimizer) = (config.norm.kind, &config.dqn, &config.optimizer);
-    normrl_agents::population::unsupported(norm, convolutional, dqn, optimizer).map(
-        |(key, allowed)| {
-            format!("{key} must be {allowed} when run.population > 1 (populations support no other yet)")
-        },
-    )
+    normrl_agents::population::unsupported(norm, dqn, optimizer).map(|(key, allowed)| {
+        format!(
+            "{key} must be {allowed} when run.population > 1 (populations support no other yet)"
+        )
+    })
 }
 
 fn network_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {

@@ -193,6 +193,8 @@ fn each_agent_of_a_population_trains_as_it_would_alone() {
         (cnn(), NormKind::BatchNorm, false, 4.5),
         (cnn(), NormKind::WeightNorm, true, 1.0),
         (cnn(), NormKind::LayerNorm, false, 1.0),
+        (cnn(), NormKind::GroupNorm, true, 1.0),
+        (cnn(), NormKind::RmsNorm, false, 1.0),
     ];
     let mut unclipped = 0;
     for (shape, kind, double_dqn, max_grad_norm) in cases {
@@ -279,6 +281,8 @@ fn the_update_graph_does_not_grow_with_the_population() {
         (mlp(), NormKind::RmsNorm),
         (cnn(), NormKind::WnMeanOnlyBn),
         (cnn(), NormKind::LayerNorm),
+        (cnn(), NormKind::GroupNorm),
+        (cnn(), NormKind::RmsNorm),
     ];
     for (shape, kind) in cases {
         let nodes = |p: u64| {

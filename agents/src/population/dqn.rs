@@ -47,8 +47,7 @@ impl PopulationDqn {
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
-        if let Some((key, allowed)) = super::unsupported(NormKind::None, false, &config, &optimizer)
-        {
+        if let Some((key, allowed)) = super::unsupported(NormKind::None, &config, &optimizer) {
             candle_core::bail!("a population's {key} must be {allowed}");
         }
         let mut store = ParamStore::new(online.device().clone());

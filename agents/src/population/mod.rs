@@ -2,9 +2,9 @@
 //! population axis, so that the number of operations per step does not grow with P (on
 //! a GPU, a fixed number of kernel launches for a whole study; counted in `count`).
 //! MLPs and MinAtar's CNN with no normalization, weight norm (and its data-dependent
-//! init on each agent's first batch), weight norm with mean-only batch norm, batch norm
-//! or layer norm (statistics per agent, and per sample for layer norm), and MLPs with
-//! group norm or RMSNorm; Adam or RMSprop; hard, Polyak or no target updates. Agents stack from
+//! init on each agent's first batch), weight norm with mean-only batch norm, batch norm,
+//! layer norm, group norm or RMSNorm (statistics per agent, and per sample for the last
+//! three); Adam or RMSprop; hard, Polyak or no target updates. Agents stack from
 //! single ones where they stand and export back into them (the trainer's checkpoints
 //! are single runs'), and each trains exactly as alone (`agents/tests/population.rs`).
 //! Not yet: batch renormalization, SVB/BBN's projections, CrossQ's joint forward, the
@@ -26,14 +26,13 @@ use crate::optim::OptimizerConfig;
 /// supported)`; `None` when they can.
 pub fn unsupported(
     norm: NormKind,
-    convolutional: bool,
     dqn: &DqnConfig,
     optimizer: &OptimizerConfig,
 ) -> Option<(&'static str, &'static str)> {
-    if !norm_supported(norm, convolutional) {
+    if !norm_supported(norm) {
         return Some((
             "norm.kind",
-            "none, weight_norm, wn_mean_only_bn, batch_norm or layer_norm (and group_norm or rms_norm on MLPs)",
+            "none, weight_norm, wn_mean_only_bn, batch_norm, layer_norm, group_norm or rms_norm",
         ));
     }
     // Every optimizer (Adam, RMSprop) updates each value from its own gradient and
@@ -46,14 +45,15 @@ pub fn unsupported(
 }
 
 /// Whether a population stacks networks normalized by `norm`.
-pub(crate) fn norm_supported(norm: NormKind, convolutional: bool) -> bool {
-    match norm {
+pub(crate) fn norm_supported(norm: NormKind) -> bool {
+    matches!(
+        norm,
         NormKind::None
-        | NormKind::BatchNorm
-        | NormKind::WeightNorm
-        | NormKind::WnMeanOnlyBn
-        | NormKind::LayerNorm => true,
-        NormKind::GroupNorm | NormKind::RmsNorm => !convolutional,
-        _ => false,
-    }
+            | NormKind::BatchNorm
+            | NormKind::WeightNorm
+            | NormKind::WnMeanOnlyBn
+            | NormKind::LayerNorm
+            | NormKind::GroupNorm
+            | NormKind::RmsNorm
+    )
 }

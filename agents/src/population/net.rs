@@ -303,10 +303,9 @@ impl PopulationNet {
         };
         let config = first.norm();
         let kind = config.kind;
-        let convolutional = first.layers().any(|l| l.kernel().weight_shape().len() > 2);
-        if !super::norm_supported(kind, convolutional) {
+        if !super::norm_supported(kind) {
             candle_core::bail!(
-                "populations support norm none, weight_norm, wn_mean_only_bn, batch_norm and layer_norm, and group_norm and rms_norm on MLPs, so far; not {kind}"
+                "populations support norm none, weight_norm, wn_mean_only_bn, batch_norm, layer_norm, group_norm and rms_norm, so far; not {kind}"
             );
         }
         let (mut names, mut layouts) = (vec![], vec![]);
@@ -459,17 +458,24 @@ impl PopulationNet {
                 beta,
                 groups,
             } => {
-                let (p, b, units) = h.dims3()?;
-                let grouped = h.reshape((p, b, *groups, units / groups))?;
+                // Each sample's contiguous groups of units, or of channels with all
+                // their positions.
+                let (p, b) = (h.dim(0)?, h.dim(1)?);
+                let per_group = h.elem_count() / (p * b * groups);
+                let grouped = h.reshape((p, b, *groups, per_group))?;
                 let (mean, var) = moments(&grouped, 3)?;
                 let x_hat = grouped
                     .broadcast_sub(&mean)?
                     .broadcast_div(&(var + s.ln_eps)?.sqrt()?)?
-                    .reshape((p, b, units))?;
+                    .reshape(h.shape())?;
                 affine(x_hat, gamma, beta)
             }
             PopulationNorm::Rms { gamma } => {
-                let rms = (h.sqr()?.mean_keepdim(2)? + s.ln_eps)?.sqrt()?;
+                let mean_square = match h.rank() {
+                    3 => h.sqr()?.mean_keepdim(2)?,
+                    _ => h.sqr()?.mean_keepdim(3)?.mean_keepdim(2)?,
+                };
+                let rms = (mean_square + s.ln_eps)?.sqrt()?;
                 h.broadcast_div(&rms)?.broadcast_mul(gamma.as_tensor())
             }
             PopulationNorm::MeanOnly { running_mean } => {
