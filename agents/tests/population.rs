@@ -534,3 +534,66 @@ fn polyak_and_target_free_populations_train_as_alone() {
         }
     }
 }
+
+/// Batch renormalization trains each agent as alone through its warm-up (plain batch
+/// norm for 10 updates) and after it, with a clip that binds (`r_max` 1.1, `d_max`
+/// 0.1): losses to 1e-5 over 40 updates; the warm-up count is a buffer, carried by an
+/// export.
+#[test]
+fn batch_renormalized_populations_train_as_alone() {
+    for shape in [mlp(), cnn()] {
+        let norm = NormConfig {
+            kind: NormKind::BatchRenorm,
+            brn_warmup: 10,
+            brn_r_max: 1.1,
+            brn_d_max: 0.1,
+            ..Default::default()
+        };
+        let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
+        let (net, obs) = (&shape.network, &shape.obs);
+        let single = |seed| {
+            Dqn::new(
+                net,
+                &norm,
+                &optimizer,
+                &dqn,
+                obs,
+                ACTIONS,
+                seed,
+                &Device::Cpu,
+            )
+            .unwrap()
+        };
+        let mut alone: Vec<Dqn> = [1u64, 2].into_iter().map(single).collect();
+        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
+        for step in 0..40 {
+            let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();
+            let together = population.update(&batches).unwrap().td_losses().unwrap();
+            for (i, agent) in alone.iter_mut().enumerate() {
+                let loss = agent.update(&batches[i]).unwrap().td_loss.value().unwrap() as f32;
+                assert!(
+                    relative(together[i], loss) <= 1e-5,
+                    "{:?} agent {i} update {step}: {} against {loss}",
+                    shape.network.architecture,
+                    together[i]
+                );
+            }
+        }
+        let mut exported = single(1);
+        population.export_agent(0, &mut exported).unwrap();
+        let count = |d: &Dqn| {
+            let store = d.online().store();
+            let p = store
+                .params()
+                .iter()
+                .find(|p| p.name.ends_with("brn.updates"));
+            p.expect("a warm-up count")
+                .var
+                .as_tensor()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
+        assert_eq!(count(&exported), vec![10.0]);
+        assert_eq!(count(&exported), count(&alone[0]));
+    }
+}

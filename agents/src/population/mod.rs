@@ -3,12 +3,12 @@
 //! a GPU, a fixed number of kernel launches for a whole study; counted in `count`).
 //! MLPs and MinAtar's CNN with no normalization, weight norm (and its data-dependent
 //! init on each agent's first batch), weight norm with mean-only batch norm, batch norm,
-//! layer norm, group norm or RMSNorm (statistics per agent, and per sample for the last
-//! three); Adam or RMSprop; hard, Polyak or no target updates. Agents stack from
+//! batch renormalization, layer norm, group norm or RMSNorm (statistics per agent, and
+//! per sample for the last three); Adam or RMSprop; hard, Polyak or no target updates. Agents stack from
 //! single ones where they stand and export back into them (the trainer's checkpoints
 //! are single runs'), and each trains exactly as alone (`agents/tests/population.rs`).
-//! Not yet: batch renormalization, SVB/BBN's projections, CrossQ's joint forward, the
-//! replay on the device. Gamma and the learning rate may differ per agent.
+//! Gamma and the learning rate may differ per agent. Not yet: SVB/BBN's projections,
+//! CrossQ's joint forward, the replay on the device.
 
 mod conv;
 pub mod count;
@@ -32,7 +32,7 @@ pub fn unsupported(
     if !norm_supported(norm) {
         return Some((
             "norm.kind",
-            "none, weight_norm, wn_mean_only_bn, batch_norm, layer_norm, group_norm or rms_norm",
+            "none, weight_norm, wn_mean_only_bn, batch_norm, batch_renorm, layer_norm, group_norm or rms_norm",
         ));
     }
     // Every optimizer (Adam, RMSprop) updates each value from its own gradient and
@@ -55,5 +55,6 @@ pub(crate) fn norm_supported(norm: NormKind) -> bool {
             | NormKind::LayerNorm
             | NormKind::GroupNorm
             | NormKind::RmsNorm
+            | NormKind::BatchRenorm
     )
 }

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use candle_core::{DType, Result, Tensor, Var};
 
 use super::conv::Im2col;
-use crate::nn::{BnStats, Group, Kernel, NormKind, NormLayer, QNetwork};
+use super::count::read_to_host;
+use crate::nn::{BnStats, Group, Kernel, NormKind, NormLayer, QNetwork, RenormConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A hidden layer's normalization, its values `[P, 1, units]` (`[P, 1, out, 1]` over
 /// feature maps).
@@ -28,12 +30,14 @@ enum PopulationNorm {
     Rms {
         gamma: Var,
     },
-    /// Batch norm: running statistics (buffers, never trained) besides `gamma`, `beta`.
+    /// Batch norm: running statistics (buffers, never trained) besides `gamma`, `beta`;
+    /// with batch renormalization's correction for `batch_renorm`.
     Batch {
         gamma: Var,
         beta: Var,
         running_mean: Var,
         running_var: Var,
+        renorm: Option<PopulationRenorm>,
     },
     /// Weight norm's mean-only batch norm: the batch mean subtracted, a running mean.
     MeanOnly {
@@ -55,7 +59,12 @@ impl PopulationNorm {
                 beta,
                 running_mean,
                 running_var,
-            } => (vec![gamma, beta], vec![running_mean, running_var]),
+                renorm,
+            } => {
+                let mut buffers = vec![running_mean, running_var];
+                buffers.extend(renorm.as_ref().map(|r| &r.updates));
+                (vec![gamma, beta], buffers)
+            }
             PopulationNorm::MeanOnly { running_mean } => (vec![], vec![running_mean]),
         }
     }
@@ -84,16 +93,68 @@ impl PopulationNorm {
                 beta,
                 running_mean,
                 running_var,
+                renorm,
             } => PopulationNorm::Batch {
                 gamma: c(gamma)?,
                 beta: c(beta)?,
                 running_mean: c(running_mean)?,
                 running_var: c(running_var)?,
+                renorm: match renorm {
+                    Some(r) => Some(PopulationRenorm {
+                        config: r.config,
+                        updates: c(&r.updates)?,
+                        open: AtomicBool::new(r.open.load(Ordering::Acquire)),
+                    }),
+                    None => None,
+                },
             },
             PopulationNorm::MeanOnly { running_mean } => PopulationNorm::MeanOnly {
                 running_mean: c(running_mean)?,
             },
         })
+    }
+}
+
+/// Batch renormalization's clip and warm-up (see `nn/batch_renorm.rs`): the count of
+/// training forwards is a buffer per agent (`[P, 1, 1]`), alike for all, read (agent
+/// 0's, one read) only until the warm-up is over.
+struct PopulationRenorm {
+    config: RenormConfig,
+    updates: Var,
+    open: AtomicBool,
+}
+
+impl PopulationRenorm {
+    /// Counts one training forward; whether the clip is open for it.
+    fn count_update(&self) -> Result<bool> {
+        if self.open.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let done = read_to_host::<f32>(&self.updates.as_tensor().flatten_all()?.narrow(0, 0, 1)?)?;
+        if done[0] as u64 >= self.config.warmup {
+            self.open.store(true, Ordering::Release);
+            return Ok(true);
+        }
+        self.updates.set(&(self.updates.as_tensor() + 1.0)?)?;
+        Ok(false)
+    }
+
+    /// `r` and `d` of a training forward (detached), from the batch's moments and the
+    /// running statistics before this batch updates them.
+    fn correction(
+        &self,
+        (mean, var): (&Tensor, &Tensor),
+        (running_mean, running_var): (&Var, &Var),
+        eps: f64,
+    ) -> Result<(Tensor, Tensor)> {
+        let (r_max, d_max) = (self.config.r_max, self.config.d_max);
+        let s = (running_var.as_tensor() + eps)?.sqrt()?;
+        let s_batch = (var + eps)?.sqrt()?;
+        let r = (s_batch / &s)?.clamp(1.0 / r_max, r_max)?.detach();
+        let d = ((mean - running_mean.as_tensor())? / s)?
+            .clamp(-d_max, d_max)?
+            .detach();
+        Ok((r, d))
     }
 }
 
@@ -225,7 +286,7 @@ fn stacked(nets: &[&QNetwork], name: &str) -> Result<Tensor> {
 fn stack_layer(
     nets: &[&QNetwork],
     layer: &NormLayer,
-    (kind, groups): (NormKind, usize),
+    (kind, groups, renorm): (NormKind, usize, RenormConfig),
     conv: Option<Im2col>,
     (names, layouts): (&mut Vec<(String, Group)>, &mut Vec<VarLayout>),
 ) -> Result<PopulationLayer> {
@@ -266,11 +327,19 @@ fn stack_layer(
             gamma: take("ln.gamma", Group::Weight)?,
             beta: take("ln.beta", Group::Weight)?,
         },
-        (NormKind::BatchNorm, true) => PopulationNorm::Batch {
+        (NormKind::BatchNorm | NormKind::BatchRenorm, true) => PopulationNorm::Batch {
             gamma: take("bn.gamma", Group::Weight)?,
             beta: take("bn.beta", Group::Weight)?,
             running_mean: take("bn.running_mean", Group::Buffer)?,
             running_var: take("bn.running_var", Group::Buffer)?,
+            renorm: match kind {
+                NormKind::BatchRenorm => Some(PopulationRenorm {
+                    config: renorm,
+                    updates: take("brn.updates", Group::Buffer)?,
+                    open: AtomicBool::new(false),
+                }),
+                _ => None,
+            },
         },
         (NormKind::GroupNorm, true) => PopulationNorm::Group {
             gamma: take("gn.gamma", Group::Weight)?,
@@ -305,7 +374,7 @@ impl PopulationNet {
         let kind = config.kind;
         if !super::norm_supported(kind) {
             candle_core::bail!(
-                "populations support norm none, weight_norm, wn_mean_only_bn, batch_norm, layer_norm, group_norm and rms_norm, so far; not {kind}"
+                "populations support norm none, weight_norm, wn_mean_only_bn, batch_norm, batch_renorm, layer_norm, group_norm and rms_norm, so far; not {kind}"
             );
         }
         let (mut names, mut layouts) = (vec![], vec![]);
@@ -326,7 +395,7 @@ impl PopulationNet {
             layers.push(stack_layer(
                 nets,
                 layer,
-                (kind, config.groups),
+                (kind, config.groups, config.renorm()),
                 conv,
                 (&mut names, &mut layouts),
             )?);
@@ -434,24 +503,41 @@ impl PopulationNet {
                 beta,
                 running_mean,
                 running_var,
+                renorm,
             } => {
-                let (mean, var) = match stats {
+                let running = (running_mean, running_var);
+                let (mean, var, correction) = match stats {
                     BnStats::Batch => {
                         let (mean, var) = unit_moments(&h)?;
-                        self.update_running(&h, (&mean, &var), (running_mean, running_var))?;
-                        (mean, var)
+                        let correction = match renorm {
+                            Some(brn) if brn.count_update()? => {
+                                Some(brn.correction((&mean, &var), running, s.bn_eps)?)
+                            }
+                            _ => None,
+                        };
+                        self.update_running(&h, (&mean, &var), running)?;
+                        (mean, var, correction)
                     }
                     BnStats::Running => (
                         running_mean.as_tensor().clone(),
                         running_var.as_tensor().clone(),
+                        None,
                     ),
                 };
-                // A single network's order: `(t - mean) * (gamma / std) + beta`.
+                // A single network's order: `(t - mean) * (gamma / std) + beta`; batch
+                // renormalization's gain `gamma r` and shift `beta + gamma d`.
                 let inv_std = (var + s.bn_eps)?.sqrt()?.recip()?;
-                let scale = inv_std.broadcast_mul(gamma.as_tensor())?;
+                let (gain, shift) = match correction {
+                    None => (gamma.as_tensor().clone(), beta.as_tensor().clone()),
+                    Some((r, d)) => (
+                        r.broadcast_mul(gamma.as_tensor())?,
+                        d.broadcast_mul(gamma.as_tensor())?
+                            .broadcast_add(beta.as_tensor())?,
+                    ),
+                };
                 h.broadcast_sub(&mean)?
-                    .broadcast_mul(&scale)?
-                    .broadcast_add(beta.as_tensor())
+                    .broadcast_mul(&inv_std.broadcast_mul(&gain)?)?
+                    .broadcast_add(&shift)
             }
             PopulationNorm::Group {
                 gamma,
