@@ -107,8 +107,7 @@ pub fn population_problems(config: &TrainConfig) -> Option<String> {
     if p == 1 {
         return None;
     }
-    let (norm, dqn, optimizer) = (config.norm.kind, &config.dqn, &config.optimizer);
-    normrl_agents::population::unsupported(norm, dqn, optimizer).map(|(key, allowed)| {
+    normrl_agents::population::unsupported(config.norm.kind).map(|(key, allowed)| {
         format!(
             "{key} must be {allowed} when run.population > 1 (populations support no other yet)"
         )

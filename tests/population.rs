@@ -346,14 +346,7 @@ fn unsupported_populations_are_refused_with_the_key() {
     let cases: [(&[&str], &str); 3] = [
         (&["run.population=0"], "run.population"),
         (&["run.population=2", "norm.kind=svb"], "norm.kind"),
-        (
-            &[
-                "run.population=2",
-                "dqn.target_update={type=\"none\"}",
-                "dqn.joint_forward=true",
-            ],
-            "dqn.joint_forward",
-        ),
+        (&["run.population=2", "norm.kind=bbn"], "norm.kind"),
     ];
     for (sets, key) in cases {
         let mut args = vec!["train", "--config", "configs/cartpole.toml"];
@@ -461,4 +454,25 @@ fn a_signalled_population_checkpoints_every_member_and_resumes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&whole);
+}
+
+/// Runs that differ in seed, exploration, gamma or learning rate share a population's
+/// key (those are per-agent values); a different batch size or method does not.
+#[test]
+fn the_population_key_leaves_out_exactly_the_per_agent_values() {
+    let base = config("configs/cartpole.toml", "none", 1000);
+    let key = normrl::population::population_key(&base);
+    let mut same = base.clone();
+    same.run.seed = 9;
+    same.exploration.end = 0.3;
+    same.dqn.gamma = 0.9;
+    same.optimizer.lr = 1e-4;
+    assert_eq!(normrl::population::population_key(&same), key);
+    let mut batch = base.clone();
+    batch.replay.batch_size = 4;
+    let mut double = base.clone();
+    double.dqn.double_dqn = !double.dqn.double_dqn;
+    for other in [batch, double] {
+        assert_ne!(normrl::population::population_key(&other), key);
+    }
 }

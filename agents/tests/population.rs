@@ -597,3 +597,53 @@ fn batch_renormalized_populations_train_as_alone() {
         assert_eq!(count(&exported), count(&alone[0]));
     }
 }
+
+/// CrossQ (batch renormalization, no target network, one joint forward of the
+/// observations and next observations) trains each agent as alone: losses to 1e-5
+/// over 40 updates, through the warm-up and after it.
+#[test]
+fn crossq_populations_train_as_alone() {
+    for shape in [mlp(), cnn()] {
+        let norm = NormConfig {
+            kind: NormKind::BatchRenorm,
+            brn_warmup: 10,
+            ..Default::default()
+        };
+        let dqn = DqnConfig {
+            target_update: TargetUpdate::None,
+            joint_forward: true,
+            online_bn_mode: BnStats::Batch,
+            ..Default::default()
+        };
+        let optimizer = OptimizerConfig::default();
+        let (net, obs) = (&shape.network, &shape.obs);
+        let single = |seed| {
+            Dqn::new(
+                net,
+                &norm,
+                &optimizer,
+                &dqn,
+                obs,
+                ACTIONS,
+                seed,
+                &Device::Cpu,
+            )
+            .unwrap()
+        };
+        let mut alone: Vec<Dqn> = [1u64, 2].into_iter().map(single).collect();
+        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
+        for step in 0..40 {
+            let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();
+            let together = population.update(&batches).unwrap().td_losses().unwrap();
+            for (i, agent) in alone.iter_mut().enumerate() {
+                let loss = agent.update(&batches[i]).unwrap().td_loss.value().unwrap() as f32;
+                assert!(
+                    relative(together[i], loss) <= 1e-5,
+                    "{:?} agent {i} update {step}: {} against {loss}",
+                    shape.network.architecture,
+                    together[i]
+                );
+            }
+        }
+    }
+}

@@ -15,7 +15,7 @@ use super::count::read_to_host;
 use super::PopulationNet;
 use crate::dqn::loss_of_errors;
 use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, TargetUpdate};
-use crate::nn::{BnStats, NormKind, ParamStore};
+use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::replay::Batch;
 
@@ -47,9 +47,6 @@ impl PopulationDqn {
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
-        if let Some((key, allowed)) = super::unsupported(NormKind::None, &config, &optimizer) {
-            candle_core::bail!("a population's {key} must be {allowed}");
-        }
         let mut store = ParamStore::new(online.device().clone());
         for ((name, var), group) in online.vars().into_iter().zip(online.groups()) {
             store.insert(name, var.clone(), group);
@@ -287,10 +284,14 @@ impl PopulationDqn {
     /// Each agent's TD loss on its batch, `[P]`, through candle's graph, and the mean
     /// Q-value of its taken actions (detached).
     fn losses(&self, stacked: &Stacked) -> Result<(Tensor, Tensor)> {
-        let targets = self.targets(stacked)?;
-        let q = self
-            .online
-            .forward(&stacked.obs, self.config.online_bn_mode)?;
+        let (q, targets) = match self.config.joint_forward {
+            false => {
+                let targets = self.targets(stacked)?;
+                let stats = self.config.online_bn_mode;
+                (self.online.forward(&stacked.obs, stats)?, targets)
+            }
+            true => self.joint_forward(stacked)?,
+        };
         let taken = q.gather(&stacked.actions, 2)?.squeeze(2)?;
         let q_mean = taken.detach().mean(1)?;
         // Each agent's mean over its own batch: `[P]`.
@@ -327,6 +328,23 @@ impl PopulationDqn {
                 next_q.gather(&a, 2)?.squeeze(2)?
             }
         };
+        self.bootstrap(b, best)
+    }
+
+    /// CrossQ's joint forward: one training forward of each agent's observations and
+    /// next observations together (`2B` rows, so batch statistics come from both); the
+    /// second half's Q-values, detached, make the targets (as a single agent's).
+    fn joint_forward(&self, b: &Stacked) -> Result<(Tensor, Tensor)> {
+        let rows = b.obs.dim(1)?;
+        let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
+        let q_all = self.online.forward(&both, self.config.online_bn_mode)?;
+        let next_q = q_all.narrow(1, rows, rows)?.detach();
+        let targets = self.bootstrap(b, next_q.max(D::Minus1)?)?;
+        Ok((q_all.narrow(1, 0, rows)?.contiguous()?, targets))
+    }
+
+    /// `r + gamma (1 - terminated) best`, each agent with its own gamma, detached.
+    fn bootstrap(&self, b: &Stacked, best: Tensor) -> Result<Tensor> {
         let keep = match &self.gammas {
             None => (b.terminated.affine(-1.0, 1.0)? * self.config.gamma)?,
             Some(gammas) => b.terminated.affine(-1.0, 1.0)?.broadcast_mul(gammas)?,

@@ -7,8 +7,8 @@
 //! per sample for the last three); Adam or RMSprop; hard, Polyak or no target updates. Agents stack from
 //! single ones where they stand and export back into them (the trainer's checkpoints
 //! are single runs'), and each trains exactly as alone (`agents/tests/population.rs`).
-//! Gamma and the learning rate may differ per agent. Not yet: SVB/BBN's projections,
-//! CrossQ's joint forward, the replay on the device.
+//! CrossQ's joint forward too. Gamma and the learning rate may differ per agent. Not
+//! yet: SVB/BBN's projections, the replay on the device.
 
 mod conv;
 pub mod count;
@@ -18,30 +18,17 @@ mod net;
 pub use dqn::{PopulationDqn, PopulationInfo};
 pub use net::PopulationNet;
 
-use crate::dqn::DqnConfig;
 use crate::nn::NormKind;
-use crate::optim::OptimizerConfig;
 
 /// Why agents of this kind cannot train as a population yet, as `(key, what is
-/// supported)`; `None` when they can.
-pub fn unsupported(
-    norm: NormKind,
-    dqn: &DqnConfig,
-    optimizer: &OptimizerConfig,
-) -> Option<(&'static str, &'static str)> {
-    if !norm_supported(norm) {
-        return Some((
-            "norm.kind",
-            "none, weight_norm, wn_mean_only_bn, batch_norm, batch_renorm, layer_norm, group_norm or rms_norm",
-        ));
-    }
-    // Every optimizer (Adam, RMSprop) updates each value from its own gradient and
-    // moments: the single agents' optimizer over the stacked variables is each agent's.
-    let _ = optimizer;
-    if dqn.joint_forward {
-        return Some(("dqn.joint_forward", "false"));
-    }
-    None
+/// supported)`; `None` when they can. Every optimizer (Adam, RMSprop) updates each
+/// value from its own gradient and moments, and every target update and the joint
+/// forward are per agent, so only the normalization decides.
+pub fn unsupported(norm: NormKind) -> Option<(&'static str, &'static str)> {
+    (!norm_supported(norm)).then_some((
+        "norm.kind",
+        "none, weight_norm, wn_mean_only_bn, batch_norm, batch_renorm, layer_norm, group_norm or rms_norm",
+    ))
 }
 
 /// Whether a population stacks networks normalized by `norm`.
