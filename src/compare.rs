@@ -96,7 +96,6 @@ pub struct CompareConfig {
     /// `"seeds"` groups the seeds of each environment and variant; a number groups
     /// up to that many runs that differ only in seed, exploration schedule, gamma or
     /// learning rate.
-    /// Runs of methods populations do not support train alone.
     #[serde(default)]
     pub population: Option<PopulationGrouping>,
     #[serde(skip)]
@@ -568,8 +567,7 @@ fn run_unit<'r>(
 }
 
 /// The units of work: each run alone, or with `population` set, groups of runs that
-/// train as one population. Runs of methods populations do not support train alone
-/// (said once per variant).
+/// train as one population.
 fn population_units(config: &CompareConfig, runs: &[PlannedRun]) -> Result<Vec<Vec<usize>>> {
     let Some(grouping) = &config.population else {
         return Ok((0..runs.len()).map(|i| vec![i]).collect());
@@ -578,17 +576,9 @@ fn population_units(config: &CompareConfig, runs: &[PlannedRun]) -> Result<Vec<V
         PopulationGrouping::Named(_) => usize::MAX,
         PopulationGrouping::Size(n) => *n,
     };
-    let (mut units, mut groups) = (vec![], Vec::<(String, Vec<usize>)>::new());
-    let mut alone = BTreeMap::new();
+    let mut groups = Vec::<(String, Vec<usize>)>::new();
     for (i, run) in runs.iter().enumerate() {
-        let mut c = config.config_for(run)?;
-        c.run.population = 2;
-        if let Some(why) = crate::validate::population_problems(&c) {
-            alone.entry(run.variant.clone()).or_insert(why);
-            units.push(vec![i]);
-            continue;
-        }
-        let mut key = population_key(&c);
+        let mut key = population_key(&config.config_for(run)?);
         if limit == usize::MAX {
             key = format!("{}\n{}\n{key}", run.env, run.variant);
         }
@@ -600,11 +590,7 @@ fn population_units(config: &CompareConfig, runs: &[PlannedRun]) -> Result<Vec<V
             None => groups.push((key, vec![i])),
         }
     }
-    for (variant, why) in alone {
-        eprintln!("note: {variant} trains its runs alone, not as a population: {why}");
-    }
-    units.extend(groups.into_iter().map(|(_, g)| g));
-    Ok(units)
+    Ok(groups.into_iter().map(|(_, g)| g).collect())
 }
 
 /// One run: resumed from its checkpoint if it has one, else started; labelled with its

@@ -30,7 +30,6 @@ pub fn problems(config: &TrainConfig) -> Vec<String> {
         add("eval", vec![("epsilon", "in [0, 1]")]);
     }
     problems.extend(group_problems(config));
-    problems.extend(population_problems(config));
     if let Err(e) = parse_device_spec(&config.run.device) {
         problems.push(e.to_string());
     }
@@ -82,6 +81,9 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     if run.total_steps == 0 {
         p.push(("total_steps", "a positive integer"));
     }
+    if run.population == 0 {
+        p.push(("population", "a positive integer (1: a single agent)"));
+    }
     let name = run.name.as_str();
     let plain = !name.is_empty()
         && name != "."
@@ -95,23 +97,6 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
         ));
     }
     p
-}
-
-/// A population (`run.population > 1`) trains only what the batched network and
-/// update support.
-pub fn population_problems(config: &TrainConfig) -> Option<String> {
-    let p = config.run.population;
-    if p == 0 {
-        return Some("run.population must be a positive integer (1: a single agent)".into());
-    }
-    if p == 1 {
-        return None;
-    }
-    normrl_agents::population::unsupported(config.norm.kind).map(|(key, allowed)| {
-        format!(
-            "{key} must be {allowed} when run.population > 1 (populations support no other yet)"
-        )
-    })
 }
 
 fn network_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {

@@ -225,6 +225,7 @@ impl PopulationDqn {
         let grad_norm = self.clip_per_agent(&mut grads)?;
         self.optimizer_step(&grads)?;
         self.updates += 1;
+        self.online.after_optimizer_step(self.updates)?;
         match self.config.target_update {
             TargetUpdate::Hard { every } if self.updates.is_multiple_of(every) => {
                 self.target.copy_from(&self.online)?;

@@ -226,6 +226,16 @@ struct Settings {
     ln_eps: f64,
     bn_eps: f64,
     bn_momentum: f64,
+    /// SVB's projection of the hidden layers' weights every `interval` updates, with
+    /// bound `eps`; BBN's bound of the gains too, when set.
+    svb: Option<SvbSettings>,
+}
+
+#[derive(Clone, Copy)]
+struct SvbSettings {
+    eps: f64,
+    interval: u64,
+    bbn_eps: Option<f64>,
 }
 
 /// P agents' Q-networks, with the methods the module's page lists (`stack` refuses the
@@ -327,20 +337,22 @@ fn stack_layer(
             gamma: take("ln.gamma", Group::Weight)?,
             beta: take("ln.beta", Group::Weight)?,
         },
-        (NormKind::BatchNorm | NormKind::BatchRenorm, true) => PopulationNorm::Batch {
-            gamma: take("bn.gamma", Group::Weight)?,
-            beta: take("bn.beta", Group::Weight)?,
-            running_mean: take("bn.running_mean", Group::Buffer)?,
-            running_var: take("bn.running_var", Group::Buffer)?,
-            renorm: match kind {
-                NormKind::BatchRenorm => Some(PopulationRenorm {
-                    config: renorm,
-                    updates: take("brn.updates", Group::Buffer)?,
-                    open: AtomicBool::new(false),
-                }),
-                _ => None,
-            },
-        },
+        (NormKind::BatchNorm | NormKind::BatchRenorm | NormKind::Bbn, true) => {
+            PopulationNorm::Batch {
+                gamma: take("bn.gamma", Group::Weight)?,
+                beta: take("bn.beta", Group::Weight)?,
+                running_mean: take("bn.running_mean", Group::Buffer)?,
+                running_var: take("bn.running_var", Group::Buffer)?,
+                renorm: match kind {
+                    NormKind::BatchRenorm => Some(PopulationRenorm {
+                        config: renorm,
+                        updates: take("brn.updates", Group::Buffer)?,
+                        open: AtomicBool::new(false),
+                    }),
+                    _ => None,
+                },
+            }
+        }
         (NormKind::GroupNorm, true) => PopulationNorm::Group {
             gamma: take("gn.gamma", Group::Weight)?,
             beta: take("gn.beta", Group::Weight)?,
@@ -372,11 +384,6 @@ impl PopulationNet {
         };
         let config = first.norm();
         let kind = config.kind;
-        if !super::norm_supported(kind) {
-            candle_core::bail!(
-                "populations support norm none, weight_norm, wn_mean_only_bn, batch_norm, batch_renorm, layer_norm, group_norm and rms_norm, so far; not {kind}"
-            );
-        }
         let (mut names, mut layouts) = (vec![], vec![]);
         let mut layers = vec![];
         let mut shape = first.obs_shape().to_vec();
@@ -408,6 +415,11 @@ impl PopulationNet {
             ln_eps: config.ln_eps,
             bn_eps: config.bn_eps,
             bn_momentum: config.bn_momentum,
+            svb: kind.uses_svb().then_some(SvbSettings {
+                eps: config.svb_eps,
+                interval: config.svb_interval,
+                bbn_eps: (kind == NormKind::Bbn).then_some(config.bbn_eps),
+            }),
         };
         Ok(Self {
             layers,
@@ -468,7 +480,7 @@ impl PopulationNet {
             h = h.broadcast_add(b.as_tensor())?;
         }
         if layer.relu {
-            h = h.relu()?;
+            h = relu(&h)?;
         }
         Ok(h)
     }
@@ -642,6 +654,51 @@ impl PopulationNet {
         Ok(())
     }
 
+    /// After update `updates`: SVB's projection (and BBN's bound of the gains) when due,
+    /// agent by agent on the host as a single network's (an SVD per agent and hidden
+    /// layer, so this step's work grows with P, every `svb_interval` updates only).
+    /// Whether it ran.
+    pub(crate) fn after_optimizer_step(&self, updates: u64) -> Result<bool> {
+        let Some(svb) = self.settings.svb else {
+            return Ok(false);
+        };
+        if !updates.is_multiple_of(svb.interval) {
+            return Ok(false);
+        }
+        for layer in self.layers.iter().filter(|l| l.relu) {
+            let w = layer.weight.as_tensor();
+            let projected = (0..self.agents())
+                .map(|i| crate::nn::svb::project(&w.get(i)?.t()?, svb.eps)?.t())
+                .collect::<Result<Vec<_>>>()?;
+            layer
+                .weight
+                .set(&Tensor::stack(&projected, 0)?.contiguous()?)?;
+            if let (
+                Some(eps),
+                PopulationNorm::Batch {
+                    gamma, running_var, ..
+                },
+            ) = (svb.bbn_eps, &layer.norm)
+            {
+                gamma.set(&self.bounded_gains(gamma, running_var, eps)?)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// BBN's bound of each agent's gains (`nn::svb::bound_bn_gains`), from its running
+    /// variance.
+    fn bounded_gains(&self, gamma: &Var, running_var: &Var, eps: f64) -> Result<Tensor> {
+        let sigma = (running_var.as_tensor() + self.settings.bn_eps)?.sqrt()?;
+        let mut bounded = vec![];
+        for i in 0..self.agents() {
+            let g: Vec<f32> = gamma.as_tensor().get(i)?.flatten_all()?.to_vec1()?;
+            let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
+            bounded.extend(crate::nn::svb::bound_bn_gains(&g, &s, eps));
+        }
+        Tensor::from_vec(bounded, gamma.shape(), gamma.device())
+    }
+
     /// Polyak averaging, every agent alike: `self = (1 - tau) self + tau other` for
     /// the trainable variables; buffers are copied (a single network's rule).
     pub fn soft_update_from(&self, other: &PopulationNet, tau: f64) -> Result<()> {
@@ -734,6 +791,13 @@ impl PopulationNet {
             settings: self.settings,
         })
     }
+}
+
+/// ReLU with the single networks' (and PyTorch's) gradient at 0: none. Candle's own
+/// ReLU passes the gradient at exactly 0, which a zero bias and an empty input patch
+/// make common (SVB's CNN from its first update).
+fn relu(h: &Tensor) -> Result<Tensor> {
+    h * h.gt(0.0)?.to_dtype(h.dtype())?
 }
 
 /// `running = (1 - momentum) running + momentum batch`: a running statistic's update.
