@@ -490,3 +490,36 @@ fn the_population_key_leaves_out_exactly_the_per_agent_values() {
         assert_ne!(normrl::population::population_key(&other), key);
     }
 }
+
+/// A member that diverges ends as a single run does (its summary says where), and the
+/// others train on to the end, untouched: a learning-rate sweep whose largest rate
+/// (1e30) cannot stay finite, beside a member that equals its population of one.
+#[test]
+fn a_diverging_member_ends_alone_and_the_others_train_on() {
+    let config = config("configs/cartpole.toml", "none", 1500);
+    let (sweep, one) = (temp("diverge"), temp("diverge-one"));
+    let mut runs = members(&config, &sweep, 2);
+    runs[1].config.optimizer.lr = 1e30;
+    let summaries = train_members(&runs, None).unwrap();
+    let healthy = summaries[0].as_ref().unwrap();
+    let diverged = summaries[1].as_ref().unwrap();
+    let what = diverged
+        .diverged
+        .as_ref()
+        .expect("the 1e30 member diverged");
+    assert!(what.step < 1500, "{what:?}");
+    assert!(diverged.steps < 1500);
+    assert!(healthy.diverged.is_none());
+    assert_eq!(healthy.steps, 1500);
+    let alone = Trainer::new(runs[0].config.clone(), &one.join("seed-1")).unwrap();
+    let alone = Population::new(vec![alone]).unwrap().run(None).unwrap();
+    let alone = alone[0].as_ref().unwrap();
+    assert_eq!(healthy.train_curve, alone.train_curve);
+    assert_eq!(healthy.eval_curve, alone.eval_curve);
+    // The diverged member's files are a diverged single run's: a summary, no resume.
+    let dir = sweep.join("seed-2");
+    let saved = normrl::train::finished_summary(&dir).unwrap().unwrap();
+    assert_eq!(saved.diverged.as_ref(), Some(what));
+    let _ = std::fs::remove_dir_all(&sweep);
+    let _ = std::fs::remove_dir_all(&one);
+}
