@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use crate::compare::ERROR_FILE;
@@ -17,7 +17,8 @@ use crate::train::unix_seconds;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// The experiment directory (with the plan.json that `normrl compare` writes).
+    /// The experiment directory (with the plan.json that `normrl compare` writes), or
+    /// a training population's directory (`run.population`).
     pub dir: PathBuf,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -87,18 +88,40 @@ fn state_of(dir: &Path, stale_after: f64) -> Result<RunState> {
     Ok(RunState::NotStarted)
 }
 
-pub fn status_of(root: &Path, stale_after: f64) -> Result<Status> {
-    let plan = Plan::load(root)?.with_context(|| {
-        format!(
-            "{} has no plan.json: give the directory of a comparison that `normrl compare` has started",
+/// The runs under `root`, `(directory below root, variant)`, and the experiment's
+/// name: a comparison's plan, or a training population's members (`run.population`).
+fn planned_runs(root: &Path) -> Result<(String, Vec<(PathBuf, String)>)> {
+    if let Some(plan) = Plan::load(root)? {
+        let runs = plan.runs.iter().map(|e| (e.dir.clone(), e.variant.clone()));
+        return Ok((plan.name.clone(), runs.collect()));
+    }
+    let config_path = root.join("config.toml");
+    let population = match config_path.exists() {
+        true => Some(crate::config::TrainConfig::load(&config_path, &[])?),
+        false => None,
+    };
+    let Some(config) = population.filter(|c| c.run.population > 1) else {
+        anyhow::bail!(
+            "{} has no plan.json: give the directory of a comparison that `normrl compare` has started, or of a training population",
             root.display()
-        )
-    })?;
+        );
+    };
+    let variant = config.norm.kind.name().to_string();
+    let members = crate::train_cmd::population_members(&config, root);
+    let runs = members.iter().filter_map(|m| {
+        let dir = m.dir.strip_prefix(root).ok()?.to_path_buf();
+        Some((dir, variant.clone()))
+    });
+    Ok((config.run.name.clone(), runs.collect()))
+}
+
+pub fn status_of(root: &Path, stale_after: f64) -> Result<Status> {
+    let (name, planned) = planned_runs(root)?;
     let mut variants: BTreeMap<String, Counts> = BTreeMap::new();
     let mut runs = vec![];
-    for entry in &plan.runs {
-        let state = state_of(&root.join(&entry.dir), stale_after)?;
-        let counts = variants.entry(entry.variant.clone()).or_default();
+    for (dir, variant) in planned {
+        let state = state_of(&root.join(&dir), stale_after)?;
+        let counts = variants.entry(variant.clone()).or_default();
         *match state {
             RunState::Done => &mut counts.done,
             RunState::Running { .. } => &mut counts.running,
@@ -107,13 +130,13 @@ pub fn status_of(root: &Path, stale_after: f64) -> Result<Status> {
             RunState::NotStarted => &mut counts.not_started,
         } += 1;
         runs.push(RunStatus {
-            dir: entry.dir.clone(),
-            variant: entry.variant.clone(),
+            dir,
+            variant,
             state,
         });
     }
     Ok(Status {
-        experiment: plan.name,
+        experiment: name,
         variants,
         runs,
     })

@@ -448,8 +448,16 @@ fn a_signalled_population_checkpoints_every_member_and_resumes() {
         !beating(1) && !beating(2),
         "an interrupted member still beats"
     );
+    let counts = |what: &str| {
+        let (code, out, err) = common::normrl(&["status", dir.to_str().unwrap(), "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+        status["variants"]["none"][what].as_u64().unwrap()
+    };
+    assert_eq!(counts("interrupted"), 2, "normrl status of the population");
     let (code, _, err) = common::normrl(&["train", "--resume", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
+    assert_eq!(counts("done"), 2, "normrl status of the population");
     let whole_args = args(&whole);
     let whole_args: Vec<&str> = whole_args.iter().map(String::as_str).collect();
     let (code, _, err) = common::normrl(&whole_args);
