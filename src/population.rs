@@ -59,6 +59,8 @@ pub struct Population {
     /// Members whose run ended early (diverged): their summary is written, their
     /// environment no longer steps, nothing more is written for them.
     ended: Vec<bool>,
+    /// Steps the members' environments on `run.threads` threads, when more than one.
+    pool: Option<rayon::ThreadPool>,
 }
 
 impl Population {
@@ -90,6 +92,15 @@ impl Population {
             .map(|m| Clock::with_progress(false, m.config(), step))
             .collect();
         let ended = vec![false; members.len()];
+        let threads = first_threads(&members);
+        let pool = match threads > 1 {
+            true => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()?,
+            ),
+            false => None,
+        };
         Ok(Self {
             members,
             clocks,
@@ -98,6 +109,7 @@ impl Population {
             sums: None,
             updates_since_log: 0,
             ended,
+            pool,
         })
     }
 
@@ -143,16 +155,28 @@ impl Population {
     }
 
     /// One step of every member: the greedy actions of all in one forward, then each
-    /// member's own epsilon-greedy draw and environment step.
+    /// member's own epsilon-greedy draw and environment step (on `run.threads` threads:
+    /// each member's environment, replay and generator are its own, so the threads
+    /// change nothing but the time).
     fn act(&mut self) -> Result<()> {
         let obs: Vec<f32> = self.members.iter().flat_map(|m| m.obs().to_vec()).collect();
         let greedy = self.agents.greedy_actions(&obs)?;
-        for i in self.live() {
-            let member = &mut self.members[i];
+        let ended = &self.ended;
+        let step = |(i, member): (usize, &mut Trainer)| -> Result<()> {
+            if ended[i] {
+                return Ok(());
+            }
             let action = member.explore_or(greedy[i] as usize)?;
-            member.apply_action(action)?;
+            member.apply_action(action)
+        };
+        match &self.pool {
+            None => self.members.iter_mut().enumerate().try_for_each(step),
+            Some(pool) => {
+                use rayon::prelude::*;
+                let members = &mut self.members;
+                pool.install(|| members.par_iter_mut().enumerate().try_for_each(step))
+            }
         }
-        Ok(())
     }
 
     fn run_task(&mut self, task: Periodic, clock: &mut Clock) -> Result<()> {
@@ -268,6 +292,11 @@ impl Population {
         }
         Ok(())
     }
+}
+
+/// The members' `run.threads` (one value: it is part of the population's key).
+fn first_threads(members: &[Trainer]) -> usize {
+    members.first().map_or(1, |m| m.config().run.threads)
 }
 
 /// One run of a population: its directory, its config (used when it starts fresh;
