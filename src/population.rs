@@ -22,8 +22,8 @@ use candle_core::Tensor;
 use normrl_agents::dqn::{Dqn, DqnConfig, LinearSchedule};
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::population::count::read_rows_to_host;
-use normrl_agents::population::PopulationDqn;
-use normrl_agents::replay::Batch;
+use normrl_agents::population::{DeviceFrames, PopulationDqn};
+use normrl_agents::replay::{Batch, ReplayBuffer};
 
 use crate::checkpoint;
 use crate::config::{Keep, TrainConfig};
@@ -61,6 +61,9 @@ pub struct Population {
     ended: Vec<bool>,
     /// Steps the members' environments on `run.threads` threads, when more than one.
     pool: Option<rayon::ThreadPool>,
+    /// The members' replay frames on the device (an accelerator's, or on request), so
+    /// that an update uploads slot indices instead of observations.
+    frames: Option<DeviceFrames>,
 }
 
 impl Population {
@@ -101,7 +104,7 @@ impl Population {
             ),
             false => None,
         };
-        Ok(Self {
+        Self {
             members,
             clocks,
             agents,
@@ -110,7 +113,26 @@ impl Population {
             updates_since_log: 0,
             ended,
             pool,
-        })
+            frames: None,
+        }
+        .with_device_frames(false)
+    }
+
+    /// Mirrors the members' replay frames on the population's device when it is an
+    /// accelerator (or whatever it is, with `always`: for tests and benchmarks on the
+    /// CPU); frames of floats stay on the host.
+    pub fn with_device_frames(mut self, always: bool) -> Result<Self> {
+        let device = self.agents.online().device().clone();
+        if always || !device.is_cpu() {
+            let replays: Vec<&ReplayBuffer> = self.members.iter().map(Trainer::replay).collect();
+            self.frames = DeviceFrames::mirror(&replays, &device)?;
+        }
+        Ok(self)
+    }
+
+    /// Whether the replay frames live on the device.
+    pub fn frames_on_device(&self) -> bool {
+        self.frames.is_some()
     }
 
     /// Trains every member to its `total_steps` (or `stop_at`, for tests of resuming);
@@ -161,6 +183,7 @@ impl Population {
     fn act(&mut self) -> Result<()> {
         let obs: Vec<f32> = self.members.iter().flat_map(|m| m.obs().to_vec()).collect();
         let greedy = self.agents.greedy_actions(&obs)?;
+        let written: Vec<u64> = self.members.iter().map(|m| m.replay().written()).collect();
         let ended = &self.ended;
         let step = |(i, member): (usize, &mut Trainer)| -> Result<()> {
             if ended[i] {
@@ -170,13 +193,34 @@ impl Population {
             member.apply_action(action)
         };
         match &self.pool {
-            None => self.members.iter_mut().enumerate().try_for_each(step),
+            None => self.members.iter_mut().enumerate().try_for_each(step)?,
             Some(pool) => {
                 use rayon::prelude::*;
                 let members = &mut self.members;
-                pool.install(|| members.par_iter_mut().enumerate().try_for_each(step))
+                pool.install(|| members.par_iter_mut().enumerate().try_for_each(step))?
             }
         }
+        self.mirror_new_frames(&written)
+    }
+
+    /// The frames the members' replays appended this step (the step's observation,
+    /// and after an episode's end the next one's first), into the device mirror.
+    fn mirror_new_frames(&mut self, written_before: &[u64]) -> Result<()> {
+        let Some(frames) = &mut self.frames else {
+            return Ok(());
+        };
+        let mut new = vec![];
+        for (i, (member, &before)) in self.members.iter().zip(written_before).enumerate() {
+            let replay = member.replay();
+            let appended = (replay.written() - before) as usize;
+            let capacity = replay.capacity();
+            for back in (0..appended.min(capacity)).rev() {
+                let slot = (replay.head() + capacity - back) % capacity;
+                let bytes = replay.frame_bytes(slot).expect("mirrored frames are bytes");
+                new.push((i, slot, bytes));
+            }
+        }
+        Ok(frames.write(&new)?)
     }
 
     fn run_task(&mut self, task: Periodic, clock: &mut Clock) -> Result<()> {
@@ -217,7 +261,9 @@ impl Population {
                 m.sample()?;
             }
             let batches: Vec<&Batch> = self.members.iter().map(Trainer::batch).collect();
-            let info = self.agents.update(&batches)?;
+            let info = self
+                .agents
+                .update_with_frames(&batches, self.frames.as_ref())?;
             self.sums = Some(match self.sums.take() {
                 None => info.metrics,
                 Some(sums) => (sums + info.metrics)?,

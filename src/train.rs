@@ -960,6 +960,10 @@ impl Trainer {
         &self.batch
     }
 
+    pub(crate) fn replay(&self) -> &ReplayBuffer {
+        &self.replay
+    }
+
     /// Whether the diagnostics wait for the next update (its effective step).
     pub(crate) fn awaits_update(&self) -> bool {
         self.diagnostics.awaits_update()

@@ -550,3 +550,58 @@ fn members_step_on_threads_without_changing_a_run() {
     let _ = std::fs::remove_dir_all(&one);
     let _ = std::fs::remove_dir_all(&two);
 }
+
+/// MinAtar's frames mirrored on the device (forced on the CPU here; automatic on an
+/// accelerator) give every member the run the host replay gives, bit for bit; its
+/// batches are gathered there by the slots the host drew. CartPole's frames of floats
+/// stay on the host.
+#[test]
+fn frames_on_the_device_change_nothing_in_a_run() {
+    let config = config("configs/minatar/breakout.toml", "batch_norm", 1000);
+    let run = |name: &str, on_device: bool| {
+        let root = temp(name);
+        let trainers = members(&config, &root, 2)
+            .into_iter()
+            .map(|m| Trainer::new(m.config, &m.dir).unwrap())
+            .collect();
+        let population = Population::new(trainers).unwrap();
+        let mut population = population.with_device_frames(on_device).unwrap();
+        assert_eq!(population.frames_on_device(), on_device);
+        let summaries = population.run(None).unwrap();
+        (root, summaries)
+    };
+    let (host, on_host) = run("frames-host", false);
+    let (device, on_device) = run("frames-device", true);
+    for (a, b) in on_host.iter().zip(&on_device) {
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert!(a.updates > 100);
+        assert_eq!(a.train_curve, b.train_curve);
+        assert_eq!(a.eval_curve, b.eval_curve);
+        assert_eq!(a.diagnostics, b.diagnostics);
+    }
+    for seed in [1, 2] {
+        let run = |root: &Path| common::checkpoint_weights(&root.join(format!("seed-{seed}")));
+        assert_eq!(run(&host), run(&device));
+    }
+    let cartpole = config_for_cartpole_frames();
+    assert!(!cartpole, "CartPole's float frames were mirrored");
+    let _ = std::fs::remove_dir_all(&host);
+    let _ = std::fs::remove_dir_all(&device);
+}
+
+/// Whether a CartPole population mirrors its frames when asked (it must not).
+fn config_for_cartpole_frames() -> bool {
+    let config = config("configs/cartpole.toml", "none", 1000);
+    let root = temp("frames-cartpole");
+    let trainers = members(&config, &root, 2)
+        .into_iter()
+        .map(|m| Trainer::new(m.config, &m.dir).unwrap())
+        .collect();
+    let population = Population::new(trainers).unwrap();
+    let mirrored = population
+        .with_device_frames(true)
+        .unwrap()
+        .frames_on_device();
+    let _ = std::fs::remove_dir_all(&root);
+    mirrored
+}

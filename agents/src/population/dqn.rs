@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Result, Tensor, Var, D};
 use rand::Rng;
 
 use super::count::read_to_host;
-use super::PopulationNet;
+use super::{DeviceFrames, PopulationNet};
 use crate::dqn::loss_of_errors;
 use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, TargetUpdate};
 use crate::nn::{BnStats, ParamStore};
@@ -218,7 +218,17 @@ impl PopulationDqn {
     /// one size): each agent's TD loss, mean Q of the taken actions and gradient norm
     /// (before clipping), still on the device.
     pub fn update<B: Borrow<Batch>>(&mut self, batches: &[B]) -> Result<PopulationInfo> {
-        let stacked = Stacked::of(batches, &self.device())?;
+        self.update_with_frames(batches, None)
+    }
+
+    /// [`Self::update`] with the observations gathered from `frames` (the members'
+    /// replay frames on the device) at the batches' slots, when given.
+    pub fn update_with_frames<B: Borrow<Batch>>(
+        &mut self,
+        batches: &[B],
+        frames: Option<&DeviceFrames>,
+    ) -> Result<PopulationInfo> {
+        let stacked = Stacked::of(batches, &self.device(), frames)?;
         self.initialize_once(&stacked)?;
         let (per_agent, q_mean) = self.losses(&stacked)?;
         let mut grads = per_agent.sum_all()?.backward()?;
@@ -304,7 +314,7 @@ impl PopulationDqn {
     /// the loss's graph. Independent of the population's size (one batched operation
     /// per step of the network, whatever P).
     pub fn loss_graph_nodes<B: Borrow<Batch>>(&self, batches: &[B]) -> Result<usize> {
-        let stacked = Stacked::of(batches, &self.device())?;
+        let stacked = Stacked::of(batches, &self.device(), None)?;
         Ok(self.losses(&stacked)?.0.sum_all()?.sorted_nodes().len())
     }
 
@@ -436,7 +446,12 @@ struct Stacked {
 }
 
 impl Stacked {
-    fn of<B: Borrow<Batch>>(batches: &[B], device: &Device) -> Result<Self> {
+    fn of<B: Borrow<Batch>>(
+        batches: &[B],
+        device: &Device,
+        frames: Option<&DeviceFrames>,
+    ) -> Result<Self> {
+        let gathered = frames.map(|f| f.gather(batches)).transpose()?;
         let batches: Vec<&Batch> = batches.iter().map(Borrow::borrow).collect();
         let (p, b) = (batches.len(), batches.first().map_or(0, |x| x.size));
         if batches.iter().any(|x| x.size != b) {
@@ -450,9 +465,16 @@ impl Stacked {
             .iter()
             .flat_map(|x| x.actions.iter().copied())
             .collect();
+        let (obs, next_obs) = match gathered {
+            Some(both) => both,
+            None => (
+                Tensor::from_vec(gather(|x| &x.obs), (p, b, obs_len), device)?,
+                Tensor::from_vec(gather(|x| &x.next_obs), (p, b, obs_len), device)?,
+            ),
+        };
         Ok(Self {
-            obs: Tensor::from_vec(gather(|x| &x.obs), (p, b, obs_len), device)?,
-            next_obs: Tensor::from_vec(gather(|x| &x.next_obs), (p, b, obs_len), device)?,
+            obs,
+            next_obs,
             actions: Tensor::from_vec(actions, (p, b, 1), device)?,
             rewards: Tensor::from_vec(gather(|x| &x.rewards), (p, b), device)?,
             terminated: Tensor::from_vec(gather(|x| &x.terminated), (p, b), device)?,

@@ -10,12 +10,15 @@
 //! target updates; CrossQ's joint forward. Gamma and the learning rate may differ per
 //! agent. Agents stack from single ones where they stand and export back into them (the
 //! trainer's checkpoints are single runs'), and each trains exactly as alone
-//! (`agents/tests/population.rs`). Not yet: the replay on the device.
+//! (`agents/tests/population.rs`). The members' replay frames can live on the device
+//! (`DeviceFrames`: one scatter per step, one gather per batch).
 
 mod conv;
 pub mod count;
 mod dqn;
+mod frames;
 mod net;
 
 pub use dqn::{PopulationDqn, PopulationInfo};
+pub use frames::DeviceFrames;
 pub use net::PopulationNet;

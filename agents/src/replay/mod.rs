@@ -371,6 +371,43 @@ impl ReplayBuffer {
         self.written += 1;
     }
 
+    /// Slot of the newest frame.
+    pub fn head(&self) -> usize {
+        self.head
+    }
+
+    /// Frames written so far (also those since evicted).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    pub fn obs_len(&self) -> usize {
+        self.obs_len
+    }
+
+    /// A frame's values as bytes, as a device mirror of the ring stores them: `0`/`1`
+    /// for bit-packed frames, the stored byte for 8-bit images (`value * 255`); `None`
+    /// for frames of floats.
+    pub fn frame_bytes(&self, slot: usize) -> Option<Vec<u8>> {
+        match &self.frames {
+            Frames::Floats(_) => None,
+            Frames::Bytes(data) => {
+                Some(data[slot * self.obs_len..(slot + 1) * self.obs_len].to_vec())
+            }
+            Frames::Bits { .. } => {
+                let mut values = vec![0.0; self.obs_len];
+                self.read_frame(slot, &mut values);
+                Some(values.into_iter().map(|v| v as u8).collect())
+            }
+        }
+    }
+
+    /// Whether a byte of [`Self::frame_bytes`] stands for `byte / 255` (8-bit images)
+    /// rather than the value itself (0/1 frames).
+    pub fn frames_are_images(&self) -> bool {
+        matches!(self.frames, Frames::Bytes(_))
+    }
+
     /// Starts an episode with its first observation.
     pub fn start_episode(&mut self, obs: &[f32]) {
         self.append(obs);
