@@ -341,22 +341,7 @@ fn train_rows(steps: u64, device: &str) -> Result<Vec<Row>> {
         ),
     ];
     for (name, env, arch) in cases {
-        let overrides: Vec<String> = vec![
-            format!("env.id={env}"),
-            format!("network.architecture={arch}"),
-            format!("run.total_steps={}", steps + 1000),
-            "replay.batch_size=32".into(),
-            "replay.learning_starts=1000".into(),
-            "replay.train_frequency=1".into(),
-            "eval.interval=0".into(),
-            "eval.episodes=1".into(),
-            "checkpoint.interval=0".into(),
-            "checkpoint.replay=false".into(),
-            "logging.progress=false".into(),
-            "logging.layer_stats_interval=0".into(),
-            format!("run.device=\"{device}\""),
-        ];
-        let config = TrainConfig::from_toml_str("", &overrides)?;
+        let config = bench_train_config((env, arch), 32, steps, device)?;
         let dir = std::env::temp_dir().join(format!(
             "normrl-bench-{}-{}",
             std::process::id(),
@@ -377,6 +362,33 @@ fn train_rows(steps: u64, device: &str) -> Result<Vec<Row>> {
         });
     }
     Ok(rows)
+}
+
+/// An end-to-end benchmark's run: `env` with network `arch` at `batch`, 1,000 steps of
+/// warm-up without updates then `steps` with an update every step; one evaluation
+/// episode at the end, no checkpoints but the last (without the replay), no logs.
+pub(crate) fn bench_train_config(
+    (env, arch): (&str, &str),
+    batch: usize,
+    steps: u64,
+    device: &str,
+) -> Result<TrainConfig> {
+    let overrides: Vec<String> = vec![
+        format!("env.id={env}"),
+        format!("network.architecture={arch}"),
+        format!("run.total_steps={}", steps + 1000),
+        format!("replay.batch_size={batch}"),
+        "replay.learning_starts=1000".into(),
+        "replay.train_frequency=1".into(),
+        "eval.interval=0".into(),
+        "eval.episodes=1".into(),
+        "checkpoint.interval=0".into(),
+        "checkpoint.replay=false".into(),
+        "logging.progress=false".into(),
+        "logging.layer_stats_interval=0".into(),
+        format!("run.device=\"{device}\""),
+    ];
+    TrainConfig::from_toml_str("", &overrides)
 }
 
 pub fn bench(args: &BenchArgs) -> Result<()> {

@@ -13,7 +13,7 @@ use normrl_agents::replay::Batch;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::bench_cmd::{random_batch, time_interleaved, Row};
+use crate::bench_cmd::{bench_train_config, random_batch, time_interleaved, Row};
 
 /// Population sizes: up to 64 on the CPU, to 256 on a GPU (the study size).
 const POPULATIONS_CPU: [usize; 4] = [1, 4, 16, 64];
@@ -207,22 +207,7 @@ pub fn train_rows(steps: u64, device: &Device, device_spec: &str) -> Result<Vec<
     for (name, env, arch) in cases {
         for batch in [4, 32] {
             for p in populations {
-                let overrides: Vec<String> = vec![
-                    format!("env.id={env}"),
-                    format!("network.architecture={arch}"),
-                    format!("run.total_steps={}", steps + 1000),
-                    format!("replay.batch_size={batch}"),
-                    "replay.learning_starts=1000".into(),
-                    "replay.train_frequency=1".into(),
-                    "eval.interval=0".into(),
-                    "eval.episodes=1".into(),
-                    "checkpoint.interval=0".into(),
-                    "checkpoint.replay=false".into(),
-                    "logging.progress=false".into(),
-                    "logging.layer_stats_interval=0".into(),
-                    format!("run.device=\"{device_spec}\""),
-                ];
-                let config = crate::config::TrainConfig::from_toml_str("", &overrides)?;
+                let config = bench_train_config((env, arch), batch, steps, device_spec)?;
                 let case = format!("{name} b{batch} P={p}");
                 let [together, alone] = train_both(&config, p, steps)?;
                 for (what, seconds) in [("population", together), ("separate", alone)] {

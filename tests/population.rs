@@ -375,18 +375,6 @@ fn a_population_of_zero_is_refused_and_every_method_trains() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A process this test started, killed by its id if the test fails before it ends.
-struct Started(Option<std::process::Child>);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// SIGTERM to a training population: every member checkpoints at the same step and
 /// the program exits 75; `--resume` then finishes every member as the uninterrupted
 /// population does, bit for bit.
@@ -418,8 +406,8 @@ fn a_signalled_population_checkpoints_every_member_and_resumes() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut started = Started(Some(child));
-    let pid = started.0.as_ref().unwrap().id();
+    let started = common::Started(Some(child));
+    let pid = started.id();
     let beating = |seed: u32| dir.join(format!("seed-{seed}/heartbeat")).exists();
     let t = std::time::Instant::now();
     while !(beating(1) && beating(2)) && t.elapsed().as_secs() < 60 {
@@ -431,7 +419,7 @@ fn a_signalled_population_checkpoints_every_member_and_resumes() {
         .status()
         .unwrap();
     assert!(sent.success());
-    let out = started.0.take().unwrap().wait_with_output().unwrap();
+    let out = started.wait();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(75), "{err}");
     assert!(err.contains("SIGTERM at step"), "{err}");
@@ -448,12 +436,7 @@ fn a_signalled_population_checkpoints_every_member_and_resumes() {
         !beating(1) && !beating(2),
         "an interrupted member still beats"
     );
-    let counts = |what: &str| {
-        let (code, out, err) = common::normrl(&["status", dir.to_str().unwrap(), "--json"]);
-        assert_eq!(code, 0, "{err}");
-        let status: serde_json::Value = serde_json::from_str(&out).unwrap();
-        status["variants"]["none"][what].as_u64().unwrap()
-    };
+    let counts = |what: &str| status_count(&dir, what);
     assert_eq!(counts("interrupted"), 2, "normrl status of the population");
     let (code, _, err) = common::normrl(&["train", "--resume", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -604,4 +587,13 @@ fn config_for_cartpole_frames() -> bool {
         .frames_on_device();
     let _ = std::fs::remove_dir_all(&root);
     mirrored
+}
+
+/// `normrl status DIR --json`'s count of `what` (done, interrupted, ...) for the
+/// variant `none`.
+fn status_count(dir: &Path, what: &str) -> u64 {
+    let (code, out, err) = common::normrl(&["status", dir.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    status["variants"]["none"][what].as_u64().unwrap()
 }

@@ -121,30 +121,6 @@ fn state_of<'a>(status: &'a serde_json::Value, dir: &str) -> &'a serde_json::Val
         .unwrap_or_else(|| panic!("{dir} not in {status}"))
 }
 
-/// A process this test started: killed by its id if the test fails before it ends.
-struct Started(Option<std::process::Child>);
-
-impl Started {
-    fn id(&self) -> u32 {
-        self.0.as_ref().expect("running").id()
-    }
-
-    /// Waits for the process to end; its status and output.
-    fn wait(mut self) -> std::process::Output {
-        let child = self.0.take().expect("running");
-        child.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 #[test]
 fn a_signal_checkpoints_and_status_tells_each_state() {
     let (dir, config) = setup("status", "last", 200_000);
@@ -166,7 +142,7 @@ fn a_signal_checkpoints_and_status_tells_each_state() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let child = Started(Some(child));
+    let child = common::Started(Some(child));
     let first = runs.join("classic_cartpole/none/seed-1");
     let start = Instant::now();
     let mut seen_running = false;

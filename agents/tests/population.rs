@@ -47,8 +47,28 @@ impl Shape {
             kind,
             ..Default::default()
         };
+        self.single_with(&norm, seed, dqn, opt)
+    }
+
+    /// Agents of seeds 1 and 2 with `norm` and the default DQN and optimizer settings
+    /// but `dqn`'s.
+    fn pair(&self, norm: &NormConfig, dqn: &DqnConfig) -> Vec<Dqn> {
+        let optimizer = OptimizerConfig::default();
+        [1, 2]
+            .into_iter()
+            .map(|seed| self.single_with(norm, seed, dqn, &optimizer))
+            .collect()
+    }
+
+    fn single_with(
+        &self,
+        norm: &NormConfig,
+        seed: u64,
+        dqn: &DqnConfig,
+        opt: &OptimizerConfig,
+    ) -> Dqn {
         let (net, obs) = (&self.network, &self.obs);
-        Dqn::new(net, &norm, opt, dqn, obs, ACTIONS, seed, &Device::Cpu).unwrap()
+        Dqn::new(net, norm, opt, dqn, obs, ACTIONS, seed, &Device::Cpu).unwrap()
     }
 
     /// Agent `agent`'s batch for update `step`: its own observations, actions, rewards.
@@ -457,21 +477,7 @@ fn agents_with_their_own_gamma_and_learning_rate_train_as_alone() {
                 shape.single(NormKind::WeightNorm, seed, &dqn, &optimizer)
             })
             .collect();
-        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
-        for step in 0..30 {
-            let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
-            let together = population.update(&batches).unwrap().td_losses().unwrap();
-            for (i, agent) in alone.iter_mut().enumerate() {
-                let info = agent.update(&batches[i]).unwrap();
-                let loss = info.td_loss.value().unwrap() as f32;
-                assert!(
-                    relative(together[i], loss) <= 1e-5,
-                    "{what} sweep, agent {i} {:?}, update {step}: {} against {loss}",
-                    settings[i],
-                    together[i]
-                );
-            }
-        }
+        same_losses(&shape, &mut alone, 30, &format!("{what} sweep,"));
     }
 }
 
@@ -519,19 +525,12 @@ fn polyak_and_target_free_populations_train_as_alone() {
             .iter()
             .map(|&s| shape.single(kind, s, &dqn, &optimizer))
             .collect();
-        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
-        for step in 0..50 {
-            let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();
-            let together = population.update(&batches).unwrap().td_losses().unwrap();
-            for (i, agent) in alone.iter_mut().enumerate() {
-                let loss = agent.update(&batches[i]).unwrap().td_loss.value().unwrap() as f32;
-                assert!(
-                    relative(together[i], loss) <= 1e-5,
-                    "{kind:?} {target_update:?} agent {i} update {step}: {} against {loss}",
-                    together[i]
-                );
-            }
-        }
+        same_losses(
+            &shape,
+            &mut alone,
+            50,
+            &format!("{kind:?} {target_update:?}"),
+        );
     }
 }
 
@@ -550,36 +549,14 @@ fn batch_renormalized_populations_train_as_alone() {
             ..Default::default()
         };
         let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
-        let (net, obs) = (&shape.network, &shape.obs);
-        let single = |seed| {
-            Dqn::new(
-                net,
-                &norm,
-                &optimizer,
-                &dqn,
-                obs,
-                ACTIONS,
-                seed,
-                &Device::Cpu,
-            )
-            .unwrap()
-        };
-        let mut alone: Vec<Dqn> = [1u64, 2].into_iter().map(single).collect();
-        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
-        for step in 0..40 {
-            let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();
-            let together = population.update(&batches).unwrap().td_losses().unwrap();
-            for (i, agent) in alone.iter_mut().enumerate() {
-                let loss = agent.update(&batches[i]).unwrap().td_loss.value().unwrap() as f32;
-                assert!(
-                    relative(together[i], loss) <= 1e-5,
-                    "{:?} agent {i} update {step}: {} against {loss}",
-                    shape.network.architecture,
-                    together[i]
-                );
-            }
-        }
-        let mut exported = single(1);
+        let mut alone = shape.pair(&norm, &dqn);
+        let population = same_losses(
+            &shape,
+            &mut alone,
+            40,
+            &format!("{:?}", shape.network.architecture),
+        );
+        let mut exported = shape.single_with(&norm, 1, &dqn, &optimizer);
         population.export_agent(0, &mut exported).unwrap();
         let count = |d: &Dqn| {
             let store = d.online().store();
@@ -615,36 +592,13 @@ fn crossq_populations_train_as_alone() {
             online_bn_mode: BnStats::Batch,
             ..Default::default()
         };
-        let optimizer = OptimizerConfig::default();
-        let (net, obs) = (&shape.network, &shape.obs);
-        let single = |seed| {
-            Dqn::new(
-                net,
-                &norm,
-                &optimizer,
-                &dqn,
-                obs,
-                ACTIONS,
-                seed,
-                &Device::Cpu,
-            )
-            .unwrap()
-        };
-        let mut alone: Vec<Dqn> = [1u64, 2].into_iter().map(single).collect();
-        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
-        for step in 0..40 {
-            let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();
-            let together = population.update(&batches).unwrap().td_losses().unwrap();
-            for (i, agent) in alone.iter_mut().enumerate() {
-                let loss = agent.update(&batches[i]).unwrap().td_loss.value().unwrap() as f32;
-                assert!(
-                    relative(together[i], loss) <= 1e-5,
-                    "{:?} agent {i} update {step}: {} against {loss}",
-                    shape.network.architecture,
-                    together[i]
-                );
-            }
-        }
+        let mut alone = shape.pair(&norm, &dqn);
+        same_losses(
+            &shape,
+            &mut alone,
+            40,
+            &format!("{:?}", shape.network.architecture),
+        );
     }
 }
 
@@ -669,36 +623,34 @@ fn svb_and_bbn_populations_train_as_alone() {
         // SVB's CNN starts with zero biases, so empty input patches give exactly 0
         // before the ReLU: this test found the population's ReLU passing gradient there
         // (candle's convention) where a single network's passes none.
-        let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
-        let (net, obs) = (&shape.network, &shape.obs);
-        let single = |seed| {
-            Dqn::new(
-                net,
-                &norm,
-                &optimizer,
-                &dqn,
-                obs,
-                ACTIONS,
-                seed,
-                &Device::Cpu,
-            )
-            .unwrap()
-        };
-        let mut alone: Vec<Dqn> = [1u64, 2].into_iter().map(single).collect();
-        let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
-        for step in 0..30 {
-            let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();
-            let together = population.update(&batches).unwrap().td_losses().unwrap();
-            for (i, agent) in alone.iter_mut().enumerate() {
-                let loss = agent.update(&batches[i]).unwrap().td_loss.value().unwrap() as f32;
-                assert!(
-                    relative(together[i], loss) <= 1e-5,
-                    "{kind:?} {:?} agent {i} update {step}: {} against {loss}",
-                    shape.network.architecture,
-                    together[i]
-                );
-            }
-        }
+        let dqn = DqnConfig::default();
+        let mut alone = shape.pair(&norm, &dqn);
+        let population = same_losses(
+            &shape,
+            &mut alone,
+            30,
+            &format!("{kind:?} {:?}", shape.network.architecture),
+        );
         shape.assert_same_q_values(&population, &alone, kind);
     }
+}
+
+/// A population of `alone` and each of them updated alone on the same batches for
+/// `updates` updates: every agent's losses equal to 1e-5 relative. The population.
+fn same_losses(shape: &Shape, alone: &mut [Dqn], updates: u64, what: &str) -> PopulationDqn {
+    let mut population = PopulationDqn::from_agents(&alone.iter().collect::<Vec<_>>()).unwrap();
+    let agents = alone.len() as u64;
+    for step in 0..updates {
+        let batches: Vec<Batch> = (0..agents).map(|i| shape.batch(8, i, step)).collect();
+        let together = population.update(&batches).unwrap().td_losses().unwrap();
+        for (i, agent) in alone.iter_mut().enumerate() {
+            let loss = agent.update(&batches[i]).unwrap().td_loss.value().unwrap() as f32;
+            assert!(
+                relative(together[i], loss) <= 1e-5,
+                "{what} agent {i} update {step}: {} against {loss}",
+                together[i]
+            );
+        }
+    }
+    population
 }

@@ -76,3 +76,27 @@ pub fn checkpoint_weights(run: &Path) -> Vec<(String, Vec<f32>)> {
     v.sort_by(|a, b| a.0.cmp(&b.0));
     v
 }
+
+/// A process this test started: killed by its id if the test fails before it ends.
+pub struct Started(pub Option<std::process::Child>);
+
+impl Started {
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Waits for the process to end; its status and output.
+    pub fn wait(mut self) -> std::process::Output {
+        let child = self.0.take().expect("running");
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

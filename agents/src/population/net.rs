@@ -332,39 +332,9 @@ fn stack_layer(
         .bias()
         .map(|_| take("bias", Group::Weight))
         .transpose()?;
-    let norm = match (kind, layer.relu) {
-        (NormKind::LayerNorm, true) => PopulationNorm::Layer {
-            gamma: take("ln.gamma", Group::Weight)?,
-            beta: take("ln.beta", Group::Weight)?,
-        },
-        (NormKind::BatchNorm | NormKind::BatchRenorm | NormKind::Bbn, true) => {
-            PopulationNorm::Batch {
-                gamma: take("bn.gamma", Group::Weight)?,
-                beta: take("bn.beta", Group::Weight)?,
-                running_mean: take("bn.running_mean", Group::Buffer)?,
-                running_var: take("bn.running_var", Group::Buffer)?,
-                renorm: match kind {
-                    NormKind::BatchRenorm => Some(PopulationRenorm {
-                        config: renorm,
-                        updates: take("brn.updates", Group::Buffer)?,
-                        open: AtomicBool::new(false),
-                    }),
-                    _ => None,
-                },
-            }
-        }
-        (NormKind::GroupNorm, true) => PopulationNorm::Group {
-            gamma: take("gn.gamma", Group::Weight)?,
-            beta: take("gn.beta", Group::Weight)?,
-            groups,
-        },
-        (NormKind::RmsNorm, true) => PopulationNorm::Rms {
-            gamma: take("rms.gamma", Group::Weight)?,
-        },
-        (NormKind::WnMeanOnlyBn, true) => PopulationNorm::MeanOnly {
-            running_mean: take("running_mean", Group::Buffer)?,
-        },
-        _ => PopulationNorm::None,
+    let norm = match layer.relu {
+        true => stack_norm(&mut take, kind, groups, renorm)?,
+        false => PopulationNorm::None,
     };
     Ok(PopulationLayer {
         weight,
@@ -373,6 +343,47 @@ fn stack_layer(
         norm,
         relu: layer.relu,
         conv,
+    })
+}
+
+/// A hidden layer's normalization of every agent, its variables taken by `take`.
+fn stack_norm(
+    take: &mut impl FnMut(&str, Group) -> Result<Var>,
+    kind: NormKind,
+    groups: usize,
+    renorm: RenormConfig,
+) -> Result<PopulationNorm> {
+    Ok(match kind {
+        NormKind::LayerNorm => PopulationNorm::Layer {
+            gamma: take("ln.gamma", Group::Weight)?,
+            beta: take("ln.beta", Group::Weight)?,
+        },
+        NormKind::BatchNorm | NormKind::BatchRenorm | NormKind::Bbn => PopulationNorm::Batch {
+            gamma: take("bn.gamma", Group::Weight)?,
+            beta: take("bn.beta", Group::Weight)?,
+            running_mean: take("bn.running_mean", Group::Buffer)?,
+            running_var: take("bn.running_var", Group::Buffer)?,
+            renorm: match kind {
+                NormKind::BatchRenorm => Some(PopulationRenorm {
+                    config: renorm,
+                    updates: take("brn.updates", Group::Buffer)?,
+                    open: AtomicBool::new(false),
+                }),
+                _ => None,
+            },
+        },
+        NormKind::GroupNorm => PopulationNorm::Group {
+            gamma: take("gn.gamma", Group::Weight)?,
+            beta: take("gn.beta", Group::Weight)?,
+            groups,
+        },
+        NormKind::RmsNorm => PopulationNorm::Rms {
+            gamma: take("rms.gamma", Group::Weight)?,
+        },
+        NormKind::WnMeanOnlyBn => PopulationNorm::MeanOnly {
+            running_mean: take("running_mean", Group::Buffer)?,
+        },
+        _ => PopulationNorm::None,
     })
 }
 
@@ -510,47 +521,7 @@ impl PopulationNet {
                     .broadcast_div(&(var + s.ln_eps)?.sqrt()?)?;
                 affine(x_hat, gamma, beta)
             }
-            PopulationNorm::Batch {
-                gamma,
-                beta,
-                running_mean,
-                running_var,
-                renorm,
-            } => {
-                let running = (running_mean, running_var);
-                let (mean, var, correction) = match stats {
-                    BnStats::Batch => {
-                        let (mean, var) = unit_moments(&h)?;
-                        let correction = match renorm {
-                            Some(brn) if brn.count_update()? => {
-                                Some(brn.correction((&mean, &var), running, s.bn_eps)?)
-                            }
-                            _ => None,
-                        };
-                        self.update_running(&h, (&mean, &var), running)?;
-                        (mean, var, correction)
-                    }
-                    BnStats::Running => (
-                        running_mean.as_tensor().clone(),
-                        running_var.as_tensor().clone(),
-                        None,
-                    ),
-                };
-                // A single network's order: `(t - mean) * (gamma / std) + beta`; batch
-                // renormalization's gain `gamma r` and shift `beta + gamma d`.
-                let inv_std = (var + s.bn_eps)?.sqrt()?.recip()?;
-                let (gain, shift) = match correction {
-                    None => (gamma.as_tensor().clone(), beta.as_tensor().clone()),
-                    Some((r, d)) => (
-                        r.broadcast_mul(gamma.as_tensor())?,
-                        d.broadcast_mul(gamma.as_tensor())?
-                            .broadcast_add(beta.as_tensor())?,
-                    ),
-                };
-                h.broadcast_sub(&mean)?
-                    .broadcast_mul(&inv_std.broadcast_mul(&gain)?)?
-                    .broadcast_add(&shift)
-            }
+            PopulationNorm::Batch { .. } => self.batch_normalize(norm, h, stats),
             PopulationNorm::Group {
                 gamma,
                 beta,
@@ -588,6 +559,54 @@ impl PopulationNet {
                 h.broadcast_sub(&mean)
             }
         }
+    }
+
+    /// Batch norm (and batch renormalization) with each agent's statistics.
+    fn batch_normalize(&self, norm: &PopulationNorm, h: Tensor, stats: BnStats) -> Result<Tensor> {
+        let PopulationNorm::Batch {
+            gamma,
+            beta,
+            running_mean,
+            running_var,
+            renorm,
+        } = norm
+        else {
+            candle_core::bail!("batch_normalize takes batch norm");
+        };
+        let s = &self.settings;
+        let running = (running_mean, running_var);
+        let (mean, var, correction) = match stats {
+            BnStats::Batch => {
+                let (mean, var) = unit_moments(&h)?;
+                let correction = match renorm {
+                    Some(brn) if brn.count_update()? => {
+                        Some(brn.correction((&mean, &var), running, s.bn_eps)?)
+                    }
+                    _ => None,
+                };
+                self.update_running(&h, (&mean, &var), running)?;
+                (mean, var, correction)
+            }
+            BnStats::Running => (
+                running_mean.as_tensor().clone(),
+                running_var.as_tensor().clone(),
+                None,
+            ),
+        };
+        // A single network's order: `(t - mean) * (gamma / std) + beta`; batch
+        // renormalization's gain `gamma r` and shift `beta + gamma d`.
+        let inv_std = (var + s.bn_eps)?.sqrt()?.recip()?;
+        let (gain, shift) = match correction {
+            None => (gamma.as_tensor().clone(), beta.as_tensor().clone()),
+            Some((r, d)) => (
+                r.broadcast_mul(gamma.as_tensor())?,
+                d.broadcast_mul(gamma.as_tensor())?
+                    .broadcast_add(beta.as_tensor())?,
+            ),
+        };
+        h.broadcast_sub(&mean)?
+            .broadcast_mul(&inv_std.broadcast_mul(&gain)?)?
+            .broadcast_add(&shift)
     }
 
     /// Batch norm's running statistics from one agent batch each: the mean always, the
