@@ -385,7 +385,7 @@ pub fn describe_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -
             format!("{:.1} hours", s / 3600.0)
         }
     };
-    Ok(format!(
+    let mut text = format!(
         "comparison '{}': {} runs ({} environments x {} variants x {} seeds), {} environment steps; estimated {} of CPU time, {} with {jobs} jobs",
         config.name,
         runs.len(),
@@ -395,7 +395,16 @@ pub fn describe_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -
         steps,
         duration(seconds),
         duration(seconds / jobs.max(1) as f64)
-    ))
+    );
+    if config.population.is_some() {
+        let units = population_units(config, runs)?;
+        let largest = units.iter().map(Vec::len).max().unwrap_or(0);
+        text.push_str(&format!(
+            "; as {} populations of up to {largest} runs (built for a GPU: on a CPU they run slower than the estimate, which is for separate runs)",
+            units.len()
+        ));
+    }
+    Ok(text)
 }
 
 /// The HParams dashboard's experiment (axes, values, metrics) at the root of the runs,

@@ -236,6 +236,7 @@ fn a_comparison_trains_its_seeds_as_populations() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, _, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
+    assert!(err.contains("as 2 populations of up to 3 runs"), "{err}");
     for variant in ["none", "svb"] {
         for seed in 1..=3 {
             let run = runs.join(format!("classic_cartpole/{variant}/seed-{seed}"));
