@@ -1,10 +1,10 @@
 //! The members' replay frames on the population's device (issue 20's device replay):
 //! each member's ring mirrored as bytes, `[P * capacity, obs]`, written with one scatter
 //! per step (every member's new frames at once) and read with one gather per batch
-//! (every member's sampled slots at once). The host replay stays the record: it draws
-//! the slots with each member's own generator and holds actions, rewards and flags, so
-//! an update uploads those and the slot indices instead of `2 P B obs` floats. Frames of
-//! floats (CartPole) are not mirrored.
+//! (every member's sampled slots, observations and next observations at once). The
+//! host replay stays the record: it draws the slots with each member's own generator
+//! and holds actions, rewards and flags, so an update uploads those and the slot
+//! indices instead of `2 P B obs` floats. Frames of floats (CartPole) are not mirrored.
 
 use std::borrow::Borrow;
 
@@ -76,31 +76,29 @@ impl DeviceFrames {
     }
 
     /// The observations and next observations of every member's batch (`batches[i]`
-    /// is member `i`'s, its `slots` drawn on the host), `[P, B, obs]` each, by two
-    /// gathers.
+    /// is member `i`'s, its `slots` drawn on the host), `[P, B, obs]` each, by one
+    /// gather of both.
     pub fn gather<B: Borrow<Batch>>(&self, batches: &[B]) -> Result<(Tensor, Tensor)> {
         let (p, b) = (batches.len(), batches[0].borrow().size);
-        let index = |next: bool| -> Vec<u32> {
-            let rows = batches.iter().enumerate().flat_map(|(member, batch)| {
+        let rows = |next: bool| {
+            batches.iter().enumerate().flat_map(move |(member, batch)| {
                 let base = member * self.capacity;
-                batch.borrow().slots[..b]
-                    .iter()
-                    .map(move |&slot| (base + (slot + usize::from(next)) % self.capacity) as u32)
-                    .collect::<Vec<_>>()
-            });
-            rows.collect()
+                let slots = batch.borrow().slots[..b].to_vec();
+                slots
+                    .into_iter()
+                    .map(move |slot| (base + (slot + usize::from(next)) % self.capacity) as u32)
+            })
         };
+        let index: Vec<u32> = rows(false).chain(rows(true)).collect();
         let device = self.frames.device();
-        let values = |next: bool| -> Result<Tensor> {
-            let rows = Tensor::from_vec(index(next), p * b, device)?;
-            let x = self.frames.index_select(&rows, 0)?.to_dtype(DType::F32)?;
-            let x = match self.images {
-                // The host's `b / 255`, as a division (a product by 1/255 rounds apart).
-                true => x.broadcast_div(&Tensor::new(255f32, device)?)?,
-                false => x,
-            };
-            x.reshape((p, b, self.obs_len))
+        let index = Tensor::from_vec(index, 2 * p * b, device)?;
+        let x = self.frames.index_select(&index, 0)?.to_dtype(DType::F32)?;
+        let x = match self.images {
+            // The host's `b / 255`, as a division (a product by 1/255 rounds apart).
+            true => x.broadcast_div(&Tensor::new(255f32, device)?)?,
+            false => x,
         };
-        Ok((values(false)?, values(true)?))
+        let both = x.reshape((2, p, b, self.obs_len))?;
+        Ok((both.get(0)?, both.get(1)?))
     }
 }
