@@ -1,6 +1,6 @@
 //! A population trains each agent as it would train alone, and no agent leaks into
-//! another (issue 20's first tests: MLPs and MinAtar's CNN, with the methods
-//! populations support so far).
+//! another: every method on MLPs and MinAtar's CNN, the per-agent hyperparameters,
+//! target updates, CrossQ's joint forward, acting, saved state and export.
 
 use candle_core::{Device, Tensor};
 use normrl_agents::dqn::{Dqn, DqnConfig, TargetUpdate};

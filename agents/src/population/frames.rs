@@ -1,4 +1,4 @@
-//! The members' replay frames on the population's device (issue 20's device replay):
+//! The members' replay frames on the population's device (the device replay):
 //! each member's ring mirrored as bytes, `[P * capacity, obs]`, written with one scatter
 //! per step (every member's new frames at once) and read with one gather per batch
 //! (every member's sampled slots, observations and next observations at once). The
