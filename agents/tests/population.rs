@@ -324,44 +324,6 @@ fn the_update_graph_does_not_grow_with_the_population() {
 }
 
 #[test]
-fn a_population_resumes_exactly_from_its_state() {
-    let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
-    for (shape, kind) in [(mlp(), NormKind::WeightNorm), (cnn(), NormKind::BatchNorm)] {
-        let build = || {
-            let agents: Vec<Dqn> = [1u64, 2]
-                .iter()
-                .map(|&s| shape.single(kind, s, &dqn, &optimizer))
-                .collect();
-            let nets: Vec<_> = agents.iter().map(|d| d.online()).collect();
-            PopulationDqn::new(
-                PopulationNet::stack(&nets).unwrap(),
-                dqn.clone(),
-                optimizer.clone(),
-            )
-            .unwrap()
-        };
-        let batches =
-            |step: u64| -> Vec<Batch> { (0..2).map(|i| shape.batch(8, i, step)).collect() };
-        let mut whole = build();
-        let mut saved = None;
-        let mut losses = vec![];
-        for step in 0..20 {
-            if step == 10 {
-                saved = Some(whole.state().unwrap());
-            }
-            losses.push(whole.update(&batches(step)).unwrap().td_losses().unwrap());
-        }
-        // A fresh population of the same agents, from the state at update 10.
-        let mut resumed = build();
-        resumed.load_state(&saved.unwrap()).unwrap();
-        for step in 10..20 {
-            let again = resumed.update(&batches(step)).unwrap().td_losses().unwrap();
-            assert_eq!(again, losses[step as usize], "{kind:?} update {step}");
-        }
-    }
-}
-
-#[test]
 fn a_population_acts_as_its_agents_alone() {
     use rand::SeedableRng;
     use rand_xoshiro::Xoshiro256PlusPlus;

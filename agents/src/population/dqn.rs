@@ -41,9 +41,19 @@ pub struct PopulationDqn {
 
 impl PopulationDqn {
     /// Trains `online` (its target starts as a copy, as a single agent's does at its
-    /// first update). Adam only so far; no Polyak or target-free updates yet.
+    /// first update).
     pub fn new(
         online: PopulationNet,
+        config: DqnConfig,
+        optimizer: OptimizerConfig,
+    ) -> Result<Self> {
+        let target = online.duplicate()?;
+        Self::with_target(online, target, config, optimizer)
+    }
+
+    fn with_target(
+        online: PopulationNet,
+        target: PopulationNet,
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
@@ -57,7 +67,6 @@ impl PopulationDqn {
             ..optimizer
         };
         let optimizer = Optimizer::new(&store, &unclipped, online.g_lr_scale());
-        let target = online.duplicate()?;
         Ok(Self {
             online,
             target,
@@ -100,8 +109,7 @@ impl PopulationDqn {
         let online = PopulationNet::stack(&agents.iter().map(|a| a.online()).collect::<Vec<_>>())?;
         let target = PopulationNet::stack(&agents.iter().map(|a| a.target()).collect::<Vec<_>>())?;
         let optimizer = first.optimizer().config().clone();
-        let mut population = Self::new(online, first.config().clone(), optimizer)?;
-        population.target = target;
+        let mut population = Self::with_target(online, target, first.config().clone(), optimizer)?;
         let states = agents
             .iter()
             .map(|a| a.optimizer().state_tensors())
@@ -245,37 +253,6 @@ impl PopulationDqn {
         }
         let metrics = Tensor::stack(&[per_agent.detach(), q_mean, grad_norm], 0)?.detach();
         Ok(PopulationInfo { metrics })
-    }
-
-    /// Everything an exact resume needs: both networks (buffers included), the
-    /// optimizer's state, the update count and whether the first update's init is done.
-    pub fn state(&self) -> Result<HashMap<String, Tensor>> {
-        let mut map = HashMap::new();
-        self.online.save("online", &mut map)?;
-        self.target.save("target", &mut map)?;
-        for (k, v) in self.optimizer.state_tensors()? {
-            map.insert(format!("optimizer/{k}"), v);
-        }
-        let counters = [self.updates as f64, f64::from(u8::from(self.initialized))];
-        map.insert("counters".into(), Tensor::new(&counters, &Device::Cpu)?);
-        Ok(map)
-    }
-
-    /// Continues from [`Self::state`] (of a population of the same agents' networks).
-    pub fn load_state(&mut self, map: &HashMap<String, Tensor>) -> Result<()> {
-        self.online.load("online", map)?;
-        self.target.load("target", map)?;
-        let optimizer: HashMap<String, Tensor> = map
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix("optimizer/")?.to_string(), v.clone())))
-            .collect();
-        self.optimizer.load_state_tensors(&optimizer)?;
-        let Some(counters) = map.get("counters") else {
-            candle_core::bail!("population checkpoint lacks 'counters'");
-        };
-        let counters = counters.to_vec1::<f64>()?;
-        (self.updates, self.initialized) = (counters[0] as u64, counters[1] != 0.0);
-        Ok(())
     }
 
     /// As a single agent's first update: weight norm's data-dependent init on each

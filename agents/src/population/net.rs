@@ -242,11 +242,9 @@ struct SvbSettings {
 /// others).
 pub struct PopulationNet {
     layers: Vec<PopulationLayer>,
-    /// Each trainable variable's single-network name and group, in the order of
-    /// [`Self::vars`].
-    names: Vec<(String, Group)>,
-    /// Every variable's (buffers too) single-network name and layout, in the order of
-    /// the layers' [`PopulationLayer::all`].
+    /// Every variable's (buffers too) single-network name, group and layout, in the
+    /// order of the layers' [`PopulationLayer::all`]; the trainable ones, in order, are
+    /// those of [`Self::vars`].
     layouts: Vec<VarLayout>,
     settings: Settings,
 }
@@ -257,6 +255,9 @@ pub struct PopulationNet {
 #[derive(Clone)]
 pub(crate) struct VarLayout {
     pub(crate) name: String,
+    /// The optimizer's group (weight norm's gains have a learning rate of their own);
+    /// `Buffer` for what is never trained.
+    group: Group,
     transposed: bool,
 }
 
@@ -290,25 +291,22 @@ fn stacked(nets: &[&QNetwork], name: &str) -> Result<Tensor> {
     Tensor::stack(&values, 0)
 }
 
-/// One layer of every agent's network as one (`layer` is the first agent's), its
-/// trainable variables' names and groups added to `names`, every variable's layout to
-/// `layouts`.
+/// One layer of every agent's network as one (`layer` is the first agent's), every
+/// variable's name, group and layout added to `layouts`.
 fn stack_layer(
     nets: &[&QNetwork],
     layer: &NormLayer,
     (kind, groups, renorm): (NormKind, usize, RenormConfig),
     conv: Option<Im2col>,
-    (names, layouts): (&mut Vec<(String, Group)>, &mut Vec<VarLayout>),
+    layouts: &mut Vec<VarLayout>,
 ) -> Result<PopulationLayer> {
     let (name, is_conv) = (layer.name(), conv.is_some());
     let mut take = |suffix: &str, group: Group| -> Result<Var> {
         let full = format!("{name}.{suffix}");
         let values = stacked(nets, &full)?;
-        if group != Group::Buffer {
-            names.push((full.clone(), group));
-        }
         let layout = VarLayout {
             name: full,
+            group,
             transposed: matches!(suffix, "weight" | "v"),
         };
         let (p, units) = (values.dim(0)?, values.dim(1)?);
@@ -395,7 +393,7 @@ impl PopulationNet {
         };
         let config = first.norm();
         let kind = config.kind;
-        let (mut names, mut layouts) = (vec![], vec![]);
+        let mut layouts = vec![];
         let mut layers = vec![];
         let mut shape = first.obs_shape().to_vec();
         for layer in first.layers() {
@@ -415,7 +413,7 @@ impl PopulationNet {
                 layer,
                 (kind, config.groups, config.renorm()),
                 conv,
-                (&mut names, &mut layouts),
+                &mut layouts,
             )?);
         }
         let settings = Settings {
@@ -434,7 +432,6 @@ impl PopulationNet {
         };
         Ok(Self {
             layers,
-            names,
             layouts,
             settings,
         })
@@ -458,9 +455,9 @@ impl PopulationNet {
     /// transposed: `[P, in, out]` for `[out, in]`; per-unit values `[P, 1, out]`).
     pub fn vars(&self) -> Vec<(&str, &Var)> {
         let vars = self.layers.iter().flat_map(PopulationLayer::trainable);
-        self.names
-            .iter()
-            .map(|(n, _)| n.as_str())
+        self.trainable_layouts()
+            .into_iter()
+            .map(|l| l.name.as_str())
             .zip(vars)
             .collect()
     }
@@ -468,7 +465,7 @@ impl PopulationNet {
     /// The optimizer's group of each of [`Self::vars`] (weight norm's gains have a
     /// learning rate of their own).
     pub(crate) fn groups(&self) -> Vec<Group> {
-        self.names.iter().map(|(_, g)| *g).collect()
+        self.trainable_layouts().iter().map(|l| l.group).collect()
     }
 
     /// Q-values `[P, B, actions]` of observations `[P, B, obs]`: agent `i`'s network on
@@ -732,42 +729,10 @@ impl PopulationNet {
         Ok(())
     }
 
-    /// Every variable's values (buffers included), as `<prefix>/<index>`, copied.
-    pub(crate) fn save(&self, prefix: &str, map: &mut HashMap<String, Tensor>) -> Result<()> {
-        let all = self.layers.iter().flat_map(PopulationLayer::all);
-        for (i, var) in all.enumerate() {
-            map.insert(format!("{prefix}/{i}"), var.as_tensor().copy()?);
-        }
-        Ok(())
-    }
-
-    /// Restores what [`Self::save`] wrote, checking every shape.
-    pub(crate) fn load(&self, prefix: &str, map: &HashMap<String, Tensor>) -> Result<()> {
-        let all = self.layers.iter().flat_map(PopulationLayer::all);
-        for (i, var) in all.enumerate() {
-            let key = format!("{prefix}/{i}");
-            let Some(value) = map.get(&key) else {
-                candle_core::bail!("population checkpoint lacks '{key}'");
-            };
-            if value.shape() != var.shape() {
-                candle_core::bail!(
-                    "population checkpoint: '{key}' is {:?}, not {:?}",
-                    value.shape(),
-                    var.shape()
-                );
-            }
-            var.set(value)?;
-        }
-        Ok(())
-    }
-
     /// The layout of each of [`Self::vars`] (the trainable variables).
     pub(crate) fn trainable_layouts(&self) -> Vec<&VarLayout> {
-        let trainable: std::collections::HashSet<&str> =
-            self.names.iter().map(|(n, _)| n.as_str()).collect();
         let all = self.layouts.iter();
-        all.filter(|l| trainable.contains(l.name.as_str()))
-            .collect()
+        all.filter(|l| l.group != Group::Buffer).collect()
     }
 
     /// Writes agent `i`'s values (buffers included) into the single network `net`, a
@@ -805,7 +770,6 @@ impl PopulationNet {
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             layers,
-            names: self.names.clone(),
             layouts: self.layouts.clone(),
             settings: self.settings,
         })
