@@ -1,6 +1,6 @@
 //! Populations in the trainer: runs alike but for their seed (and per-agent
-//! hyperparameters: exploration schedule, gamma, learning rate) trained in lockstep as one batched
-//! network (`normrl_agents::population`). Each member is a whole [`Trainer`], with its
+//! hyperparameters: exploration schedule, gamma, learning rate) trained in lockstep as
+//! one batched network (`normrl_agents::population`). Each member is a whole [`Trainer`], with its
 //! own environment, replay, generators, run directory and files, so that reports,
 //! `status` and TensorBoard cannot tell a member from a single run; the population
 //! replaces only its acting (one forward and one read for all members) and its
@@ -28,12 +28,11 @@ use normrl_agents::replay::{Batch, ReplayBuffer};
 use crate::checkpoint;
 use crate::config::{Keep, TrainConfig};
 use crate::interrupt::{self, Interrupted};
-use crate::train::{finished_summary, Clock, Periodic, RunSummary, Trainer};
+use crate::train::{finished_summary, mean, Clock, Periodic, RunSummary, Trainer};
 
 /// What may differ between the members of one population: their seed and name, and
 /// the hyperparameters a population holds per agent (exploration, gamma, learning
-/// rate). Configs with the same key train
-/// together.
+/// rate). Configs with the same key train together.
 pub fn population_key(config: &TrainConfig) -> String {
     let mut c = config.clone();
     c.run.seed = 0;
@@ -95,7 +94,8 @@ impl Population {
             .map(|m| Clock::with_progress(false, m.config(), step))
             .collect();
         let ended = vec![false; members.len()];
-        let threads = first_threads(&members);
+        // One value for all members: it is part of the population's key.
+        let threads = members[0].config().run.threads;
         let pool = match threads > 1 {
             true => Some(
                 rayon::ThreadPoolBuilder::new()
@@ -123,7 +123,7 @@ impl Population {
     /// CPU); frames of floats stay on the host.
     pub fn with_device_frames(mut self, always: bool) -> Result<Self> {
         let device = self.agents.online().device().clone();
-        if always || !device.is_cpu() {
+        if self.frames.is_none() && (always || !device.is_cpu()) {
             let replays: Vec<&ReplayBuffer> = self.members.iter().map(Trainer::replay).collect();
             self.frames = DeviceFrames::mirror(&replays, &device)?;
         }
@@ -181,9 +181,17 @@ impl Population {
     /// each member's environment, replay and generator are its own, so the threads
     /// change nothing but the time).
     fn act(&mut self) -> Result<()> {
-        let obs: Vec<f32> = self.members.iter().flat_map(|m| m.obs().to_vec()).collect();
+        let obs: Vec<f32> = self
+            .members
+            .iter()
+            .flat_map(|m| m.obs().iter().copied())
+            .collect();
         let greedy = self.agents.greedy_actions(&obs)?;
-        let written: Vec<u64> = self.members.iter().map(|m| m.replay().written()).collect();
+        // Frames written so far, to find this step's new ones for the device mirror.
+        let written: Option<Vec<u64>> = self.frames.as_ref().map(|_| {
+            let replays = self.members.iter().map(Trainer::replay);
+            replays.map(ReplayBuffer::written).collect()
+        });
         let ended = &self.ended;
         let step = |(i, member): (usize, &mut Trainer)| -> Result<()> {
             if ended[i] {
@@ -200,7 +208,10 @@ impl Population {
                 pool.install(|| members.par_iter_mut().enumerate().try_for_each(step))?
             }
         }
-        self.mirror_new_frames(&written)
+        match written {
+            Some(written) => self.mirror_new_frames(&written),
+            None => Ok(()),
+        }
     }
 
     /// The frames the members' replays appended this step (the step's observation,
@@ -239,13 +250,7 @@ impl Population {
             Periodic::Checkpoint => self.prune()?,
             Periodic::Log => {
                 let sps = clock.lap(self.step);
-                let returns: Vec<f64> = self
-                    .members
-                    .iter()
-                    .filter_map(|m| m.recent_return())
-                    .collect();
-                let recent = (!returns.is_empty())
-                    .then(|| returns.iter().sum::<f64>() / returns.len() as f64);
+                let recent = mean(self.members.iter().filter_map(Trainer::recent_return));
                 clock.progress.update(self.step, sps, recent);
             }
             _ => {}
@@ -331,18 +336,12 @@ impl Population {
     /// the older ones go (unless `checkpoint.keep = "all"`).
     fn prune(&self) -> Result<()> {
         for m in &self.members {
-            let dir = m.run_dir();
-            if m.config().checkpoint.keep != Keep::All && dir.join("checkpoints").exists() {
-                checkpoint::prune(dir)?;
+            if m.config().checkpoint.keep != Keep::All {
+                checkpoint::prune(m.run_dir())?;
             }
         }
         Ok(())
     }
-}
-
-/// The members' `run.threads` (one value: it is part of the population's key).
-fn first_threads(members: &[Trainer]) -> usize {
-    members.first().map_or(1, |m| m.config().run.threads)
 }
 
 /// One run of a population: its directory, its config (used when it starts fresh;
@@ -367,7 +366,7 @@ pub fn train_members(members: &[Member], stop_at: Option<u64>) -> Result<Vec<Opt
         }
     }
     for (step, group) in resume_groups(members, &pending) {
-        let mut trainers = group
+        let mut trainers: Vec<Trainer> = group
             .iter()
             .map(|&i| {
                 let m = &members[i];
@@ -383,7 +382,7 @@ pub fn train_members(members: &[Member], stop_at: Option<u64>) -> Result<Vec<Opt
             .collect::<Result<Vec<_>>>()?;
         let done = match trainers.len() {
             1 => vec![trainers[0].run(stop_at)?],
-            _ => Population::new(std::mem::take(&mut trainers))?.run(stop_at)?,
+            _ => Population::new(trainers)?.run(stop_at)?,
         };
         for (&i, summary) in group.iter().zip(done) {
             summaries[i] = summary;

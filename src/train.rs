@@ -628,17 +628,11 @@ impl Trainer {
 
     /// `replay.gradient_steps` updates on batches from the replay.
     fn train(&mut self) -> Result<()> {
-        let (sampler, steps) = (
-            self.config.replay.sampler,
-            self.config.replay.gradient_steps,
-        );
-        for _ in 0..steps {
-            self.replay
-                .sample(sampler, &mut self.batch, &mut self.replay_rng)?;
+        for _ in 0..self.config.replay.gradient_steps {
+            self.sample()?;
             let info = self.agent.update(&self.batch)?;
             self.record_update(&info)?;
-            self.diagnostics
-                .after_update(&self.agent, self.step, &mut self.tb)?;
+            self.after_update()?;
         }
         Ok(())
     }
@@ -859,7 +853,8 @@ fn every(step: u64, interval: u64) -> bool {
     interval > 0 && step.is_multiple_of(interval)
 }
 
-fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+/// The mean of `values`; `None` when there are none.
+pub(crate) fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
     (n > 0).then(|| sum / n as f64)
 }
@@ -948,12 +943,13 @@ impl Trainer {
         self.defer_pruning = true;
     }
 
-    /// A batch from the replay with the run's generator, as [`Self::train`] draws it.
-    pub(crate) fn sample(&mut self) -> Result<&Batch> {
+    /// Draws the next batch (into [`Self::batch`]) from the replay with the run's
+    /// generator.
+    pub(crate) fn sample(&mut self) -> Result<()> {
         let sampler = self.config.replay.sampler;
         self.replay
             .sample(sampler, &mut self.batch, &mut self.replay_rng)?;
-        Ok(&self.batch)
+        Ok(())
     }
 
     pub(crate) fn batch(&self) -> &Batch {
