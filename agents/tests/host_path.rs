@@ -6,6 +6,7 @@ use common::*;
 
 use candle_core::Tensor;
 use normrl_agents::dqn::{Dqn, DqnConfig, Engine, Loss, TargetUpdate};
+use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{BnStats, HostTape, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
@@ -38,6 +39,15 @@ fn norm(kind: NormKind) -> NormConfig {
     }
 }
 
+/// Runs `check` on every path of the kernels' AVX2 dispatch this CPU can take, saying
+/// which one failed.
+fn on_every_path(check: impl Fn()) {
+    for path in paths() {
+        eprintln!("kernel path {path:?}");
+        on_path(path, &check);
+    }
+}
+
 fn random_values(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = InitRng::new(seed);
     rng.normal(n, 1.0, &DEV).unwrap().to_vec1().unwrap()
@@ -57,70 +67,72 @@ fn vec_err(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn host_forward_and_backward_equal_the_graph() {
-    let (obs, actions, rows) = (5usize, 3usize, 16usize);
-    for kind in HOST_KINDS {
-        let net = QNetwork::new(
-            &QNetworkConfig::mlp(vec![24, 12]),
-            &norm(kind),
-            &[obs],
-            actions,
-            7,
-            &DEV,
-        )
-        .unwrap();
-        assert!(net.runs_on_host(), "{kind:?}");
-        let x = random_values(rows * obs, 1);
-        let upstream = random_values(rows * actions, 2);
-        let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
-        // Past batch renormalization's warm-up; each forward below then starts from
-        // the same running statistics (batch renormalization's output depends on them).
-        for _ in 0..2 {
-            net.forward(&xt, Pass::TRAIN).unwrap();
-        }
-        let state = net.store().to_map().unwrap();
-        let restore = || net.store().load_map(&state).unwrap();
-        for stats in [BnStats::Batch, BnStats::Running] {
-            restore();
-            let graph = net.forward(&xt, Pass::differentiable(stats)).unwrap();
-            restore();
-            let q = net.host_forward(&x, rows, stats, None).unwrap();
-            let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
-            let e = vec_err(&q, &graph_q);
-            assert!(e <= 1e-5, "{kind:?} {stats:?} Q-values: relative error {e}");
-        }
-        let mut tape = HostTape::default();
-        restore();
-        let q = net
-            .host_forward(&x, rows, BnStats::Batch, Some(&mut tape))
+    on_every_path(|| {
+        let (obs, actions, rows) = (5usize, 3usize, 16usize);
+        for kind in HOST_KINDS {
+            let net = QNetwork::new(
+                &QNetworkConfig::mlp(vec![24, 12]),
+                &norm(kind),
+                &[obs],
+                actions,
+                7,
+                &DEV,
+            )
             .unwrap();
-        let host_grads = net.host_backward(tape, &upstream).unwrap();
-        let up = Tensor::from_slice(&upstream, (rows, actions), &DEV).unwrap();
-        restore();
-        let graph = net.forward(&xt, Pass::TRAIN).unwrap();
-        let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
-        assert!(vec_err(&q, &graph_q) <= 1e-5, "{kind:?} taped Q-values");
-        let grads = (graph * up).unwrap().sum_all().unwrap().backward().unwrap();
-        assert_eq!(
-            host_grads.len(),
-            net.store().trainable().count(),
-            "{kind:?}: one gradient per trainable variable"
-        );
-        for p in net.store().trainable() {
-            let expected: Vec<f32> = grads
-                .get(p.var.as_tensor())
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
+            assert!(net.runs_on_host(), "{kind:?}");
+            let x = random_values(rows * obs, 1);
+            let upstream = random_values(rows * actions, 2);
+            let xt = Tensor::from_slice(&x, (rows, obs), &DEV).unwrap();
+            // Past batch renormalization's warm-up; each forward below then starts from
+            // the same running statistics (batch renormalization's output depends on them).
+            for _ in 0..2 {
+                net.forward(&xt, Pass::TRAIN).unwrap();
+            }
+            let state = net.store().to_map().unwrap();
+            let restore = || net.store().load_map(&state).unwrap();
+            for stats in [BnStats::Batch, BnStats::Running] {
+                restore();
+                let graph = net.forward(&xt, Pass::differentiable(stats)).unwrap();
+                restore();
+                let q = net.host_forward(&x, rows, stats, None).unwrap();
+                let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
+                let e = vec_err(&q, &graph_q);
+                assert!(e <= 1e-5, "{kind:?} {stats:?} Q-values: relative error {e}");
+            }
+            let mut tape = HostTape::default();
+            restore();
+            let q = net
+                .host_forward(&x, rows, BnStats::Batch, Some(&mut tape))
                 .unwrap();
-            let (_, got) = host_grads
-                .iter()
-                .find(|(id, _)| *id == p.var.id())
-                .unwrap_or_else(|| panic!("{kind:?}: no host gradient for {}", p.name));
-            let e = vec_err(got, &expected);
-            assert!(e <= 1e-5, "{kind:?} d{}: relative error {e}", p.name);
+            let host_grads = net.host_backward(tape, &upstream).unwrap();
+            let up = Tensor::from_slice(&upstream, (rows, actions), &DEV).unwrap();
+            restore();
+            let graph = net.forward(&xt, Pass::TRAIN).unwrap();
+            let graph_q: Vec<f32> = graph.flatten_all().unwrap().to_vec1().unwrap();
+            assert!(vec_err(&q, &graph_q) <= 1e-5, "{kind:?} taped Q-values");
+            let grads = (graph * up).unwrap().sum_all().unwrap().backward().unwrap();
+            assert_eq!(
+                host_grads.len(),
+                net.store().trainable().count(),
+                "{kind:?}: one gradient per trainable variable"
+            );
+            for p in net.store().trainable() {
+                let expected: Vec<f32> = grads
+                    .get(p.var.as_tensor())
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap();
+                let (_, got) = host_grads
+                    .iter()
+                    .find(|(id, _)| *id == p.var.id())
+                    .unwrap_or_else(|| panic!("{kind:?}: no host gradient for {}", p.name));
+                let e = vec_err(got, &expected);
+                assert!(e <= 1e-5, "{kind:?} d{}: relative error {e}", p.name);
+            }
         }
-    }
+    });
 }
 
 fn agent(kind: NormKind, config: &DqnConfig, host: bool) -> Dqn {
@@ -158,130 +170,208 @@ fn batch(size: usize, seed: u64) -> Batch {
     batch
 }
 
-/// Both agents' online and target networks hold the same values (to 1e-5 relative).
-fn assert_same_networks(host: &Dqn, graph: &Dqn, context: &str) {
-    for net in [
-        (host.online(), graph.online()),
-        (host.target(), graph.target()),
-    ] {
-        for (a, b) in net.0.store().params().iter().zip(net.1.store().params()) {
-            let e = max_rel_err(a.var.as_tensor(), b.var.as_tensor());
-            assert!(e <= 1e-5, "{context} {}: relative error {e}", a.name);
-        }
-    }
+/// `to` where `from` stands: both networks (buffers included), the optimizer's state
+/// and the update counters.
+fn sync(from: &Dqn, to: &mut Dqn) {
+    to.online().copy_from(from.online()).unwrap();
+    to.target().copy_from(from.target()).unwrap();
+    let state = from.optimizer().state_tensors().unwrap();
+    to.optimizer_mut().load_state_tensors(&state).unwrap();
+    to.restore_counters(from.updates(), from.is_initialized());
+}
+
+/// Every value of `agent`'s online and target networks, buffers included.
+fn network_values(agent: &Dqn) -> Vec<f32> {
+    let nets = [agent.online(), agent.target()];
+    let params = nets.into_iter().flat_map(|n| n.store().params());
+    params
+        .flat_map(|p| {
+            let t = p.var.as_tensor().flatten_all().unwrap();
+            t.to_vec1::<f32>().unwrap()
+        })
+        .collect()
+}
+
+/// `||a - b||_2`.
+fn distance(a: &[f32], b: &[f32]) -> f64 {
+    let squares = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2));
+    squares.sum::<f64>().sqrt()
 }
 
 #[test]
 fn host_updates_equal_graph_updates() {
-    let configs = [
-        DqnConfig {
-            target_update: TargetUpdate::Hard { every: 3 },
-            ..Default::default()
-        },
-        DqnConfig {
-            double_dqn: true,
-            loss: Loss::Mse,
-            target_update: TargetUpdate::Polyak { tau: 0.1 },
-            target_bn_mode: BnStats::Batch,
-            ..Default::default()
-        },
-        // Batch norm's running statistics in the update; weight norm still trains.
-        DqnConfig {
-            target_update: TargetUpdate::Hard { every: 3 },
-            online_bn_mode: BnStats::Running,
-            ..Default::default()
-        },
-    ];
-    for (kind, config) in HOST_KINDS
-        .into_iter()
-        .flat_map(|k| configs.iter().map(move |c| (k, c)))
-    {
-        let mut host = agent(kind, config, true);
-        let mut graph = agent(kind, config, false);
-        let before: Vec<Tensor> = host
-            .online()
-            .store()
-            .trainable()
-            .map(|p| p.var.as_tensor().copy().unwrap())
-            .collect();
-        assert!(host.runs_on_host() && !graph.runs_on_host());
-        let context = format!("{kind:?} {config:?}");
-        for (step, size) in [32usize, 32, 8, 32, 1, 32].into_iter().enumerate() {
-            let b = batch(size, step as u64);
-            let targets = |dqn: &Dqn| -> Vec<f32> { dqn.td_targets(&b).unwrap() };
-            let e = vec_err(&targets(&host), &targets(&graph));
-            assert!(
-                e <= 1e-5,
-                "{context} step {step} targets: relative error {e}"
-            );
-            let (h, g) = (host.update(&b).unwrap(), graph.update(&b).unwrap());
-            // The mean of Q-values of both signs can come near 0 (-2e-4 here), where
-            // the paths' rounding (1e-8 absolute) reads as 1e-4 relative: it is judged
-            // against the Q-values' own scale (0.01 and up).
-            for (name, a, e, floor) in [
-                ("loss", &h.td_loss, &g.td_loss, 1e-6),
-                ("mean Q", &h.q_mean, &g.q_mean, 1e-2),
-                ("gradient norm", &h.grad_norm, &g.grad_norm, 1e-6),
-            ] {
-                let r = relative(a.value().unwrap(), e.value().unwrap(), floor);
+    on_every_path(|| {
+        let configs = [
+            DqnConfig {
+                target_update: TargetUpdate::Hard { every: 3 },
+                ..Default::default()
+            },
+            DqnConfig {
+                double_dqn: true,
+                loss: Loss::Mse,
+                target_update: TargetUpdate::Polyak { tau: 0.1 },
+                target_bn_mode: BnStats::Batch,
+                ..Default::default()
+            },
+            // Batch norm's running statistics in the update; weight norm still trains.
+            DqnConfig {
+                target_update: TargetUpdate::Hard { every: 3 },
+                online_bn_mode: BnStats::Running,
+                ..Default::default()
+            },
+        ];
+        for (kind, config) in HOST_KINDS
+            .into_iter()
+            .flat_map(|k| configs.iter().map(move |c| (k, c)))
+        {
+            let mut host = agent(kind, config, true);
+            let mut graph = agent(kind, config, false);
+            let before: Vec<Tensor> = host
+                .online()
+                .store()
+                .trainable()
+                .map(|p| p.var.as_tensor().copy().unwrap())
+                .collect();
+            assert!(host.runs_on_host() && !graph.runs_on_host());
+            let context = format!("{kind:?} {config:?}");
+            // Each update from the same state (the graph agent set to where the host
+            // agent stands), so that what is compared is one update's arithmetic in two
+            // orders: values to rounding, 1e-5. Compared over a trajectory instead, a
+            // gradient within rounding of 0 (Adam moves its weight by a sizeable part
+            // of its learning rate either way) or a ReLU input at its kink starts two
+            // trajectories that part by amounts that depend on the CPU.
+            for (step, size) in [32usize, 32, 8, 32, 1, 32].into_iter().enumerate() {
+                sync(&host, &mut graph);
+                let start = network_values(&host);
+                let b = batch(size, step as u64);
+                let targets = |dqn: &Dqn| -> Vec<f32> { dqn.td_targets(&b).unwrap() };
+                let e = vec_err(&targets(&host), &targets(&graph));
                 assert!(
-                    r <= 1e-5,
-                    "{context} step {step} {name}: relative error {r}"
+                    e <= 1e-5,
+                    "{context} step {step} targets: relative error {e}"
+                );
+                let (h, g) = (host.update(&b).unwrap(), graph.update(&b).unwrap());
+                // The mean of Q-values of both signs can come near 0 (-2e-4 here), where
+                // the paths' rounding (1e-8 absolute) reads as 1e-4 relative: it is judged
+                // against the Q-values' own scale (0.01 and up).
+                for (name, a, e, floor) in [
+                    ("loss", &h.td_loss, &g.td_loss, 1e-6),
+                    ("mean Q", &h.q_mean, &g.q_mean, 1e-2),
+                    ("gradient norm", &h.grad_norm, &g.grad_norm, 1e-6),
+                ] {
+                    let r = relative(a.value().unwrap(), e.value().unwrap(), floor);
+                    assert!(
+                        r <= 1e-5,
+                        "{context} step {step} {name}: relative error {r}"
+                    );
+                }
+                assert_eq!((h.projected, h.synced), (g.projected, g.synced));
+                // The networks after the update: their change agrees to 1e-3 of its
+                // norm (the few weights whose normalized step can differ by rounding
+                // are a small part of it; a wrong gradient is all of it).
+                let (a, b) = (network_values(&host), network_values(&graph));
+                let (apart, moved) = (distance(&a, &b), distance(&a, &start));
+                assert!(
+                    apart <= 1e-3 * moved,
+                    "{context} step {step}: the networks' change differs by {apart:e} of {moved:e}"
                 );
             }
-            assert_eq!((h.projected, h.synced), (g.projected, g.synced));
+            // Every trainable variable moved (none was cut off from the loss).
+            for (p, before) in host.online().store().trainable().zip(&before) {
+                let moved = max_rel_err(p.var.as_tensor(), before);
+                assert!(moved > 0.0, "{context}: {} did not change", p.name);
+            }
+            sync(&host, &mut graph);
+            let obs = random_values(4, 99);
+            let e = vec_err(
+                &host.q_values(&obs).unwrap(),
+                &graph.q_values(&obs).unwrap(),
+            );
+            assert!(e <= 1e-5, "{context} acting Q-values: relative error {e}");
         }
-        // Every trainable variable moved (none was cut off from the loss).
-        for (p, before) in host.online().store().trainable().zip(&before) {
-            let moved = max_rel_err(p.var.as_tensor(), before);
-            assert!(moved > 0.0, "{context}: {} did not change", p.name);
-        }
-        assert_same_networks(&host, &graph, &context);
-        let obs = random_values(4, 99);
-        let e = vec_err(
-            &host.q_values(&obs).unwrap(),
-            &graph.q_values(&obs).unwrap(),
-        );
-        assert!(e <= 1e-5, "{context} acting Q-values: relative error {e}");
-    }
+    });
 }
 
 #[test]
 fn networks_outside_the_host_path_use_the_graph() {
-    let cnn = QNetwork::new(
-        &QNetworkConfig::minatar_cnn(),
-        &norm(NormKind::None),
-        &[4, 10, 10],
-        6,
-        0,
-        &DEV,
-    )
-    .unwrap();
-    assert!(!cnn.runs_on_host());
-    let err = cnn
-        .host_forward(&[0.0; 400], 1, BnStats::Running, None)
-        .unwrap_err();
-    assert!(err.to_string().contains("host"), "{err}");
-    // Such agents still update (through the graph), as do MLPs with the host path off.
-    let mut dqn = Dqn::new(
-        &QNetworkConfig::mlp(vec![8]),
-        &norm(NormKind::WnMeanOnlyBn),
-        &OptimizerConfig::default(),
-        &DqnConfig::default(),
-        &[4],
-        3,
-        0,
-        &DEV,
-    )
-    .unwrap()
-    .with_engine(Engine::CpuGraph)
-    .unwrap();
-    assert!(!dqn.runs_on_host());
-    assert!(dqn
-        .update(&batch(8, 1))
+    on_every_path(|| {
+        let cnn = QNetwork::new(
+            &QNetworkConfig::minatar_cnn(),
+            &norm(NormKind::None),
+            &[4, 10, 10],
+            6,
+            0,
+            &DEV,
+        )
+        .unwrap();
+        assert!(!cnn.runs_on_host());
+        let err = cnn
+            .host_forward(&[0.0; 400], 1, BnStats::Running, None)
+            .unwrap_err();
+        assert!(err.to_string().contains("host"), "{err}");
+        // Such agents still update (through the graph), as do MLPs with the host path off.
+        let mut dqn = Dqn::new(
+            &QNetworkConfig::mlp(vec![8]),
+            &norm(NormKind::WnMeanOnlyBn),
+            &OptimizerConfig::default(),
+            &DqnConfig::default(),
+            &[4],
+            3,
+            0,
+            &DEV,
+        )
         .unwrap()
-        .td_loss
-        .value()
-        .unwrap()
-        .is_finite());
+        .with_engine(Engine::CpuGraph)
+        .unwrap();
+        assert!(!dqn.runs_on_host());
+        assert!(dqn
+            .update(&batch(8, 1))
+            .unwrap()
+            .td_loss
+            .value()
+            .unwrap()
+            .is_finite());
+    });
+}
+
+/// The dispatch's copies promise the same result on every path (no fused multiply-adds,
+/// a fixed order of additions): host updates of every method on each path this CPU can
+/// take, bit for bit, so that a run does not depend on whether the CPU has AVX2.
+#[test]
+fn every_kernel_path_gives_the_same_updates_bit_for_bit() {
+    let config = DqnConfig {
+        target_update: TargetUpdate::Hard { every: 3 },
+        ..Default::default()
+    };
+    for kind in HOST_KINDS {
+        let run = |path| {
+            on_path(path, || {
+                let mut host = agent(kind, &config, true);
+                let losses: Vec<f64> = (0..6u64)
+                    .map(|step| {
+                        host.update(&batch(16, step))
+                            .unwrap()
+                            .td_loss
+                            .value()
+                            .unwrap()
+                    })
+                    .collect();
+                let weights: Vec<Vec<f32>> = host
+                    .online()
+                    .store()
+                    .trainable()
+                    .map(|p| p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
+                    .collect();
+                (
+                    losses,
+                    weights,
+                    host.q_values(&random_values(4, 99)).unwrap(),
+                )
+            })
+        };
+        let baseline = run(paths()[0]);
+        for path in paths() {
+            assert_eq!(run(path), baseline, "{kind:?} on {path:?}");
+        }
+    }
 }
