@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::config::{parse_device_spec, select_device, TrainConfig};
 use crate::parity::TOLERANCE;
+use crate::population::SingleRun;
 use crate::train::{set_threads, Trainer};
 
 #[derive(Debug, clap::Args)]
@@ -347,7 +348,8 @@ fn train_rows(steps: u64, device: &str) -> Result<Vec<Row>> {
             std::process::id(),
             rows.len()
         ));
-        let mut trainer = Trainer::new(config, &dir)?;
+        // A device's one engine: a population of one there.
+        let mut trainer = SingleRun::new(Trainer::new(config, &dir)?)?;
         trainer.run(Some(1000))?;
         let t = Instant::now();
         trainer.run(Some(1000 + steps))?;

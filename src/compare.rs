@@ -616,5 +616,6 @@ fn run_one(
         Trainer::new(config.config_for(run)?, dir)?
     };
     trainer.set_variant(&run.variant);
-    trainer.run(None)?.context("the run stopped early")
+    let mut run = crate::population::SingleRun::new(trainer)?;
+    run.run(None)?.context("the run stopped early")
 }

@@ -44,6 +44,32 @@ pub fn population_key(config: &TrainConfig) -> String {
     c.to_toml()
 }
 
+/// A single run on its device's engine: on the CPU the trainer's own loop (the fused
+/// host path), on an accelerator a population of one, so that a device has one engine
+/// (the population's batched update, its frames mirror, its one read per step).
+pub enum SingleRun {
+    Host(Box<Trainer>),
+    Device(Box<Population>),
+}
+
+impl SingleRun {
+    pub fn new(trainer: Trainer) -> Result<Self> {
+        if trainer.agent().online().store().device().is_cpu() {
+            return Ok(Self::Host(Box::new(trainer)));
+        }
+        let population = Population::new(vec![trainer])?.with_device_frames(false)?;
+        Ok(Self::Device(Box::new(population)))
+    }
+
+    /// Trains to `stop_at` (or the end); the summary once the run is finished.
+    pub fn run(&mut self, stop_at: Option<u64>) -> Result<Option<RunSummary>> {
+        match self {
+            Self::Host(trainer) => trainer.run(stop_at),
+            Self::Device(population) => Ok(population.run(stop_at)?.pop().flatten()),
+        }
+    }
+}
+
 /// P members trained as one population.
 pub struct Population {
     members: Vec<Trainer>,
@@ -381,7 +407,7 @@ pub fn train_members(members: &[Member], stop_at: Option<u64>) -> Result<Vec<Opt
             })
             .collect::<Result<Vec<_>>>()?;
         let done = match trainers.len() {
-            1 => vec![trainers[0].run(stop_at)?],
+            1 => vec![SingleRun::new(trainers.remove(0))?.run(stop_at)?],
             _ => Population::new(trainers)?.run(stop_at)?,
         };
         for (&i, summary) in group.iter().zip(done) {

@@ -8,7 +8,7 @@ use normrl_envs::make;
 
 use crate::checkpoint;
 use crate::config::{parse_device_spec, select_device, TrainConfig};
-use crate::population::{train_members, Member};
+use crate::population::{train_members, Member, SingleRun};
 use crate::train::{evaluate, finished_summary, set_threads, Divergence, RunSummary, Trainer};
 use crate::validate::MemoryEstimate;
 
@@ -51,7 +51,7 @@ pub struct EvalArgs {
 }
 
 pub fn train(args: &TrainArgs) -> Result<()> {
-    let mut trainer = match (&args.resume, &args.config) {
+    let trainer = match (&args.resume, &args.config) {
         (Some(dir), _) => {
             let root_config = dir.join("config.toml");
             if root_config.exists() {
@@ -107,7 +107,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             (false, spec) => spec,
         },
     );
-    if let Some(summary) = trainer.run(None)? {
+    if let Some(summary) = SingleRun::new(trainer)?.run(None)? {
         print_summary(&summary);
         if let Some(d) = summary.diverged {
             return Err(Diverged(d).into());

@@ -249,6 +249,21 @@ impl Optimizer {
         self.steps
     }
 
+    /// The state this optimizer keeps from one step to the next as tensors (the
+    /// moments of the tensor path; none for the fused loop's host state), by name. None
+    /// of them may hold a graph: see `agents/tests/no_graph_kept.rs`.
+    pub fn held_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut held = Vec::new();
+        for slot in &self.slots {
+            if let State::Device(state) = &slot.state {
+                for (i, t) in state.iter().enumerate() {
+                    held.push((format!("{}.state{i}", slot.name), t.clone()));
+                }
+            }
+        }
+        held
+    }
+
     pub fn config(&self) -> &OptimizerConfig {
         &self.config
     }
@@ -274,7 +289,7 @@ impl Optimizer {
         let mut sum: Option<Tensor> = None;
         for slot in &self.slots {
             if let Some(g) = grads.get(slot.var.as_tensor()) {
-                let s = g.sqr()?.sum_all()?;
+                let s = g.detach().sqr()?.sum_all()?;
                 sum = Some(match sum {
                     None => s,
                     Some(t) => (t + s)?,
@@ -334,9 +349,14 @@ impl Optimizer {
                     }
                 }
                 State::Device(state) => {
+                    // A variable's gradient from candle's backward is not detached (only
+                    // the inner nodes' are): it holds the update's graph, activations and
+                    // all. The moments made from it are kept as the next step's state, so
+                    // undetached they would keep every step's graph alive, for ever.
+                    let grad = grad.detach();
                     let grad = match &device_scale {
                         Some(scale) => grad.broadcast_mul(scale)?,
-                        None => grad.clone(),
+                        None => grad,
                     };
                     tensor_update(&slot.var, &grad, state, &coefficients)?;
                 }
@@ -493,8 +513,8 @@ fn tensor_update(
     state: &mut [Tensor; 2],
     c: &Coefficients,
 ) -> Result<()> {
-    let g = (grad * f64::from(c.grad_scale))?;
-    let p = var.as_tensor();
+    let g = (grad.detach() * f64::from(c.grad_scale))?;
+    let p = &var.as_tensor().detach();
     let new_p = match c.kind {
         OptimizerKind::Adam => {
             let (b1, b2) = (f64::from(c.b1), f64::from(c.b2));

@@ -57,16 +57,12 @@ impl PopulationDqn {
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
-        let mut store = ParamStore::new(online.device().clone());
-        for ((name, var), group) in online.vars().into_iter().zip(online.groups()) {
-            store.insert(name, var.clone(), group);
-        }
         let max_grad_norm = optimizer.max_grad_norm;
         let unclipped = OptimizerConfig {
             max_grad_norm: 0.0,
             ..optimizer
         };
-        let optimizer = Optimizer::new(&store, &unclipped, online.g_lr_scale());
+        let optimizer = Optimizer::new(&trainables(&online), &unclipped, online.g_lr_scale());
         Ok(Self {
             online,
             target,
@@ -78,6 +74,35 @@ impl PopulationDqn {
             updates: 0,
             initialized: false,
         })
+    }
+
+    /// The same population with its optimizer on the tensor path, the one an
+    /// accelerator takes, whatever the device: what a GPU runs, tested on the CPU.
+    /// Only before the first update (the fused loop's state is not carried over).
+    pub fn with_tensor_optimizer(mut self) -> Result<Self> {
+        if self.optimizer.steps() > 0 {
+            candle_core::bail!("the optimizer's path is chosen before the first update");
+        }
+        let (config, scale) = (self.optimizer.config().clone(), self.online.g_lr_scale());
+        self.optimizer = Optimizer::reference(&trainables(&self.online), &config, scale)?;
+        Ok(self)
+    }
+
+    /// Every tensor this population keeps from one update to the next, by name: the
+    /// networks' variables and buffers, the optimizer's state, the per-agent
+    /// hyperparameters. None may hold a graph (`agents/tests/no_graph_kept.rs`).
+    pub fn held_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut held = Vec::new();
+        for (net, which) in [(&self.online, "online"), (&self.target, "target")] {
+            for (name, var) in net.vars_and_buffers() {
+                held.push((format!("{which}.{name}"), var.as_tensor().clone()));
+            }
+        }
+        held.extend(self.optimizer.held_tensors());
+        for (name, t) in [("gammas", &self.gammas), ("lr_ratios", &self.lr_ratios)] {
+            held.extend(t.iter().map(|t| (name.to_string(), t.clone())));
+        }
+        held
     }
 
     /// The single agents `agents` as one population, each exactly where it stands:
@@ -397,6 +422,15 @@ impl PopulationDqn {
         }
         Ok(norm)
     }
+}
+
+/// `online`'s trainable variables as a store, for the optimizer.
+fn trainables(online: &PopulationNet) -> ParamStore {
+    let mut store = ParamStore::new(online.device().clone());
+    for ((name, var), group) in online.vars().into_iter().zip(online.groups()) {
+        store.insert(name, var.clone(), group);
+    }
+    store
 }
 
 /// What one population update reports, on the device (no wait for it).

@@ -464,6 +464,16 @@ impl PopulationNet {
 
     /// The optimizer's group of each of [`Self::vars`] (weight norm's gains have a
     /// learning rate of their own).
+    /// Every variable with its name, the buffers too (running statistics, counts).
+    pub fn vars_and_buffers(&self) -> Vec<(&str, &Var)> {
+        let all = self.layers.iter().flat_map(PopulationLayer::all);
+        self.layouts
+            .iter()
+            .map(|l| l.name.as_str())
+            .zip(all)
+            .collect()
+    }
+
     pub(crate) fn groups(&self) -> Vec<Group> {
         self.trainable_layouts().iter().map(|l| l.group).collect()
     }
