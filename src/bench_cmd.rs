@@ -24,7 +24,9 @@ pub struct BenchArgs {
     /// (end to end), `all` of these, `population` (P agents' updates as one against P
     /// separate ones, P = 1, 4, 16, 64, with tensors and device reads per step),
     /// `population-train` (P agents trained end to end as one population against P
-    /// single runs: agent-steps/s; use a small `--steps`, e.g. 300), or `parity`
+    /// single runs: agent-steps/s; use a small `--steps`, e.g. 300), `population-host`
+    /// (a population's host work: start-up, microseconds per member per step acting
+    /// only and with updates, its parts, and the end; `--population P`), or `parity`
     /// (every method's values and gradients on `--device` against the CPU's; exits with
     /// an error beyond tolerance).
     #[arg(default_value = "all")]
@@ -48,6 +50,9 @@ pub struct BenchArgs {
     /// With `nn`: only cases whose name contains this text (e.g. `cnn b32`).
     #[arg(long)]
     pub case: Option<String>,
+    /// With `population-host`: the population's size.
+    #[arg(long, default_value_t = 256)]
+    pub population: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -402,11 +407,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         "train",
         "population",
         "population-train",
+        "population-host",
         "parity",
     ];
     if !all && !known.contains(&args.what.as_str()) {
         anyhow::bail!(
-            "unknown benchmark '{}': expected nn, replay, train, population, population-train, parity or all",
+            "unknown benchmark '{}': expected nn, replay, train, population, population-train, population-host, parity or all",
             args.what
         );
     }
@@ -430,6 +436,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     if args.what == "population-train" {
         let rows_of = crate::bench_population::train_rows;
         rows.extend(rows_of(args.steps, &device, &args.device)?);
+    }
+    if args.what == "population-host" {
+        let host_rows = crate::bench_population::host_rows;
+        rows.extend(host_rows(args.population, args.steps, &args.device)?);
     }
     if args.json {
         for row in &rows {

@@ -254,3 +254,87 @@ fn train_both(config: &crate::config::TrainConfig, p: usize, steps: u64) -> Resu
     let _ = std::fs::remove_dir_all(&root);
     Ok([together, alone])
 }
+
+/// A population's host work, MinAtar Breakout's CNN at batch 32 with its frames
+/// mirrored (forced on the CPU; automatic on an accelerator): the start-up (P members
+/// made, then stacked and mirrored), microseconds per member per step over `steps`
+/// steps acting only and then with an update every step, each split into its parts
+/// (`HostTimes`), and the end (every member exported, as before a checkpoint).
+pub fn host_rows(p: usize, steps: u64, device_spec: &str) -> Result<Vec<Row>> {
+    use crate::population::Population;
+    use crate::train::Trainer;
+    let arch = "{type=\"minatar_cnn\"}";
+    let config = bench_train_config(("minatar/breakout", arch), 32, steps + 1000, device_spec)?;
+    let root = std::env::temp_dir().join(format!("normrl-bench-host-{}", std::process::id()));
+    let row = |bench: &str, value: f64, unit: &'static str| Row {
+        bench: bench.into(),
+        case: format!("breakout cnn b32 P={p}"),
+        value,
+        min: None,
+        unit,
+    };
+    let t = std::time::Instant::now();
+    let trainers = (0..p as u64)
+        .map(|seed| {
+            let mut c = config.clone();
+            c.run.seed = seed + 1;
+            Trainer::new(c, &root.join(format!("seed-{}", seed + 1)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let made = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let population = Population::new(trainers)?;
+    let stacked = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let mut population = population.with_device_frames(true)?;
+    let mirrored = t.elapsed().as_secs_f64();
+    let mut rows = vec![
+        row("population start: members", made, "s"),
+        row("population start: stack", stacked, "s"),
+        row("population start: mirror", mirrored, "s"),
+    ];
+    // Acting only: the first steps of the 1,000 before learning starts.
+    population.run(Some(steps.min(999)))?;
+    rows.extend(step_rows(&population, p, "acting only"));
+    population.run(Some(1000))?;
+    population.reset_times();
+    population.run(Some(1000 + steps))?;
+    rows.extend(step_rows(&population, p, "with updates"));
+    let t = std::time::Instant::now();
+    population.export_members()?;
+    rows.push(row(
+        "population end: export",
+        t.elapsed().as_secs_f64(),
+        "s",
+    ));
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(rows)
+}
+
+/// Microseconds per member per step since the population's times were reset: in all
+/// and by part.
+fn step_rows(population: &crate::population::Population, p: usize, what: &str) -> Vec<Row> {
+    let t = population.times();
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / (t.steps.max(1) as f64 * p as f64);
+    let parts = [
+        (
+            "all",
+            t.forward + t.members + t.mirror + t.sample + t.update,
+        ),
+        ("forward", t.forward),
+        ("members", t.members),
+        ("mirror", t.mirror),
+        ("sample", t.sample),
+        ("update", t.update),
+    ];
+    parts
+        .into_iter()
+        .map(|(part, d)| Row {
+            bench: format!("host us/member/step {what}"),
+            case: format!("{part} P={p}"),
+            value: per(d),
+            min: None,
+            unit: "us",
+        })
+        .collect()
+}

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod compare;
 mod compare_cmd;
 pub mod config;
+pub mod device_memory;
 pub mod diagnostics;
 mod env_cmd;
 pub mod hparams;

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use candle_core::Tensor;
@@ -89,6 +90,48 @@ pub struct Population {
     /// The members' replay frames on the device (an accelerator's, or on request), so
     /// that an update uploads slot indices instead of observations.
     frames: Option<DeviceFrames>,
+    /// Where a step's time goes (`bench population-host`).
+    times: HostTimes,
+    threading: Threading,
+}
+
+/// Steps timed on one thread before a population with `run.threads > 1` decides
+/// whether its members' work is worth threads.
+const PROBE_STEPS: u32 = 64;
+
+/// The members' work per step from which threads pay (their hand-off costs tens of
+/// microseconds, more on busy cores).
+const WORTH_THREADS: Duration = Duration::from_micros(200);
+
+/// Whether a population steps its members on threads.
+#[derive(Clone, Copy, Debug)]
+enum Threading {
+    /// One thread (`run.threads = 1`, or too little work to share).
+    Off,
+    /// Timing the first steps on one thread.
+    Probing {
+        steps: u32,
+        spent: Duration,
+    },
+    On,
+}
+
+/// Wall time a population spent in each part of its steps since it started (or since
+/// [`Population::reset_times`]): what `bench population-host` reports per member.
+#[derive(Clone, Debug, Default)]
+pub struct HostTimes {
+    /// Steps taken.
+    pub steps: u64,
+    /// The batched greedy forward and its one read, for all members.
+    pub forward: Duration,
+    /// The members' own work: exploration draw, environment step, replay push.
+    pub members: Duration,
+    /// The new frames' writes into the device mirror.
+    pub mirror: Duration,
+    /// Drawing the members' batches from their replays.
+    pub sample: Duration,
+    /// The population's updates (on an accelerator: mostly launching them).
+    pub update: Duration,
 }
 
 impl Population {
@@ -130,6 +173,13 @@ impl Population {
             ),
             false => None,
         };
+        let threading = match pool {
+            Some(_) => Threading::Probing {
+                steps: 0,
+                spent: Duration::ZERO,
+            },
+            None => Threading::Off,
+        };
         Self {
             members,
             clocks,
@@ -140,6 +190,8 @@ impl Population {
             ended,
             pool,
             frames: None,
+            times: HostTimes::default(),
+            threading,
         }
         .with_device_frames(false)
     }
@@ -152,6 +204,13 @@ impl Population {
         if self.frames.is_none() && (always || !device.is_cpu()) {
             let replays: Vec<&ReplayBuffer> = self.members.iter().map(Trainer::replay).collect();
             self.frames = DeviceFrames::mirror(&replays, &device)?;
+            if self.frames.is_some() {
+                // The updates read the frames from the mirror: the members' batches
+                // take only the slots.
+                for m in &mut self.members {
+                    m.sample_without_frames();
+                }
+            }
         }
         Ok(self)
     }
@@ -212,7 +271,9 @@ impl Population {
             .iter()
             .flat_map(|m| m.obs().iter().copied())
             .collect();
+        let start = Instant::now();
         let greedy = self.agents.greedy_actions(&obs)?;
+        let forward_done = Instant::now();
         // Frames written so far, to find this step's new ones for the device mirror.
         let written: Option<Vec<u64>> = self.frames.as_ref().map(|_| {
             let replays = self.members.iter().map(Trainer::replay);
@@ -226,18 +287,95 @@ impl Population {
             let action = member.explore_or(greedy[i] as usize)?;
             member.apply_action(action)
         };
-        match &self.pool {
-            None => self.members.iter_mut().enumerate().try_for_each(step)?,
-            Some(pool) => {
+        match (&self.pool, self.threading) {
+            (Some(pool), Threading::On) => {
+                // One contiguous chunk of members per thread: one task each, so the
+                // threads' hand-offs cost the same whatever P.
                 use rayon::prelude::*;
+                let chunk = self.members.len().div_ceil(pool.current_num_threads());
                 let members = &mut self.members;
-                pool.install(|| members.par_iter_mut().enumerate().try_for_each(step))?
+                pool.install(|| {
+                    members
+                        .par_chunks_mut(chunk)
+                        .enumerate()
+                        .try_for_each(|(c, part)| {
+                            let first = c * chunk;
+                            part.iter_mut()
+                                .enumerate()
+                                .try_for_each(|(j, m)| step((first + j, m)))
+                        })
+                })?
             }
+            _ => self.members.iter_mut().enumerate().try_for_each(step)?,
         }
-        match written {
-            Some(written) => self.mirror_new_frames(&written),
-            None => Ok(()),
+        let members_done = Instant::now();
+        self.decide_threading(members_done - forward_done);
+        if let Some(written) = written {
+            self.mirror_new_frames(&written)?;
         }
+        let t = &mut self.times;
+        t.steps += 1;
+        t.forward += forward_done - start;
+        t.members += members_done - forward_done;
+        t.mirror += members_done.elapsed();
+        Ok(())
+    }
+
+    /// With `run.threads > 1`: after the first [`PROBE_STEPS`] steps on one thread,
+    /// threads step the members only if their work takes at least [`WORTH_THREADS`] a
+    /// step. Below that the hand-off to other threads costs more than it saves, and on
+    /// a machine whose cores are busy it costs far more (measured: a CartPole
+    /// population of 256 on a busy 2-core machine, 5x slower on two threads).
+    fn decide_threading(&mut self, members_took: Duration) {
+        let Threading::Probing { steps, spent } = &mut self.threading else {
+            return;
+        };
+        *steps += 1;
+        *spent += members_took;
+        if *steps < PROBE_STEPS {
+            return;
+        }
+        let per_step = *spent / *steps;
+        self.threading = match per_step >= WORTH_THREADS {
+            true => Threading::On,
+            false => {
+                eprintln!(
+                    "run.threads = {}: the members' environments take {} us a step, too little to share; stepping them on one thread",
+                    self.members[0].config().run.threads,
+                    per_step.as_micros()
+                );
+                Threading::Off
+            }
+        };
+    }
+
+    /// Steps the members on `run.threads` threads from the first step, whatever their
+    /// work (for tests: that threads change nothing in a run).
+    pub fn always_threaded(mut self) -> Self {
+        if self.pool.is_some() {
+            self.threading = Threading::On;
+        }
+        self
+    }
+
+    /// Whether the members' environments step on threads now.
+    pub fn steps_on_threads(&self) -> bool {
+        matches!(self.threading, Threading::On)
+    }
+
+    /// Where the steps' time went since the start or the last [`Self::reset_times`].
+    pub fn times(&self) -> &HostTimes {
+        &self.times
+    }
+
+    pub fn reset_times(&mut self) {
+        self.times = HostTimes::default();
+    }
+
+    /// Every live member's single agent set to where the population's stands, as
+    /// before an evaluation or a checkpoint (the end of a population's run).
+    pub fn export_members(&mut self) -> Result<()> {
+        self.export()
     }
 
     /// The frames the members' replays appended this step (the step's observation,
@@ -246,18 +384,18 @@ impl Population {
         let Some(frames) = &mut self.frames else {
             return Ok(());
         };
-        let mut new = vec![];
+        let (mut rows, mut bytes) = (Vec::with_capacity(self.members.len()), vec![]);
         for (i, (member, &before)) in self.members.iter().zip(written_before).enumerate() {
             let replay = member.replay();
             let appended = (replay.written() - before) as usize;
             let capacity = replay.capacity();
             for back in (0..appended.min(capacity)).rev() {
                 let slot = (replay.head() + capacity - back) % capacity;
-                let bytes = replay.frame_bytes(slot).expect("mirrored frames are bytes");
-                new.push((i, slot, bytes));
+                rows.push(frames.row(i, slot));
+                replay.append_frame_bytes(slot, &mut bytes);
             }
         }
-        Ok(frames.write(&new)?)
+        Ok(frames.write(&rows, &bytes)?)
     }
 
     fn run_task(&mut self, task: Periodic, clock: &mut Clock) -> Result<()> {
@@ -288,13 +426,17 @@ impl Population {
     /// replay; the diagnostics that wait for an update get it.
     fn train(&mut self) -> Result<()> {
         for _ in 0..self.members[0].config().replay.gradient_steps {
+            let start = Instant::now();
             for m in &mut self.members {
                 m.sample()?;
             }
+            let sampled = Instant::now();
             let batches: Vec<&Batch> = self.members.iter().map(Trainer::batch).collect();
             let info = self
                 .agents
                 .update_with_frames(&batches, self.frames.as_ref())?;
+            self.times.sample += sampled - start;
+            self.times.update += sampled.elapsed();
             self.sums = Some(match self.sums.take() {
                 None => info.metrics,
                 Some(sums) => (sums + info.metrics)?,
@@ -327,10 +469,15 @@ impl Population {
 
     /// Every live member's agent where the population's stands.
     fn export(&mut self) -> Result<()> {
-        for i in self.live() {
-            self.agents.export_agent(i, self.members[i].agent_mut())?;
-        }
-        Ok(())
+        let ended = &self.ended;
+        let mut live: Vec<(usize, &mut Dqn)> = self
+            .members
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| !ended[*i])
+            .map(|(i, m)| (i, m.agent_mut()))
+            .collect();
+        Ok(self.agents.export_agents(&mut live)?)
     }
 
     /// Members that diverged end here, with the summary a single run writes.

@@ -952,6 +952,12 @@ impl Trainer {
         Ok(())
     }
 
+    /// From now on, batches take only their transitions' slots (a population reads
+    /// their frames from its device mirror).
+    pub(crate) fn sample_without_frames(&mut self) {
+        self.batch = Batch::without_frames(self.batch.size);
+    }
+
     pub(crate) fn batch(&self) -> &Batch {
         &self.batch
     }

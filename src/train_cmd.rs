@@ -84,6 +84,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             if config.run.population > 1 {
                 return train_population(config, &run_dir, true);
             }
+            crate::device_memory::check(&config, 1)?;
             Trainer::new(config, &run_dir)?
         }
         (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
@@ -107,7 +108,9 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             (false, spec) => spec,
         },
     );
-    if let Some(summary) = SingleRun::new(trainer)?.run(None)? {
+    let run_dir = trainer.run_dir().to_path_buf();
+    let summary = SingleRun::new(trainer)?.run(None);
+    if let Some(summary) = summary.map_err(|e| resumable(e, &run_dir))? {
         print_summary(&summary);
         if let Some(d) = summary.diverged {
             return Err(Diverged(d).into());
@@ -151,6 +154,7 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
         }
         set_threads(config.run.threads);
         check_population_memory(&config)?;
+        crate::device_memory::check(&config, members.len())?;
         std::fs::create_dir_all(run_dir)
             .with_context(|| format!("cannot create {}", run_dir.display()))?;
         checkpoint::write_atomic(&run_dir.join("config.toml"), config.to_toml().as_bytes())?;
@@ -161,7 +165,7 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
         config.norm.kind,
         run_dir.display()
     );
-    let summaries = train_members(&members, None)?;
+    let summaries = train_members(&members, None).map_err(|e| resumable(e, run_dir))?;
     let mut diverged = None;
     for summary in summaries.into_iter().flatten() {
         print_summary(&summary);
@@ -171,6 +175,22 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
         Some(d) => Err(Diverged(d).into()),
         None => Ok(()),
     }
+}
+
+/// A run's error after it started (a device that ran out of memory, a failed write):
+/// its checkpoints are written atomically, so the last one is intact, and the error
+/// says how to go on from it. An interruption passes as it is (it says so itself).
+fn resumable(error: anyhow::Error, run_dir: &Path) -> anyhow::Error {
+    if error
+        .downcast_ref::<crate::interrupt::Interrupted>()
+        .is_some()
+    {
+        return error;
+    }
+    let dir = run_dir.display();
+    error.context(format!(
+        "training stopped; the last checkpoint in {dir} is intact: continue from it with normrl train --resume {dir}"
+    ))
 }
 
 /// All members' replays and networks must fit together.
@@ -286,4 +306,33 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         eval.discounted_return
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device error after training started says the checkpoint is intact and how to
+    /// resume; an interruption passes unchanged (it says so itself).
+    #[test]
+    fn an_error_mid_run_says_how_to_resume() {
+        let dir = Path::new("runs/pop");
+        let e = resumable(
+            anyhow::anyhow!("DriverError(CUDA_ERROR_OUT_OF_MEMORY)"),
+            dir,
+        );
+        let text = format!("{e:#}");
+        assert!(text.contains("CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
+        assert!(
+            text.contains("the last checkpoint in runs/pop is intact"),
+            "{text}"
+        );
+        assert!(text.contains("normrl train --resume runs/pop"), "{text}");
+        let stop = crate::interrupt::Interrupted {
+            signal: 15,
+            step: 7,
+        };
+        let e = resumable(stop.into(), dir);
+        assert!(!format!("{e:#}").contains("--resume"));
+    }
 }

@@ -540,20 +540,39 @@ fn a_diverging_member_ends_alone_and_the_others_train_on() {
 }
 
 /// With `run.threads = 2` the members' environments step on two threads: every member's
-/// run is the one it has on one thread (episodes and evaluations, bit for bit).
+/// run is the one it has on one thread (episodes and evaluations, bit for bit), five
+/// members in chunks of three and two. Left to decide, a CartPole population does not
+/// take threads: its members' work is too little to share.
 #[test]
 fn members_step_on_threads_without_changing_a_run() {
     let mut config = config("configs/cartpole.toml", "weight_norm", 1000);
     let (one, two) = (temp("threads-1"), temp("threads-2"));
-    let single_thread = train_members(&members(&config, &one, 4), None).unwrap();
+    let single_thread = train_members(&members(&config, &one, 5), None).unwrap();
     config.run.threads = 2;
-    let threaded = train_members(&members(&config, &two, 4), None).unwrap();
+    let trainers = members(&config, &two, 5)
+        .into_iter()
+        .map(|m| Trainer::new(m.config, &m.dir).unwrap())
+        .collect();
+    let mut population = Population::new(trainers).unwrap().always_threaded();
+    assert!(population.steps_on_threads());
+    let threaded = population.run(None).unwrap();
     for (a, b) in single_thread.iter().zip(&threaded) {
         let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
         assert!(a.episodes > 5);
         assert_eq!(a.train_curve, b.train_curve, "seed {}", a.seed);
         assert_eq!(a.eval_curve, b.eval_curve, "seed {}", a.seed);
     }
+    let _ = std::fs::remove_dir_all(&two);
+    let trainers = members(&config, &two, 5)
+        .into_iter()
+        .map(|m| Trainer::new(m.config, &m.dir).unwrap())
+        .collect();
+    let mut population = Population::new(trainers).unwrap();
+    population.run(Some(100)).unwrap();
+    assert!(
+        !population.steps_on_threads(),
+        "CartPole's members took threads"
+    );
     let _ = std::fs::remove_dir_all(&one);
     let _ = std::fs::remove_dir_all(&two);
 }

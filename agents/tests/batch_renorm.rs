@@ -6,9 +6,19 @@ mod common;
 use common::*;
 
 use candle_core::{Tensor, Var};
+use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::{BatchNorm, BnStats, ParamStore, RenormConfig};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
+
+/// Runs `check` on every path of the kernels' AVX2 dispatch this CPU can take, saying
+/// which one failed.
+fn on_every_path(check: impl Fn()) {
+    for path in paths() {
+        eprintln!("kernel path {path:?}");
+        on_path(path, &check);
+    }
+}
 
 const EPS: f64 = 1e-5;
 const MOMENTUM: f64 = 0.1;
@@ -129,48 +139,51 @@ const OPEN: RenormConfig = RenormConfig {
 
 #[test]
 fn fused_and_graph_batch_renorm_equal_the_formula_by_hand() {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
-    for shape in [vec![32usize, 21], vec![8, 6, 5, 5], vec![4, 16]] {
-        let units = shape[1];
-        let setting = Setting::new(units, &mut rng);
-        let x = random(&shape, &mut rng, 1.0, 0.5);
-        let upstream = random(&shape, &mut rng, 1.0, 0.0);
-        let (store, _) = setting.layer(units, None);
-        let expected = with_gradients(&store, &x, &upstream, |x| setting.by_hand(x, OPEN, &store));
-        for relu in [false, true] {
-            let (store, brn) = setting.layer(units, Some(OPEN));
-            let fused = with_gradients(&store, &x, &upstream, |x| match relu {
-                false => brn.forward(x, BnStats::Batch).unwrap(),
-                true => brn.forward_relu(x, BnStats::Batch).unwrap(),
-            });
-            let (store, brn) = setting.layer(units, Some(OPEN));
-            let graph = with_gradients(&store, &x, &upstream, |x| {
-                let y = brn.forward_reference(x, BnStats::Batch).unwrap();
-                if relu {
-                    y.relu().unwrap()
+    on_every_path(|| {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
+        for shape in [vec![32usize, 21], vec![8, 6, 5, 5], vec![4, 16]] {
+            let units = shape[1];
+            let setting = Setting::new(units, &mut rng);
+            let x = random(&shape, &mut rng, 1.0, 0.5);
+            let upstream = random(&shape, &mut rng, 1.0, 0.0);
+            let (store, _) = setting.layer(units, None);
+            let expected =
+                with_gradients(&store, &x, &upstream, |x| setting.by_hand(x, OPEN, &store));
+            for relu in [false, true] {
+                let (store, brn) = setting.layer(units, Some(OPEN));
+                let fused = with_gradients(&store, &x, &upstream, |x| match relu {
+                    false => brn.forward(x, BnStats::Batch).unwrap(),
+                    true => brn.forward_relu(x, BnStats::Batch).unwrap(),
+                });
+                let (store, brn) = setting.layer(units, Some(OPEN));
+                let graph = with_gradients(&store, &x, &upstream, |x| {
+                    let y = brn.forward_reference(x, BnStats::Batch).unwrap();
+                    if relu {
+                        y.relu().unwrap()
+                    } else {
+                        y
+                    }
+                });
+                let expected = if relu {
+                    let (store, _) = setting.layer(units, None);
+                    with_gradients(&store, &x, &upstream, |x| {
+                        setting.by_hand(x, OPEN, &store).relu().unwrap()
+                    })
                 } else {
-                    y
-                }
+                    expected.clone()
+                };
+                let context = format!("{shape:?} relu {relu}");
+                assert_close(&fused, &expected, 1e-5, &format!("fused {context}"));
+                assert_close(&graph, &expected, 1e-5, &format!("graph {context}"));
+            }
+            // The setting makes the correction matter: it is not batch norm here.
+            let (store, bn) = setting.layer(units, None);
+            let plain = with_gradients(&store, &x, &upstream, |x| {
+                bn.forward(x, BnStats::Batch).unwrap()
             });
-            let expected = if relu {
-                let (store, _) = setting.layer(units, None);
-                with_gradients(&store, &x, &upstream, |x| {
-                    setting.by_hand(x, OPEN, &store).relu().unwrap()
-                })
-            } else {
-                expected.clone()
-            };
-            let context = format!("{shape:?} relu {relu}");
-            assert_close(&fused, &expected, 1e-5, &format!("fused {context}"));
-            assert_close(&graph, &expected, 1e-5, &format!("graph {context}"));
+            assert!(max_rel_err(&plain[0], &expected[0]) > 0.1, "{shape:?}");
         }
-        // The setting makes the correction matter: it is not batch norm here.
-        let (store, bn) = setting.layer(units, None);
-        let plain = with_gradients(&store, &x, &upstream, |x| {
-            bn.forward(x, BnStats::Batch).unwrap()
-        });
-        assert!(max_rel_err(&plain[0], &expected[0]) > 0.1, "{shape:?}");
-    }
+    });
 }
 
 /// Runs three training forwards of each layer on the same batches; their outputs,
@@ -198,100 +211,104 @@ fn three_forwards(
 
 #[test]
 fn a_closed_clip_and_the_warm_up_are_batch_norm_with_its_running_statistics() {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
-    for shape in [vec![16usize, 9], vec![4, 3, 4, 4]] {
-        let units = shape[1];
-        let setting = Setting::new(units, &mut rng);
-        let batches: Vec<(Tensor, Tensor)> = (0..3)
-            .map(|_| {
-                let x = random(&shape, &mut rng, 1.0, 0.5);
-                (x, random(&shape, &mut rng, 1.0, 0.0))
-            })
-            .collect();
-        let bn = three_forwards(&setting, units, None, &batches);
-        let closed = RenormConfig {
-            r_max: 1.0,
-            d_max: 0.0,
-            warmup: 0,
-        };
-        let warm_up = RenormConfig { warmup: 2, ..OPEN };
-        let all = [
-            "output",
-            "dx",
-            "dgamma",
-            "dbeta",
-            "running mean",
-            "running var",
-        ];
-        for (step, (a, b)) in three_forwards(&setting, units, Some(closed), &batches)
-            .iter()
-            .zip(&bn)
-            .enumerate()
-        {
-            for ((name, a), b) in all.iter().zip(a).zip(b) {
-                let e = max_rel_err(a, b);
+    on_every_path(|| {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
+        for shape in [vec![16usize, 9], vec![4, 3, 4, 4]] {
+            let units = shape[1];
+            let setting = Setting::new(units, &mut rng);
+            let batches: Vec<(Tensor, Tensor)> = (0..3)
+                .map(|_| {
+                    let x = random(&shape, &mut rng, 1.0, 0.5);
+                    (x, random(&shape, &mut rng, 1.0, 0.0))
+                })
+                .collect();
+            let bn = three_forwards(&setting, units, None, &batches);
+            let closed = RenormConfig {
+                r_max: 1.0,
+                d_max: 0.0,
+                warmup: 0,
+            };
+            let warm_up = RenormConfig { warmup: 2, ..OPEN };
+            let all = [
+                "output",
+                "dx",
+                "dgamma",
+                "dbeta",
+                "running mean",
+                "running var",
+            ];
+            for (step, (a, b)) in three_forwards(&setting, units, Some(closed), &batches)
+                .iter()
+                .zip(&bn)
+                .enumerate()
+            {
+                for ((name, a), b) in all.iter().zip(a).zip(b) {
+                    let e = max_rel_err(a, b);
+                    assert!(
+                        e <= 1e-6,
+                        "{shape:?} closed clip, forward {step} {name}: {e}"
+                    );
+                }
+            }
+            let warm = three_forwards(&setting, units, Some(warm_up), &batches);
+            for step in 0..2 {
+                for ((name, a), b) in all.iter().zip(&warm[step]).zip(&bn[step]) {
+                    let e = max_rel_err(a, b);
+                    assert!(e <= 1e-6, "{shape:?} warm-up, forward {step} {name}: {e}");
+                }
+            }
+            // The third forward opens the clip: its output differs, its running
+            // statistics (batch norm's update) do not.
+            assert!(
+                max_rel_err(&warm[2][0], &bn[2][0]) > 0.01,
+                "{shape:?} opened"
+            );
+            for i in [4, 5] {
                 assert!(
-                    e <= 1e-6,
-                    "{shape:?} closed clip, forward {step} {name}: {e}"
+                    max_rel_err(&warm[2][i], &bn[2][i]) <= 1e-6,
+                    "{shape:?} {}",
+                    all[i]
                 );
             }
         }
-        let warm = three_forwards(&setting, units, Some(warm_up), &batches);
-        for step in 0..2 {
-            for ((name, a), b) in all.iter().zip(&warm[step]).zip(&bn[step]) {
-                let e = max_rel_err(a, b);
-                assert!(e <= 1e-6, "{shape:?} warm-up, forward {step} {name}: {e}");
-            }
-        }
-        // The third forward opens the clip: its output differs, its running
-        // statistics (batch norm's update) do not.
-        assert!(
-            max_rel_err(&warm[2][0], &bn[2][0]) > 0.01,
-            "{shape:?} opened"
-        );
-        for i in [4, 5] {
-            assert!(
-                max_rel_err(&warm[2][i], &bn[2][i]) <= 1e-6,
-                "{shape:?} {}",
-                all[i]
-            );
-        }
-    }
+    });
 }
 
 #[test]
 fn the_warm_up_count_is_a_saved_buffer_that_stops_at_the_warm_up() {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
-    let setting = Setting::new(4, &mut rng);
-    let config = RenormConfig { warmup: 3, ..OPEN };
-    let (store, brn) = setting.layer(4, Some(config));
-    let x = random(&[8, 4], &mut rng, 1.0, 0.5);
-    let count = |store: &ParamStore| -> f32 {
-        let p = store
+    on_every_path(|| {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+        let setting = Setting::new(4, &mut rng);
+        let config = RenormConfig { warmup: 3, ..OPEN };
+        let (store, brn) = setting.layer(4, Some(config));
+        let x = random(&[8, 4], &mut rng, 1.0, 0.5);
+        let count = |store: &ParamStore| -> f32 {
+            let p = store
+                .get("l.brn.updates")
+                .expect("the count is in the store");
+            p.var.as_tensor().to_vec1::<f32>().unwrap()[0]
+        };
+        for expected in [1.0, 2.0, 3.0, 3.0, 3.0] {
+            brn.forward(&x, BnStats::Batch).unwrap();
+            assert_eq!(count(&store), expected);
+        }
+        // Evaluation forwards do not count.
+        let (store, brn) = setting.layer(4, Some(config));
+        brn.forward(&x, BnStats::Running).unwrap();
+        assert_eq!(count(&store), 0.0);
+        // A store loaded with a count past the warm-up opens the clip at once.
+        let (opened, _) = setting.layer(4, Some(config));
+        opened
             .get("l.brn.updates")
-            .expect("the count is in the store");
-        p.var.as_tensor().to_vec1::<f32>().unwrap()[0]
-    };
-    for expected in [1.0, 2.0, 3.0, 3.0, 3.0] {
-        brn.forward(&x, BnStats::Batch).unwrap();
-        assert_eq!(count(&store), expected);
-    }
-    // Evaluation forwards do not count.
-    let (store, brn) = setting.layer(4, Some(config));
-    brn.forward(&x, BnStats::Running).unwrap();
-    assert_eq!(count(&store), 0.0);
-    // A store loaded with a count past the warm-up opens the clip at once.
-    let (opened, _) = setting.layer(4, Some(config));
-    opened
-        .get("l.brn.updates")
-        .unwrap()
-        .var
-        .set(&Tensor::new(&[3f32], &DEV).unwrap())
-        .unwrap();
-    let (fresh_store, fresh) = setting.layer(4, Some(config));
-    fresh_store.load_map(&opened.to_map().unwrap()).unwrap();
-    let (_, open_now) = setting.layer(4, Some(OPEN));
-    let a = fresh.forward(&x, BnStats::Batch).unwrap();
-    let b = open_now.forward(&x, BnStats::Batch).unwrap();
-    assert!(max_rel_err(&a, &b) <= 1e-6);
+            .unwrap()
+            .var
+            .set(&Tensor::new(&[3f32], &DEV).unwrap())
+            .unwrap();
+        let (fresh_store, fresh) = setting.layer(4, Some(config));
+        fresh_store.load_map(&opened.to_map().unwrap()).unwrap();
+        let (_, open_now) = setting.layer(4, Some(OPEN));
+        let a = fresh.forward(&x, BnStats::Batch).unwrap();
+        let b = open_now.forward(&x, BnStats::Batch).unwrap();
+        assert!(max_rel_err(&a, &b) <= 1e-6);
+    });
 }

@@ -335,7 +335,8 @@ fn networks_outside_the_host_path_use_the_graph() {
 }
 
 /// The dispatch's copies promise the same result on every path (no fused multiply-adds,
-/// a fixed order of additions): host updates of every method on each path this CPU can
+/// a fixed order of additions): host updates of every method (Adam), and MinAtar CNN
+/// updates of the feature-map methods (centered RMSprop), on each path this CPU can
 /// take, bit for bit, so that a run does not depend on whether the CPU has AVX2.
 #[test]
 fn every_kernel_path_gives_the_same_updates_bit_for_bit() {
@@ -372,6 +373,53 @@ fn every_kernel_path_gives_the_same_updates_bit_for_bit() {
         let baseline = run(paths()[0]);
         for path in paths() {
             assert_eq!(run(path), baseline, "{kind:?} on {path:?}");
+        }
+    }
+    // MinAtar's CNN on the graph engine (the fused ops on 4-d feature maps) with
+    // centered RMSprop.
+    let optimizer = OptimizerConfig {
+        kind: normrl_agents::optim::OptimizerKind::Rmsprop,
+        centered: true,
+        max_grad_norm: 1.0,
+        ..Default::default()
+    };
+    for kind in [
+        NormKind::BatchNorm,
+        NormKind::LayerNorm,
+        NormKind::WeightNorm,
+        NormKind::GroupNorm,
+    ] {
+        let run = |path| {
+            on_path(path, || {
+                let (net, obs) = (QNetworkConfig::minatar_cnn(), [4, 10, 10]);
+                let mut cnn =
+                    Dqn::new(&net, &norm(kind), &optimizer, &config, &obs, 3, 5, &DEV).unwrap();
+                let frames = |seed| -> Vec<f32> {
+                    let v = random_values(8 * 400, seed);
+                    v.into_iter()
+                        .map(|x| f32::from(u8::from(x > 1.0)))
+                        .collect()
+                };
+                let losses: Vec<f64> = (0..4u64)
+                    .map(|step| {
+                        let mut b = batch(8, step);
+                        b.obs = frames(step);
+                        b.next_obs = frames(step + 100);
+                        cnn.update(&b).unwrap().td_loss.value().unwrap()
+                    })
+                    .collect();
+                let weights: Vec<Vec<f32>> = cnn
+                    .online()
+                    .store()
+                    .trainable()
+                    .map(|p| p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
+                    .collect();
+                (losses, weights)
+            })
+        };
+        let baseline = run(paths()[0]);
+        for path in paths() {
+            assert_eq!(run(path), baseline, "CNN {kind:?} on {path:?}");
         }
     }
 }

@@ -34,47 +34,65 @@ impl DeviceFrames {
             (r.capacity(), r.obs_len(), r.frames_are_images())
                 == (capacity, obs_len, first.frames_are_images())
         });
-        if !alike || first.frame_bytes(0).is_none() {
+        if !alike || !first.frames_are_bytes() {
             return Ok(None);
         }
-        let mut bytes = Vec::with_capacity(replays.len() * capacity * obs_len);
-        for replay in replays {
-            for slot in 0..capacity {
-                bytes.extend(replay.frame_bytes(slot).expect("byte frames"));
-            }
-        }
-        let frames = Tensor::from_vec(bytes, (replays.len() * capacity, obs_len), device)?;
-        let images = first.frames_are_images();
-        Ok(Some(Self {
+        // Only the frames stored so far (none in a fresh run): the rest are zeros,
+        // allocated on the device without a copy from the host.
+        let rows = replays.len() * capacity;
+        let frames = Tensor::zeros((rows, obs_len), DType::U8, device)?;
+        let mut mirror = Self {
             frames,
             capacity,
             obs_len,
-            images,
-        }))
+            images: first.frames_are_images(),
+        };
+        // A fresh member holds its first frame, a resumed one up to its whole ring:
+        // few frames are scattered into their rows, a ring that is mostly full is one
+        // contiguous copy of its rows.
+        let mut ring = Vec::with_capacity(obs_len);
+        for (member, replay) in replays.iter().enumerate() {
+            let slots: Vec<usize> = replay.stored_slots().collect();
+            if slots.len() < capacity / 2 {
+                ring.clear();
+                for &slot in &slots {
+                    replay.append_frame_bytes(slot, &mut ring);
+                }
+                let rows: Vec<u32> = slots.iter().map(|&s| mirror.row(member, s)).collect();
+                mirror.write(&rows, &ring)?;
+                continue;
+            }
+            ring.clear();
+            for slot in 0..capacity {
+                replay.append_frame_bytes(slot, &mut ring);
+            }
+            let values = Tensor::from_slice(&ring, (capacity, obs_len), device)?;
+            mirror.frames.slice_set(&values, 0, member * capacity)?;
+        }
+        Ok(Some(mirror))
     }
 
-    /// Writes new frames, `(member, slot, bytes)` each, in one scatter.
-    pub fn write(&mut self, frames: &[(usize, usize, Vec<u8>)]) -> Result<()> {
-        if frames.is_empty() {
+    /// Row of member `member`'s ring slot `slot`, for [`Self::write`].
+    pub fn row(&self, member: usize, slot: usize) -> u32 {
+        (member * self.capacity + slot) as u32
+    }
+
+    /// Writes new frames into their rows (`rows[k]`, from [`Self::row`], gets frame
+    /// `k` of `bytes`, `obs_len` bytes each), in one scatter that touches only them.
+    pub fn write(&mut self, rows: &[u32], bytes: &[u8]) -> Result<()> {
+        if rows.is_empty() {
             return Ok(());
         }
         let n = self.obs_len;
-        let rows: Vec<u32> = frames
+        let index: Vec<u32> = rows
             .iter()
-            .flat_map(|&(member, slot, _)| {
-                std::iter::repeat_n((member * self.capacity + slot) as u32, n)
-            })
-            .collect();
-        let values: Vec<u8> = frames
-            .iter()
-            .flat_map(|(_, _, b)| b.iter().copied())
+            .flat_map(|&r| std::iter::repeat_n(r, n))
             .collect();
         let device = self.frames.device();
-        let rows = Tensor::from_vec(rows, (frames.len(), n), device)?;
-        let values = Tensor::from_vec(values, (frames.len(), n), device)?;
-        self.frames.scatter_set(&rows, &values, 0)
+        let index = Tensor::from_vec(index, (rows.len(), n), device)?;
+        let values = Tensor::from_slice(bytes, (rows.len(), n), device)?;
+        self.frames.scatter_set(&index, &values, 0)
     }
-
     /// The observations and next observations of every member's batch (`batches[i]`
     /// is member `i`'s, its `slots` drawn on the host), `[P, B, obs]` each, by one
     /// gather of both.

@@ -79,6 +79,17 @@ impl Batch {
             size,
         }
     }
+
+    /// A batch that takes its transitions' slots, actions, rewards and ends but not
+    /// their frames, for a learner that reads the frames elsewhere (a population's
+    /// mirror on the device): sampling then copies no observation.
+    pub fn without_frames(size: usize) -> Self {
+        Self {
+            obs: vec![],
+            next_obs: vec![],
+            ..Self::new(size, 0)
+        }
+    }
 }
 
 /// How frames are stored: what the observation space promises about its values.
@@ -389,17 +400,38 @@ impl ReplayBuffer {
     /// for bit-packed frames, the stored byte for 8-bit images (`value * 255`); `None`
     /// for frames of floats.
     pub fn frame_bytes(&self, slot: usize) -> Option<Vec<u8>> {
+        let mut bytes = Vec::with_capacity(self.obs_len);
+        self.append_frame_bytes(slot, &mut bytes).then_some(bytes)
+    }
+
+    /// [`Self::frame_bytes`] appended to `out` (no allocation per frame); false, and
+    /// nothing appended, for float frames.
+    pub fn append_frame_bytes(&self, slot: usize, out: &mut Vec<u8>) -> bool {
         match &self.frames {
-            Frames::Floats(_) => None,
+            Frames::Floats(_) => return false,
             Frames::Bytes(data) => {
-                Some(data[slot * self.obs_len..(slot + 1) * self.obs_len].to_vec())
+                out.extend_from_slice(&data[slot * self.obs_len..(slot + 1) * self.obs_len])
             }
-            Frames::Bits { .. } => {
-                let mut values = vec![0.0; self.obs_len];
-                self.read_frame(slot, &mut values);
-                Some(values.into_iter().map(|v| v as u8).collect())
+            Frames::Bits {
+                words_per_frame,
+                words,
+            } => {
+                let frame = &words[slot * words_per_frame..(slot + 1) * words_per_frame];
+                out.extend((0..self.obs_len).map(|i| ((frame[i / 64] >> (i % 64)) & 1) as u8));
             }
         }
+        true
+    }
+
+    /// Whether frames are stored as bytes (and so can be mirrored as bytes).
+    pub fn frames_are_bytes(&self) -> bool {
+        !matches!(self.frames, Frames::Floats(_))
+    }
+
+    /// The slots that hold a frame, oldest first.
+    pub fn stored_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        let (stored, oldest) = self.stored();
+        (0..stored).map(move |k| (oldest + k) % self.capacity)
     }
 
     /// Whether a byte of [`Self::frame_bytes`] stands for `byte / 255` (8-bit images)
@@ -436,8 +468,11 @@ impl ReplayBuffer {
     fn fill(&self, batch: &mut Batch, row: usize, slot: usize) {
         let n = self.obs_len;
         let next = (slot + 1) % self.capacity;
-        self.read_frame(slot, &mut batch.obs[row * n..(row + 1) * n]);
-        self.read_frame(next, &mut batch.next_obs[row * n..(row + 1) * n]);
+        // A batch without frames (`Batch::without_frames`) takes only the slots.
+        if !batch.obs.is_empty() {
+            self.read_frame(slot, &mut batch.obs[row * n..(row + 1) * n]);
+            self.read_frame(next, &mut batch.next_obs[row * n..(row + 1) * n]);
+        }
         batch.actions[row] = self.actions[slot];
         batch.rewards[row] = self.rewards[slot];
         batch.terminated[row] = if self.terminated[slot] { 1.0 } else { 0.0 };
