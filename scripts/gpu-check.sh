@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# The GPU check, for a machine with an NVIDIA GPU (about 12 minutes on one H100/H200):
-#   1. every normalization method on CUDA against the CPU: Q-values and the gradient
-#      of every variable (MLP, MinAtar CNN, Nature CNN), tolerance 1e-3 relative;
-#   2. update and acting times per method, MLP and MinAtar CNN at batch 32 and 256,
-#      CPU (one thread) and GPU;
-#   3. end-to-end training steps/s on CartPole and MinAtar Breakout, CPU and GPU;
-#   4. four MinAtar Breakout runs side by side on the one GPU (`compare --jobs 4`);
-#   5. populations: P agents' updates as one network against P separate agents, and
-#      the update's graph size, tensors and reads per step, P = 1, 16, 64, 256
-#      (`bench population`); then P agents trained end to end as one population
-#      against P single runs, aggregate agent-steps/s on CartPole and MinAtar Breakout
-#      (`bench population-train`).
+# The GPU check, sized for a short lease: at most GPU_CHECK_SECONDS (default 360) on one
+# H100/H200, ending with one table:
+#   1. parity: every normalization method on CUDA against the CPU (Q-values and every
+#      gradient; MLP, MinAtar CNN, Nature CNN), with the worst relative error;
+#   2. memory: the GPU's memory in use (peak, nvidia-smi) over a population of 256
+#      trained N and 2N steps (MinAtar Breakout, capacity 100,000 per member): the
+#      same peak both times when no step keeps what it made;
+#   3. speed: aggregate agent-steps/s with an update every step through `normrl train`
+#      (the line it prints), MinAtar Breakout, P = 1, 16, 64, 256, 1024 at batch 32 and
+#      P = 256 at batch 4, for none, weight norm and batch norm. P = 1 is one agent.
+# Each step gets what is left of the deadline at most; a row the deadline cut says so.
 #
 #   scripts/gpu-check.sh                     # uses target/cuda/release/normrl
 #   NORMRL_BIN=/path/to/normrl scripts/gpu-check.sh
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_POPULATIONS="1 4" scripts/gpu-check.sh   # a dry run
 #
 # Build the binary with scripts/cuda-build.sh (on any machine). At run time it needs
 # the driver's libcuda.so.1 and the CUDA 13 cuBLAS/cuRAND/NVRTC libraries on the
@@ -22,6 +22,10 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 BIN=${NORMRL_BIN:-target/cuda/release/normrl}
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+POPULATIONS=${GPU_CHECK_POPULATIONS:-1 16 64 256 1024}
+MEMORY_P=${GPU_CHECK_MEMORY_P:-256}
+END=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-360} ))
 if [ ! -x "$BIN" ]; then
     echo "gpu-check: no binary at $BIN: run scripts/cuda-build.sh first, or set NORMRL_BIN" >&2
     exit 2
@@ -29,46 +33,109 @@ fi
 for dir in target/cuda-venv/lib/python3*/site-packages/nvidia/cu13/lib; do
     [ -d "$dir" ] && export LD_LIBRARY_PATH=$PWD/$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+table=$tmp/table
 failures=0
-step() {
-    echo
-    echo "== $1"
+
+row() { printf '| %-8s | %-34s | %s |\n' "$1" "$2" "$3" | tee -a "$table"; }
+left() { echo $(( END - $(date +%s) )); }
+# `limited SECONDS CMD...`: CMD with at most SECONDS, and never past the deadline.
+limited() {
+    local want=$1 have
     shift
-    local start=$(date +%s)
-    if ! "$@"; then
-        echo "gpu-check: FAILED: $*"
-        failures=$((failures + 1))
-    fi
-    echo "   ($(( $(date +%s) - start )) s)"
+    have=$(left)
+    [ "$have" -lt "$want" ] && want=$have
+    [ "$want" -lt 5 ] && return 124
+    timeout "$want" "$@"
+}
+used_mib() {
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
     || echo "nvidia-smi not found"
-step "parity: CUDA against the CPU" timeout 180 "$BIN" bench parity --device cuda
-step "updates and acting, CPU, one thread" timeout 150 "$BIN" bench nn --device cpu --iters 60
-step "updates and acting, CUDA" timeout 120 "$BIN" bench nn --device cuda --iters 100
-step "end to end, CPU" timeout 90 "$BIN" bench train --device cpu --steps 4000
-step "end to end, CUDA" timeout 90 "$BIN" bench train --device cuda --steps 4000
-tmp=$(mktemp -d)
-cat > "$tmp/side-by-side.toml" <<TOML
-name = "gpu-side-by-side"
-base = "$PWD/configs/minatar/breakout.toml"
-seeds = 4
-[set]
-"run.total_steps" = 10_000
-"replay.learning_starts" = 1_000
-"eval.interval" = 0
-"checkpoint.interval" = 0
-"run.device" = "cuda"
-TOML
-step "4 runs side by side on one GPU (compare --jobs 4)" \
-    timeout 180 "$BIN" compare --config "$tmp/side-by-side.toml" --runs-dir "$tmp/runs" --jobs 4
-rm -rf "$tmp"
-step "populations, CUDA (P = 1, 16, 64, 256)" \
-    timeout 240 "$BIN" bench population --device cuda --iters 40
-step "populations trained end to end, CUDA: agent-steps/s (P = 1, 16, 64, 256)" \
-    timeout 420 "$BIN" bench population-train --device cuda --steps 300
+
+# 1. Parity.
+limited 90 "$BIN" bench parity --device "$DEVICE" > "$tmp/parity" 2>&1
+code=$?
+# Rows end with the Q-values' and the gradients' worst relative differences, then the
+# variable's name.
+worst=$(tail -n +3 "$tmp/parity" | awk 'NF >= 4 { print $(NF-2); print $(NF-1) }' \
+    | sort -g | tail -n1)
+case $code in
+    0) row parity "every method, 3 networks" "pass (worst ${worst:-?})" ;;
+    124) row parity "every method, 3 networks" "cut by the deadline" ;;
+    *) row parity "every method, 3 networks" "FAIL (exit $code): $(tail -n1 "$tmp/parity")"
+       failures=$((failures + 1)) ;;
+esac
+
+# `train P BATCH METHOD STEPS WARMUP`: a population through `normrl train`; prints its
+# rate with updates, and leaves the peak of GPU memory in use (MiB) in $tmp/peak.
+train() {
+    local p=$1 batch=$2 method=$3 steps=$4 warmup=$5 pid peak=0 used
+    rm -rf "$tmp/run"
+    limited 120 "$BIN" train --config configs/minatar/breakout.toml --device "$DEVICE" \
+        --set run.population="$p" --set replay.batch_size="$batch" \
+        --set norm.kind="$method" --set run.total_steps="$steps" \
+        --set replay.learning_starts="$warmup" --set replay.train_frequency=1 \
+        --set eval.interval=0 --set eval.episodes=1 --set checkpoint.interval=0 \
+        --set checkpoint.replay=false --set logging.progress=false \
+        --run-dir "$tmp/run" > "$tmp/out" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        used=$(used_mib)
+        [ -n "$used" ] && [ "$used" -gt "$peak" ] && peak=$used
+        sleep 0.5
+    done
+    wait "$pid"
+    local code=$?
+    echo "$peak" > "$tmp/peak"
+    if [ "$code" -ne 0 ]; then
+        [ "$code" -eq 124 ] && echo "cut by the deadline" && return
+        echo "FAIL (exit $code): $(grep -v '^ ' "$tmp/out" | tail -n1)"
+        return 1
+    fi
+    # A population says its rate; a single run on the CPU (its own engine) says its
+    # steps/s over the whole run in its summary.
+    local rate
+    rate=$(grep -oE '[0-9]+ agent-steps/s with updates' "$tmp/out" | grep -oE '^[0-9]+')
+    [ -z "$rate" ] && rate=$(grep -oE '[0-9]+ steps/s$' "$tmp/out" | grep -oE '^[0-9]+' | head -n1)
+    if [ -z "$rate" ]; then
+        echo "no rate in the output"
+        return 1
+    fi
+    awk -v r="$rate" 'BEGIN { printf "%.1fk agent-steps/s", r / 1000 }'
+}
+
+# 2. Memory: the same population N and 2N steps (half acting, half updating).
+for steps in 1000 2000; do
+    result=$(train "$MEMORY_P" 32 none "$steps" 500) || failures=$((failures + 1))
+    peak="$(cat "$tmp/peak") MiB"
+    [ -z "$(used_mib)" ] && peak="n/a (no nvidia-smi)"
+    row memory "P=$MEMORY_P b32 none, $steps steps" "peak $peak; $result"
+done
+
+# 3. Speed: the rows that matter most first, in case the deadline cuts the rest.
+speed() {
+    local p=$1 batch=$2 method=$3 steps
+    # Enough steps with updates to time, few enough for the lease.
+    steps=$(( p >= 1024 ? 300 : (p >= 256 ? 400 : 600) ))
+    result=$(train "$p" "$batch" "$method" "$steps" 100) || failures=$((failures + 1))
+    row speed "P=$p b$batch $method" "$result"
+}
+for method in none weight_norm batch_norm; do
+    for p in $POPULATIONS; do
+        speed "$p" 32 "$method"
+    done
+    speed 256 4 "$method"
+done
+
 echo
+echo "gpu-check on $DEVICE, $(( ${GPU_CHECK_SECONDS:-360} - $(left) )) s:"
+echo "| check    | case                               | result |"
+echo "|----------|------------------------------------|--------|"
+cat "$table"
 if [ "$failures" -eq 0 ]; then
     echo "gpu-check: all steps passed"
 else

@@ -132,6 +132,22 @@ pub struct HostTimes {
     pub sample: Duration,
     /// The population's updates (on an accelerator: mostly launching them).
     pub update: Duration,
+    /// Wall time of whole steps (everything a step did, its logs, evaluations and
+    /// checkpoints included) before learning starts and after, and their counts.
+    pub wall: [Duration; 2],
+    pub wall_steps: [u64; 2],
+}
+
+impl HostTimes {
+    /// Agent-steps per second of `members` members over whole steps, acting only and
+    /// with updates (`None` where no such step ran).
+    pub fn throughput(&self, members: usize) -> [Option<f64>; 2] {
+        [0, 1].map(|k| {
+            let seconds = self.wall[k].as_secs_f64();
+            (self.wall_steps[k] > 0 && seconds > 0.0)
+                .then(|| (self.wall_steps[k] * members as u64) as f64 / seconds)
+        })
+    }
 }
 
 impl Population {
@@ -231,10 +247,13 @@ impl Population {
         }
         let mut summaries = vec![None; self.members.len()];
         let mut clock = Clock::new(&config, self.step);
+        let learning_starts = config.replay.learning_starts;
         while self.step < end && self.ended.contains(&false) {
             if let Some(signal) = interrupt::requested() {
                 return Err(self.interrupt(signal)?.into());
             }
+            let started = Instant::now();
+            let updating = usize::from(self.step >= learning_starts);
             self.act()?;
             self.step += 1;
             for task in Periodic::ALL {
@@ -243,7 +262,10 @@ impl Population {
                 }
                 self.end_diverged(&mut summaries)?;
             }
+            self.times.wall[updating] += started.elapsed();
+            self.times.wall_steps[updating] += 1;
         }
+        self.say_throughput();
         self.log_updates()?;
         self.export()?;
         for i in self.live() {
@@ -356,6 +378,28 @@ impl Population {
             self.threading = Threading::On;
         }
         self
+    }
+
+    /// One line of what the population trained per second, on standard error: the
+    /// number a user compares with other trainers (`scripts/gpu-check.sh` reads it).
+    fn say_throughput(&self) {
+        let members = self.members.len();
+        let [acting, updating] = self.times.throughput(members);
+        let part = |rate: Option<f64>, steps: u64, what: &str| {
+            rate.map(|r| format!("{r:.0} agent-steps/s {what} ({steps} steps)"))
+        };
+        let parts: Vec<String> = [
+            part(updating, self.times.wall_steps[1], "with updates"),
+            part(acting, self.times.wall_steps[0], "acting only"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !parts.is_empty() {
+            let device = self.agents.online().device();
+            let on = if device.is_cpu() { "cpu" } else { "cuda" };
+            eprintln!("population of {members} on {on}: {}", parts.join(", "));
+        }
     }
 
     /// Whether the members' environments step on threads now.
