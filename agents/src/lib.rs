@@ -13,6 +13,7 @@
 //! ```
 
 mod check;
+pub mod count;
 pub mod diagnostics;
 pub mod dqn;
 pub mod kernels;

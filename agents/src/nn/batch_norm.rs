@@ -341,3 +341,126 @@ impl ActivationNorm for BatchNorm {
         Ok(())
     }
 }
+
+/// Batch norm's population form: each agent's statistics over its own batch (and a
+/// feature map's positions), its running statistics buffers `[P, 1, units(, 1)]`; with
+/// batch renormalization's correction where configured.
+pub(crate) struct StackedBatchNorm {
+    gamma: Var,
+    beta: Var,
+    running_mean: Var,
+    running_var: Var,
+    renorm: Option<super::batch_renorm::StackedRenorm>,
+    eps: f64,
+    momentum: f64,
+}
+
+impl StackedBatchNorm {
+    pub(crate) fn stack(
+        take: &mut super::stacked::Take,
+        config: &super::NormConfig,
+    ) -> Result<Self> {
+        use super::batch_renorm::StackedRenorm;
+        Ok(Self {
+            gamma: take("bn.gamma", Group::Weight)?,
+            beta: take("bn.beta", Group::Weight)?,
+            running_mean: take("bn.running_mean", Group::Buffer)?,
+            running_var: take("bn.running_var", Group::Buffer)?,
+            renorm: match config.kind {
+                super::NormKind::BatchRenorm => Some(StackedRenorm::stack(take, config.renorm())?),
+                _ => None,
+            },
+            eps: config.bn_eps,
+            momentum: config.bn_momentum,
+        })
+    }
+
+    pub(crate) fn copy(&self) -> Result<Self> {
+        use super::stacked::copy_var;
+        Ok(Self {
+            gamma: copy_var(&self.gamma)?,
+            beta: copy_var(&self.beta)?,
+            running_mean: copy_var(&self.running_mean)?,
+            running_var: copy_var(&self.running_var)?,
+            renorm: self.renorm.as_ref().map(|r| r.copied()).transpose()?,
+            eps: self.eps,
+            momentum: self.momentum,
+        })
+    }
+
+    /// BBN's bound of each agent's gains (`svb::bound_bn_gains`), from its running
+    /// variance, agent by agent on the host.
+    pub(crate) fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
+        let sigma = (self.running_var.as_tensor() + self.eps)?.sqrt()?;
+        let gamma = self.gamma.as_tensor();
+        let mut bounded = vec![];
+        for i in 0..gamma.dim(0)? {
+            let g: Vec<f32> = gamma.get(i)?.flatten_all()?.to_vec1()?;
+            let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
+            bounded.extend(svb::bound_bn_gains(&g, &s, bbn_eps));
+        }
+        self.gamma
+            .set(&Tensor::from_vec(bounded, gamma.shape(), gamma.device())?)
+    }
+
+    /// The running statistics from one agent batch each: the mean always, the
+    /// (unbiased) variance where a batch has more than one row.
+    fn update_running(&self, h: &Tensor, (mean, var): (&Tensor, &Tensor)) -> Result<()> {
+        use super::stacked::blend;
+        // Values per unit: the batch's rows, times the positions of a feature map.
+        let n = (h.elem_count() / (h.dim(0)? * h.dim(2)?)) as f64;
+        blend(&self.running_mean, mean, self.momentum)?;
+        if n > 1.0 {
+            blend(&self.running_var, &(var * (n / (n - 1.0)))?, self.momentum)?;
+        }
+        Ok(())
+    }
+}
+
+impl super::stacked::StackedNorm for StackedBatchNorm {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        let mut buffers = vec![&self.running_mean, &self.running_var];
+        buffers.extend(self.renorm.as_ref().map(|r| r.buffer()));
+        (vec![&self.gamma, &self.beta], buffers)
+    }
+
+    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
+        Ok(Box::new(self.copy()?))
+    }
+
+    fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
+        let running = (&self.running_mean, &self.running_var);
+        let (mean, var, correction) = match stats {
+            BnStats::Batch => {
+                let (mean, var) = super::stacked::unit_moments(&h)?;
+                let correction = match &self.renorm {
+                    Some(brn) if brn.count_update()? => {
+                        Some(brn.correction((&mean, &var), running, self.eps)?)
+                    }
+                    _ => None,
+                };
+                self.update_running(&h, (&mean, &var))?;
+                (mean, var, correction)
+            }
+            BnStats::Running => (
+                self.running_mean.as_tensor().clone(),
+                self.running_var.as_tensor().clone(),
+                None,
+            ),
+        };
+        // A single network's order: `(t - mean) * (gamma / std) + beta`; batch
+        // renormalization's gain `gamma r` and shift `beta + gamma d`.
+        let inv_std = (var + self.eps)?.sqrt()?.recip()?;
+        let (gamma, beta) = (self.gamma.as_tensor(), self.beta.as_tensor());
+        let (gain, shift) = match correction {
+            None => (gamma.clone(), beta.clone()),
+            Some((r, d)) => (
+                r.broadcast_mul(gamma)?,
+                d.broadcast_mul(gamma)?.broadcast_add(beta)?,
+            ),
+        };
+        h.broadcast_sub(&mean)?
+            .broadcast_mul(&inv_std.broadcast_mul(&gain)?)?
+            .broadcast_add(&shift)
+    }
+}

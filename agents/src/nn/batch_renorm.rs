@@ -121,3 +121,67 @@ impl BatchRenorm {
         x_hat.broadcast_mul(&r)?.broadcast_add(&d)
     }
 }
+
+/// Batch renormalization's population form: the clip and warm-up of every agent alike,
+/// the count of training forwards a buffer per agent (`[P, 1, 1]`), read (agent 0's, one
+/// read) only until the warm-up is over.
+pub(crate) struct StackedRenorm {
+    config: RenormConfig,
+    updates: Var,
+    open: AtomicBool,
+}
+
+impl StackedRenorm {
+    pub(crate) fn stack(take: &mut super::stacked::Take, config: RenormConfig) -> Result<Self> {
+        Ok(Self {
+            config,
+            updates: take("brn.updates", Group::Buffer)?,
+            open: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn buffer(&self) -> &Var {
+        &self.updates
+    }
+
+    pub(crate) fn copied(&self) -> Result<Self> {
+        Ok(Self {
+            config: self.config,
+            updates: super::stacked::copy_var(&self.updates)?,
+            open: AtomicBool::new(self.open.load(Ordering::Acquire)),
+        })
+    }
+
+    /// Counts one training forward; whether the clip is open for it.
+    pub(crate) fn count_update(&self) -> Result<bool> {
+        if self.open.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let first = self.updates.as_tensor().flatten_all()?.narrow(0, 0, 1)?;
+        let done = crate::count::read_to_host::<f32>(&first)?;
+        if done[0] as u64 >= self.config.warmup {
+            self.open.store(true, Ordering::Release);
+            return Ok(true);
+        }
+        self.updates.set(&(self.updates.as_tensor() + 1.0)?)?;
+        Ok(false)
+    }
+
+    /// `r` and `d` of a training forward (detached), from the batch's moments and the
+    /// running statistics before this batch updates them.
+    pub(crate) fn correction(
+        &self,
+        (mean, var): (&Tensor, &Tensor),
+        (running_mean, running_var): (&Var, &Var),
+        eps: f64,
+    ) -> Result<(Tensor, Tensor)> {
+        let (r_max, d_max) = (self.config.r_max, self.config.d_max);
+        let s = (running_var.as_tensor() + eps)?.sqrt()?;
+        let s_batch = (var + eps)?.sqrt()?;
+        let r = (s_batch / &s)?.clamp(1.0 / r_max, r_max)?.detach();
+        let d = ((mean - running_mean.as_tensor())? / s)?
+            .clamp(-d_max, d_max)?
+            .detach();
+        Ok((r, d))
+    }
+}

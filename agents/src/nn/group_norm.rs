@@ -113,3 +113,54 @@ impl ActivationNorm for GroupNorm {
         host_normalize_backward([&self.gamma, &self.beta], saved, dy, grads)
     }
 }
+
+/// Group norm's population form: each agent's sample over each of `groups` contiguous
+/// groups of units (of channels with all their positions), `gamma` and `beta` per unit.
+pub(crate) struct StackedGroupNorm {
+    gamma: Var,
+    beta: Var,
+    groups: usize,
+    eps: f64,
+}
+
+impl StackedGroupNorm {
+    pub(crate) fn stack(
+        take: &mut super::stacked::Take,
+        config: &super::NormConfig,
+    ) -> Result<Self> {
+        Ok(Self {
+            gamma: take("gn.gamma", super::Group::Weight)?,
+            beta: take("gn.beta", super::Group::Weight)?,
+            groups: config.groups,
+            eps: config.ln_eps,
+        })
+    }
+}
+
+impl super::stacked::StackedNorm for StackedGroupNorm {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![&self.gamma, &self.beta], vec![])
+    }
+
+    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
+        use super::stacked::copy_var;
+        Ok(Box::new(Self {
+            gamma: copy_var(&self.gamma)?,
+            beta: copy_var(&self.beta)?,
+            groups: self.groups,
+            eps: self.eps,
+        }))
+    }
+
+    fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
+        let (p, b) = (h.dim(0)?, h.dim(1)?);
+        let per_group = h.elem_count() / (p * b * self.groups);
+        let grouped = h.reshape((p, b, self.groups, per_group))?;
+        let (mean, var) = super::stacked::moments(&grouped, 3)?;
+        let x_hat = grouped
+            .broadcast_sub(&mean)?
+            .broadcast_div(&(var + self.eps)?.sqrt()?)?
+            .reshape(h.shape())?;
+        super::stacked::affine(x_hat, &self.gamma, &self.beta)
+    }
+}

@@ -13,8 +13,7 @@ use super::{
     ParamStore, Pass, RmsNorm, WeightNorm,
 };
 
-/// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
-const DDI_EPS: f64 = 1e-6;
+use super::weight_norm::DDI_EPS;
 
 pub(crate) enum WeightParam {
     Plain(Var),

@@ -244,3 +244,54 @@ impl ActivationNorm for MeanOnlyBn {
         Ok(())
     }
 }
+
+/// Mean-only batch norm's population form (weight norm's companion): each agent's batch
+/// mean per unit subtracted in training, its running mean otherwise.
+pub(crate) struct StackedMeanOnly {
+    running_mean: Var,
+    momentum: f64,
+}
+
+impl StackedMeanOnly {
+    pub(crate) fn stack(
+        take: &mut super::stacked::Take,
+        config: &super::NormConfig,
+    ) -> Result<Self> {
+        Ok(Self {
+            running_mean: take("running_mean", super::Group::Buffer)?,
+            momentum: config.bn_momentum,
+        })
+    }
+}
+
+impl super::stacked::StackedNorm for StackedMeanOnly {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![], vec![&self.running_mean])
+    }
+
+    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
+        Ok(Box::new(Self {
+            running_mean: super::stacked::copy_var(&self.running_mean)?,
+            momentum: self.momentum,
+        }))
+    }
+
+    fn forward(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
+        let mean = match stats {
+            super::BnStats::Batch => {
+                let mean = super::stacked::unit_moments(&h)?.0;
+                super::stacked::blend(&self.running_mean, &mean, self.momentum)?;
+                mean
+            }
+            super::BnStats::Running => self.running_mean.as_tensor().clone(),
+        };
+        h.broadcast_sub(&mean)
+    }
+
+    /// The batch mean is subtracted anyway: the running mean starts at the first
+    /// batch's (scaled) mean, and the bias at 0.
+    fn take_initial_mean(&self, mean: &Tensor) -> Result<bool> {
+        self.running_mean.set(mean)?;
+        Ok(true)
+    }
+}

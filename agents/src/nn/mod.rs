@@ -21,8 +21,9 @@ mod mean_only_bn;
 pub(crate) mod params;
 mod qnet;
 mod rms_norm;
+pub(crate) mod stacked;
 pub mod svb;
-mod weight_norm;
+pub(crate) mod weight_norm;
 
 pub use activation_norm::HostGradients;
 pub use batch_norm::BatchNorm;

@@ -105,3 +105,44 @@ impl ActivationNorm for RmsNorm {
         Ok(HostGradient::plain(dt))
     }
 }
+
+/// RMSNorm's population form: each agent's sample divided by its root mean square over
+/// all its features, `gamma` per unit.
+pub(crate) struct StackedRmsNorm {
+    gamma: Var,
+    eps: f64,
+}
+
+impl StackedRmsNorm {
+    pub(crate) fn stack(
+        take: &mut super::stacked::Take,
+        config: &super::NormConfig,
+    ) -> Result<Self> {
+        Ok(Self {
+            gamma: take("rms.gamma", super::Group::Weight)?,
+            eps: config.ln_eps,
+        })
+    }
+}
+
+impl super::stacked::StackedNorm for StackedRmsNorm {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![&self.gamma], vec![])
+    }
+
+    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
+        Ok(Box::new(Self {
+            gamma: super::stacked::copy_var(&self.gamma)?,
+            eps: self.eps,
+        }))
+    }
+
+    fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
+        let mean_square = match h.rank() {
+            3 => h.sqr()?.mean_keepdim(2)?,
+            _ => h.sqr()?.mean_keepdim(3)?.mean_keepdim(2)?,
+        };
+        let rms = (mean_square + self.eps)?.sqrt()?;
+        h.broadcast_div(&rms)?.broadcast_mul(self.gamma.as_tensor())
+    }
+}

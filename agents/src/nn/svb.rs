@@ -15,7 +15,7 @@
 //! assert!((s[0] - 1.5).abs() < 1e-5 && (s[1] - 1.0 / 1.5).abs() < 1e-5);
 //! ```
 
-use candle_core::{Result, Tensor};
+use candle_core::{Result, Tensor, Var};
 use faer::Mat;
 
 /// `(rows, cols)` of the matrix view of a weight: `(c_out, everything else)`.
@@ -99,4 +99,76 @@ pub fn bound_bn_gains(gamma: &[f32], sigma: &[f32], eps: f64) -> Vec<f32> {
             (f64::from(g).signum() * bounded * f64::from(s) * alpha) as f32
         })
         .collect()
+}
+
+/// SVB's population form: each agent's hidden weights projected every `interval`
+/// updates, agent by agent on the host as a single network's (an SVD per agent and
+/// layer, so this work grows with P, at those updates only); BBN's batch norm with its
+/// gains bounded at the same updates.
+pub(crate) struct StackedSvb {
+    interval: u64,
+    eps: f64,
+    /// BBN's batch norm and its gains' bound.
+    bbn: Option<(super::batch_norm::StackedBatchNorm, f64)>,
+}
+
+impl StackedSvb {
+    pub(crate) fn stack(
+        take: &mut super::stacked::Take,
+        config: &super::NormConfig,
+    ) -> Result<Self> {
+        use super::batch_norm::StackedBatchNorm;
+        let bbn = match config.kind {
+            super::NormKind::Bbn => Some((StackedBatchNorm::stack(take, config)?, config.bbn_eps)),
+            _ => None,
+        };
+        Ok(Self {
+            interval: config.svb_interval,
+            eps: config.svb_eps,
+            bbn,
+        })
+    }
+}
+
+impl super::stacked::StackedNorm for StackedSvb {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        match &self.bbn {
+            Some((bn, _)) => bn.vars(),
+            None => (vec![], vec![]),
+        }
+    }
+
+    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
+        let bbn = match &self.bbn {
+            Some((bn, eps)) => Some((bn.copy()?, *eps)),
+            None => None,
+        };
+        Ok(Box::new(Self {
+            interval: self.interval,
+            eps: self.eps,
+            bbn,
+        }))
+    }
+
+    fn forward(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
+        match &self.bbn {
+            Some((bn, _)) => bn.forward(h, stats),
+            None => Ok(h),
+        }
+    }
+
+    fn after_step(&self, updates: u64, weight: &Var) -> Result<bool> {
+        if !updates.is_multiple_of(self.interval) {
+            return Ok(false);
+        }
+        let w = weight.as_tensor();
+        let projected = (0..w.dim(0)?)
+            .map(|i| project(&w.get(i)?.t()?, self.eps)?.t())
+            .collect::<Result<Vec<_>>>()?;
+        weight.set(&Tensor::stack(&projected, 0)?.contiguous()?)?;
+        if let Some((bn, bbn_eps)) = &self.bbn {
+            bn.bound_gains(*bbn_eps)?;
+        }
+        Ok(true)
+    }
 }

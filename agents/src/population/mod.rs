@@ -14,7 +14,7 @@
 //! (`DeviceFrames`: one scatter per step, one gather per batch).
 
 mod conv;
-pub mod count;
+pub use crate::count;
 mod dqn;
 mod frames;
 mod net;

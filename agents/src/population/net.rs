@@ -1,162 +1,18 @@
 //! A population of Q-networks (MLPs and convolutional ones) as one network: every
 //! parameter carries a leading population axis, each layer is one batched product over
-//! all agents, and every normalization's statistics are per agent (layer norm's per
-//! agent and sample, batch norm's per agent over its own batch). The agents' networks
-//! are stacked from single [`QNetwork`]s, so each starts exactly as it would alone.
+//! all agents. A hidden layer's normalization is its method's population form
+//! (`nn::stacked`, written in the method's own file), with each agent's statistics its
+//! own; this file names no method. The agents' networks are stacked from single
+//! [`QNetwork`]s, so each starts exactly as it would alone.
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Result, Tensor, Var};
+use candle_core::{Result, Tensor, Var};
 
 use super::conv::Im2col;
-use super::count::read_to_host;
-use crate::nn::{BnStats, Group, Kernel, NormKind, NormLayer, QNetwork, RenormConfig};
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// A hidden layer's normalization, its values `[P, 1, units]` (`[P, 1, out, 1]` over
-/// feature maps).
-enum PopulationNorm {
-    None,
-    Layer {
-        gamma: Var,
-        beta: Var,
-    },
-    /// Group norm (MLPs): layer norm within each of `groups` contiguous groups.
-    Group {
-        gamma: Var,
-        beta: Var,
-        groups: usize,
-    },
-    Rms {
-        gamma: Var,
-    },
-    /// Batch norm: running statistics (buffers, never trained) besides `gamma`, `beta`;
-    /// with batch renormalization's correction for `batch_renorm`.
-    Batch {
-        gamma: Var,
-        beta: Var,
-        running_mean: Var,
-        running_var: Var,
-        renorm: Option<PopulationRenorm>,
-    },
-    /// Weight norm's mean-only batch norm: the batch mean subtracted, a running mean.
-    MeanOnly {
-        running_mean: Var,
-    },
-}
-
-impl PopulationNorm {
-    /// Trainable variables, then buffers.
-    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        match self {
-            PopulationNorm::None => (vec![], vec![]),
-            PopulationNorm::Layer { gamma, beta } | PopulationNorm::Group { gamma, beta, .. } => {
-                (vec![gamma, beta], vec![])
-            }
-            PopulationNorm::Rms { gamma } => (vec![gamma], vec![]),
-            PopulationNorm::Batch {
-                gamma,
-                beta,
-                running_mean,
-                running_var,
-                renorm,
-            } => {
-                let mut buffers = vec![running_mean, running_var];
-                buffers.extend(renorm.as_ref().map(|r| &r.updates));
-                (vec![gamma, beta], buffers)
-            }
-            PopulationNorm::MeanOnly { running_mean } => (vec![], vec![running_mean]),
-        }
-    }
-
-    /// The same normalization over copies of its variables.
-    fn copied(&self) -> Result<Self> {
-        let c = |v: &Var| Var::from_tensor(&v.as_tensor().copy()?);
-        Ok(match self {
-            PopulationNorm::None => PopulationNorm::None,
-            PopulationNorm::Layer { gamma, beta } => PopulationNorm::Layer {
-                gamma: c(gamma)?,
-                beta: c(beta)?,
-            },
-            PopulationNorm::Group {
-                gamma,
-                beta,
-                groups,
-            } => PopulationNorm::Group {
-                gamma: c(gamma)?,
-                beta: c(beta)?,
-                groups: *groups,
-            },
-            PopulationNorm::Rms { gamma } => PopulationNorm::Rms { gamma: c(gamma)? },
-            PopulationNorm::Batch {
-                gamma,
-                beta,
-                running_mean,
-                running_var,
-                renorm,
-            } => PopulationNorm::Batch {
-                gamma: c(gamma)?,
-                beta: c(beta)?,
-                running_mean: c(running_mean)?,
-                running_var: c(running_var)?,
-                renorm: match renorm {
-                    Some(r) => Some(PopulationRenorm {
-                        config: r.config,
-                        updates: c(&r.updates)?,
-                        open: AtomicBool::new(r.open.load(Ordering::Acquire)),
-                    }),
-                    None => None,
-                },
-            },
-            PopulationNorm::MeanOnly { running_mean } => PopulationNorm::MeanOnly {
-                running_mean: c(running_mean)?,
-            },
-        })
-    }
-}
-
-/// Batch renormalization's clip and warm-up (see `nn/batch_renorm.rs`): the count of
-/// training forwards is a buffer per agent (`[P, 1, 1]`), alike for all, read (agent
-/// 0's, one read) only until the warm-up is over.
-struct PopulationRenorm {
-    config: RenormConfig,
-    updates: Var,
-    open: AtomicBool,
-}
-
-impl PopulationRenorm {
-    /// Counts one training forward; whether the clip is open for it.
-    fn count_update(&self) -> Result<bool> {
-        if self.open.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        let done = read_to_host::<f32>(&self.updates.as_tensor().flatten_all()?.narrow(0, 0, 1)?)?;
-        if done[0] as u64 >= self.config.warmup {
-            self.open.store(true, Ordering::Release);
-            return Ok(true);
-        }
-        self.updates.set(&(self.updates.as_tensor() + 1.0)?)?;
-        Ok(false)
-    }
-
-    /// `r` and `d` of a training forward (detached), from the batch's moments and the
-    /// running statistics before this batch updates them.
-    fn correction(
-        &self,
-        (mean, var): (&Tensor, &Tensor),
-        (running_mean, running_var): (&Var, &Var),
-        eps: f64,
-    ) -> Result<(Tensor, Tensor)> {
-        let (r_max, d_max) = (self.config.r_max, self.config.d_max);
-        let s = (running_var.as_tensor() + eps)?.sqrt()?;
-        let s_batch = (var + eps)?.sqrt()?;
-        let r = (s_batch / &s)?.clamp(1.0 / r_max, r_max)?.detach();
-        let d = ((mean - running_mean.as_tensor())? / s)?
-            .clamp(-d_max, d_max)?
-            .detach();
-        Ok((r, d))
-    }
-}
+use crate::nn::stacked::{copy_var, stack_norm, StackedNorm};
+use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight};
+use crate::nn::{BnStats, Group, Kernel, NormConfig, NormLayer, QNetwork};
 
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
 /// copy), or weight norm's `v` in that layout and its gains `g` `[P, 1, out]`; an
@@ -165,7 +21,8 @@ struct PopulationLayer {
     weight: Var,
     gain: Option<Var>,
     bias: Option<Var>,
-    norm: PopulationNorm,
+    /// The method's population form (`nn::stacked`), on hidden layers that have one.
+    norm: Option<Box<dyn StackedNorm>>,
     relu: bool,
     /// A convolution's unfolding; its per-unit values are `[P, 1, out, 1]`, over the
     /// feature maps `[P, B, out, positions]`.
@@ -178,14 +35,14 @@ impl PopulationLayer {
         let mut v = vec![&self.weight];
         v.extend(&self.gain);
         v.extend(&self.bias);
-        v.extend(self.norm.vars().0);
+        v.extend(self.norm.iter().flat_map(|n| n.vars().0));
         v
     }
 
     /// Everything a target sync copies: the trainable variables, then the buffers.
     fn all(&self) -> Vec<&Var> {
         let mut v = self.trainable();
-        v.extend(self.norm.vars().1);
+        v.extend(self.norm.iter().flat_map(|n| n.vars().1));
         v
     }
 
@@ -201,17 +58,12 @@ impl PopulationLayer {
         }
     }
 
-    /// The weight the product uses: `w`, or weight norm's `g v / ||v||` per unit
-    /// (`v`'s norms over its inputs, per agent). With `direction`, `v / ||v||` alone.
+    /// The weight the product uses: `w`, or weight norm's from `v` and its gains.
     fn effective_weight(&self, direction: bool) -> Result<Tensor> {
         let v = self.weight.as_tensor();
-        let Some(g) = &self.gain else {
-            return Ok(v.clone());
-        };
-        let inv_norm = v.sqr()?.sum_keepdim(1)?.sqrt()?.recip()?;
-        match direction {
-            true => v.broadcast_mul(&inv_norm),
-            false => v.broadcast_mul(&(inv_norm * g.as_tensor())?),
+        match &self.gain {
+            Some(g) => stacked_weight(v, g.as_tensor(), direction),
+            None => Ok(v.clone()),
         }
     }
 }
@@ -223,19 +75,6 @@ struct Settings {
     actions: usize,
     data_dependent_init: bool,
     g_lr_scale: f64,
-    ln_eps: f64,
-    bn_eps: f64,
-    bn_momentum: f64,
-    /// SVB's projection of the hidden layers' weights every `interval` updates, with
-    /// bound `eps`; BBN's bound of the gains too, when set.
-    svb: Option<SvbSettings>,
-}
-
-#[derive(Clone, Copy)]
-struct SvbSettings {
-    eps: f64,
-    interval: u64,
-    bbn_eps: Option<f64>,
 }
 
 /// P agents' Q-networks, with the methods the module's page lists (`stack` refuses the
@@ -296,7 +135,7 @@ fn stacked(nets: &[&QNetwork], name: &str) -> Result<Tensor> {
 fn stack_layer(
     nets: &[&QNetwork],
     layer: &NormLayer,
-    (kind, groups, renorm): (NormKind, usize, RenormConfig),
+    config: &NormConfig,
     conv: Option<Im2col>,
     layouts: &mut Vec<VarLayout>,
 ) -> Result<PopulationLayer> {
@@ -331,8 +170,8 @@ fn stack_layer(
         .map(|_| take("bias", Group::Weight))
         .transpose()?;
     let norm = match layer.relu {
-        true => stack_norm(&mut take, kind, groups, renorm)?,
-        false => PopulationNorm::None,
+        true => stack_norm(&mut take, config)?,
+        false => None,
     };
     Ok(PopulationLayer {
         weight,
@@ -344,47 +183,6 @@ fn stack_layer(
     })
 }
 
-/// A hidden layer's normalization of every agent, its variables taken by `take`.
-fn stack_norm(
-    take: &mut impl FnMut(&str, Group) -> Result<Var>,
-    kind: NormKind,
-    groups: usize,
-    renorm: RenormConfig,
-) -> Result<PopulationNorm> {
-    Ok(match kind {
-        NormKind::LayerNorm => PopulationNorm::Layer {
-            gamma: take("ln.gamma", Group::Weight)?,
-            beta: take("ln.beta", Group::Weight)?,
-        },
-        NormKind::BatchNorm | NormKind::BatchRenorm | NormKind::Bbn => PopulationNorm::Batch {
-            gamma: take("bn.gamma", Group::Weight)?,
-            beta: take("bn.beta", Group::Weight)?,
-            running_mean: take("bn.running_mean", Group::Buffer)?,
-            running_var: take("bn.running_var", Group::Buffer)?,
-            renorm: match kind {
-                NormKind::BatchRenorm => Some(PopulationRenorm {
-                    config: renorm,
-                    updates: take("brn.updates", Group::Buffer)?,
-                    open: AtomicBool::new(false),
-                }),
-                _ => None,
-            },
-        },
-        NormKind::GroupNorm => PopulationNorm::Group {
-            gamma: take("gn.gamma", Group::Weight)?,
-            beta: take("gn.beta", Group::Weight)?,
-            groups,
-        },
-        NormKind::RmsNorm => PopulationNorm::Rms {
-            gamma: take("rms.gamma", Group::Weight)?,
-        },
-        NormKind::WnMeanOnlyBn => PopulationNorm::MeanOnly {
-            running_mean: take("running_mean", Group::Buffer)?,
-        },
-        _ => PopulationNorm::None,
-    })
-}
-
 impl PopulationNet {
     /// The networks of `nets` (one per agent, alike but for their values) as one.
     pub fn stack(nets: &[&QNetwork]) -> Result<Self> {
@@ -392,7 +190,6 @@ impl PopulationNet {
             candle_core::bail!("a population needs at least one agent");
         };
         let config = first.norm();
-        let kind = config.kind;
         let mut layouts = vec![];
         let mut layers = vec![];
         let mut shape = first.obs_shape().to_vec();
@@ -408,27 +205,13 @@ impl PopulationNet {
                 }
                 Kernel::Linear { .. } => None,
             };
-            layers.push(stack_layer(
-                nets,
-                layer,
-                (kind, config.groups, config.renorm()),
-                conv,
-                &mut layouts,
-            )?);
+            layers.push(stack_layer(nets, layer, config, conv, &mut layouts)?);
         }
         let settings = Settings {
             agents: nets.len(),
             actions: first.n_actions(),
             data_dependent_init: config.data_dependent_init,
             g_lr_scale: config.g_lr_scale,
-            ln_eps: config.ln_eps,
-            bn_eps: config.bn_eps,
-            bn_momentum: config.bn_momentum,
-            svb: kind.uses_svb().then_some(SvbSettings {
-                eps: config.svb_eps,
-                interval: config.svb_interval,
-                bbn_eps: (kind == NormKind::Bbn).then_some(config.bbn_eps),
-            }),
         };
         Ok(Self {
             layers,
@@ -493,7 +276,10 @@ impl PopulationNet {
     /// mean-only BN has both), the ReLU.
     fn layer_output(&self, layer: &PopulationLayer, x: &Tensor, stats: BnStats) -> Result<Tensor> {
         let h = layer.product(x, &layer.effective_weight(false)?)?;
-        let mut h = self.normalize(&layer.norm, h, stats)?;
+        let mut h = match &layer.norm {
+            Some(norm) => norm.forward(h, stats)?,
+            None => h,
+        };
         if let Some(b) = &layer.bias {
             h = h.broadcast_add(b.as_tensor())?;
         }
@@ -501,137 +287,6 @@ impl PopulationNet {
             h = relu(&h)?;
         }
         Ok(h)
-    }
-
-    fn normalize(&self, norm: &PopulationNorm, h: Tensor, stats: BnStats) -> Result<Tensor> {
-        let s = &self.settings;
-        let affine = |x_hat: Tensor, gamma: &Var, beta: &Var| {
-            x_hat
-                .broadcast_mul(gamma.as_tensor())?
-                .broadcast_add(beta.as_tensor())
-        };
-        match norm {
-            PopulationNorm::None => Ok(h),
-            PopulationNorm::Layer { gamma, beta } => {
-                // Each sample over all its features (a feature map's channels and
-                // positions).
-                let (mean, var) = match h.rank() {
-                    3 => moments(&h, 2)?,
-                    _ => {
-                        let mean = h.mean_keepdim(3)?.mean_keepdim(2)?;
-                        let centered = h.broadcast_sub(&mean)?;
-                        (mean, centered.sqr()?.mean_keepdim(3)?.mean_keepdim(2)?)
-                    }
-                };
-                let x_hat = h
-                    .broadcast_sub(&mean)?
-                    .broadcast_div(&(var + s.ln_eps)?.sqrt()?)?;
-                affine(x_hat, gamma, beta)
-            }
-            PopulationNorm::Batch { .. } => self.batch_normalize(norm, h, stats),
-            PopulationNorm::Group {
-                gamma,
-                beta,
-                groups,
-            } => {
-                // Each sample's contiguous groups of units, or of channels with all
-                // their positions.
-                let (p, b) = (h.dim(0)?, h.dim(1)?);
-                let per_group = h.elem_count() / (p * b * groups);
-                let grouped = h.reshape((p, b, *groups, per_group))?;
-                let (mean, var) = moments(&grouped, 3)?;
-                let x_hat = grouped
-                    .broadcast_sub(&mean)?
-                    .broadcast_div(&(var + s.ln_eps)?.sqrt()?)?
-                    .reshape(h.shape())?;
-                affine(x_hat, gamma, beta)
-            }
-            PopulationNorm::Rms { gamma } => {
-                let mean_square = match h.rank() {
-                    3 => h.sqr()?.mean_keepdim(2)?,
-                    _ => h.sqr()?.mean_keepdim(3)?.mean_keepdim(2)?,
-                };
-                let rms = (mean_square + s.ln_eps)?.sqrt()?;
-                h.broadcast_div(&rms)?.broadcast_mul(gamma.as_tensor())
-            }
-            PopulationNorm::MeanOnly { running_mean } => {
-                let mean = match stats {
-                    BnStats::Batch => {
-                        let mean = unit_moments(&h)?.0;
-                        blend(running_mean, &mean, s.bn_momentum)?;
-                        mean
-                    }
-                    BnStats::Running => running_mean.as_tensor().clone(),
-                };
-                h.broadcast_sub(&mean)
-            }
-        }
-    }
-
-    /// Batch norm (and batch renormalization) with each agent's statistics.
-    fn batch_normalize(&self, norm: &PopulationNorm, h: Tensor, stats: BnStats) -> Result<Tensor> {
-        let PopulationNorm::Batch {
-            gamma,
-            beta,
-            running_mean,
-            running_var,
-            renorm,
-        } = norm
-        else {
-            candle_core::bail!("batch_normalize takes batch norm");
-        };
-        let s = &self.settings;
-        let running = (running_mean, running_var);
-        let (mean, var, correction) = match stats {
-            BnStats::Batch => {
-                let (mean, var) = unit_moments(&h)?;
-                let correction = match renorm {
-                    Some(brn) if brn.count_update()? => {
-                        Some(brn.correction((&mean, &var), running, s.bn_eps)?)
-                    }
-                    _ => None,
-                };
-                self.update_running(&h, (&mean, &var), running)?;
-                (mean, var, correction)
-            }
-            BnStats::Running => (
-                running_mean.as_tensor().clone(),
-                running_var.as_tensor().clone(),
-                None,
-            ),
-        };
-        // A single network's order: `(t - mean) * (gamma / std) + beta`; batch
-        // renormalization's gain `gamma r` and shift `beta + gamma d`.
-        let inv_std = (var + s.bn_eps)?.sqrt()?.recip()?;
-        let (gain, shift) = match correction {
-            None => (gamma.as_tensor().clone(), beta.as_tensor().clone()),
-            Some((r, d)) => (
-                r.broadcast_mul(gamma.as_tensor())?,
-                d.broadcast_mul(gamma.as_tensor())?
-                    .broadcast_add(beta.as_tensor())?,
-            ),
-        };
-        h.broadcast_sub(&mean)?
-            .broadcast_mul(&inv_std.broadcast_mul(&gain)?)?
-            .broadcast_add(&shift)
-    }
-
-    /// Batch norm's running statistics from one agent batch each: the mean always, the
-    /// (unbiased) variance where a batch has more than one row.
-    fn update_running(
-        &self,
-        h: &Tensor,
-        batch: (&Tensor, &Tensor),
-        running: (&Var, &Var),
-    ) -> Result<()> {
-        let m = self.settings.bn_momentum;
-        // Values per unit: the batch's rows, times the positions of a feature map.
-        let n = (h.elem_count() / (h.dim(0)? * h.dim(2)?)) as f64;
-        blend(running.0, batch.0, m)?;
-        if n > 1.0 {
-            blend(running.1, &(batch.1 * (n / (n - 1.0)))?, m)?;
-        }
-        Ok(())
     }
 
     /// Weight norm's data-dependent init on each agent's batch `x` `[P, B, obs]`, layer
@@ -642,18 +297,16 @@ impl PopulationNet {
         for layer in &self.layers {
             if let (Some(g), Some(b)) = (&layer.gain, &layer.bias) {
                 let t = layer.product(&h, &layer.effective_weight(true)?.detach())?;
-                let (mean, var) = unit_moments(&t)?;
-                let scale = (var.sqrt()? + 1e-6)?.recip()?;
+                let (scale, mean_scaled) = stacked_initial_gain(&t)?;
                 g.set(&scale.reshape(g.shape())?)?;
-                let mean_scaled = (mean * &scale)?.reshape(b.shape())?;
-                match &layer.norm {
-                    // The batch mean is subtracted anyway: the bias starts at 0 and
-                    // the running mean at this batch's (scaled) mean.
-                    PopulationNorm::MeanOnly { running_mean } => {
-                        running_mean.set(&mean_scaled)?;
-                        b.set(&mean_scaled.zeros_like()?)?;
-                    }
-                    _ => b.set(&mean_scaled.neg()?)?,
+                let mean_scaled = mean_scaled.reshape(b.shape())?;
+                let taken = match &layer.norm {
+                    Some(norm) => norm.take_initial_mean(&mean_scaled)?,
+                    None => false,
+                };
+                match taken {
+                    true => b.set(&mean_scaled.zeros_like()?)?,
+                    false => b.set(&mean_scaled.neg()?)?,
                 }
             }
             h = self.layer_output(layer, &h, BnStats::Running)?;
@@ -680,49 +333,16 @@ impl PopulationNet {
         Ok(())
     }
 
-    /// After update `updates`: SVB's projection (and BBN's bound of the gains) when due,
-    /// agent by agent on the host as a single network's (an SVD per agent and hidden
-    /// layer, so this step's work grows with P, every `svb_interval` updates only).
-    /// Whether it ran.
+    /// After update `updates`: each hidden layer's method does its work on the layer
+    /// when due (SVB's projection and BBN's bound of the gains). Whether any ran.
     pub(crate) fn after_optimizer_step(&self, updates: u64) -> Result<bool> {
-        let Some(svb) = self.settings.svb else {
-            return Ok(false);
-        };
-        if !updates.is_multiple_of(svb.interval) {
-            return Ok(false);
-        }
-        for layer in self.layers.iter().filter(|l| l.relu) {
-            let w = layer.weight.as_tensor();
-            let projected = (0..self.agents())
-                .map(|i| crate::nn::svb::project(&w.get(i)?.t()?, svb.eps)?.t())
-                .collect::<Result<Vec<_>>>()?;
-            layer
-                .weight
-                .set(&Tensor::stack(&projected, 0)?.contiguous()?)?;
-            if let (
-                Some(eps),
-                PopulationNorm::Batch {
-                    gamma, running_var, ..
-                },
-            ) = (svb.bbn_eps, &layer.norm)
-            {
-                gamma.set(&self.bounded_gains(gamma, running_var, eps)?)?;
+        let mut ran = false;
+        for layer in &self.layers {
+            if let Some(norm) = &layer.norm {
+                ran |= norm.after_step(updates, &layer.weight)?;
             }
         }
-        Ok(true)
-    }
-
-    /// BBN's bound of each agent's gains (`nn::svb::bound_bn_gains`), from its running
-    /// variance.
-    fn bounded_gains(&self, gamma: &Var, running_var: &Var, eps: f64) -> Result<Tensor> {
-        let sigma = (running_var.as_tensor() + self.settings.bn_eps)?.sqrt()?;
-        let mut bounded = vec![];
-        for i in 0..self.agents() {
-            let g: Vec<f32> = gamma.as_tensor().get(i)?.flatten_all()?.to_vec1()?;
-            let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
-            bounded.extend(crate::nn::svb::bound_bn_gains(&g, &s, eps));
-        }
-        Tensor::from_vec(bounded, gamma.shape(), gamma.device())
+        Ok(ran)
     }
 
     /// Polyak averaging, every agent alike: `self = (1 - tau) self + tau other` for
@@ -732,7 +352,10 @@ impl PopulationNet {
             for (a, b) in mine.trainable().into_iter().zip(theirs.trainable()) {
                 a.set(&((a.as_tensor() * (1.0 - tau))? + (b.as_tensor() * tau)?)?)?;
             }
-            for (a, b) in mine.norm.vars().1.into_iter().zip(theirs.norm.vars().1) {
+            let buffers = |l: &PopulationLayer| -> Vec<Var> {
+                l.norm.iter().flat_map(|n| n.vars().1).cloned().collect()
+            };
+            for (a, b) in buffers(mine).iter().zip(buffers(theirs)) {
                 a.set(b.as_tensor())?;
             }
         }
@@ -762,16 +385,15 @@ impl PopulationNet {
 
     /// An independent copy (a target network).
     pub fn duplicate(&self) -> Result<Self> {
-        let copy = |v: &Var| Var::from_tensor(&v.as_tensor().copy()?);
         let layers = self
             .layers
             .iter()
             .map(|l| {
-                let norm = l.norm.copied()?;
+                let norm = l.norm.as_ref().map(|n| n.copied()).transpose()?;
                 Ok(PopulationLayer {
-                    weight: copy(&l.weight)?,
-                    gain: l.gain.as_ref().map(copy).transpose()?,
-                    bias: l.bias.as_ref().map(copy).transpose()?,
+                    weight: copy_var(&l.weight)?,
+                    gain: l.gain.as_ref().map(copy_var).transpose()?,
+                    bias: l.bias.as_ref().map(copy_var).transpose()?,
                     norm,
                     relu: l.relu,
                     conv: l.conv.clone(),
@@ -791,37 +413,4 @@ impl PopulationNet {
 /// make common (SVB's CNN from its first update).
 fn relu(h: &Tensor) -> Result<Tensor> {
     h * h.gt(0.0)?.to_dtype(h.dtype())?
-}
-
-/// `running = (1 - momentum) running + momentum batch`: a running statistic's update.
-fn blend(running: &Var, batch: &Tensor, momentum: f64) -> Result<()> {
-    let kept = (running.as_tensor() * (1.0 - momentum))?;
-    running.set(&(kept + (batch.detach() * momentum)?)?)
-}
-
-/// Mean and population variance of `h` along `dim`, kept for broadcasting.
-fn moments(h: &Tensor, dim: usize) -> Result<(Tensor, Tensor)> {
-    let mean = h.mean_keepdim(dim)?;
-    let var = h.broadcast_sub(&mean)?.sqr()?.mean_keepdim(dim)?;
-    Ok((mean, var))
-}
-
-/// Each agent's per-unit moments over its batch (and a feature map's positions): `h`
-/// is `[P, B, out]` or `[P, B, out, positions]`.
-///
-/// Summed in f64, as a single network's fused batch norm sums. (The sums' precision
-/// alone does not keep a CNN population on its agents' paths: with f32 sums the test's
-/// CNN with weight norm met a kink at update 41, with f64 sums not; see the test.)
-fn unit_moments(h: &Tensor) -> Result<(Tensor, Tensor)> {
-    let wide = h.to_dtype(DType::F64)?;
-    let (mean, var) = match h.rank() {
-        3 => moments(&wide, 1)?,
-        _ => {
-            let mean = wide.mean_keepdim(3)?.mean_keepdim(1)?;
-            let centered = wide.broadcast_sub(&mean)?;
-            let var = centered.sqr()?.mean_keepdim(3)?.mean_keepdim(1)?;
-            (mean, var)
-        }
-    };
-    Ok((mean.to_dtype(DType::F32)?, var.to_dtype(DType::F32)?))
 }

@@ -1,0 +1,119 @@
+//! A normalization's population form: its variables stacked along a leading population
+//! axis, over a hidden layer's pre-activations `[P, B, units]` (`[P, B, channels,
+//! positions]` over feature maps), each agent's statistics its own. Each method writes
+//! its form in its own file (`Stacked*` beside its single-network layer), and registers
+//! it in [`stack_norm`]; `population::PopulationNet` calls them through
+//! [`StackedNorm`] and names none.
+
+use candle_core::{DType, Result, Tensor, Var};
+
+use super::{BnStats, Group, NormConfig, NormKind};
+
+/// What a population layer asks of its normalization.
+pub(crate) trait StackedNorm: Send + Sync {
+    /// Trainable variables, then buffers, in the order their layouts were taken.
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>);
+
+    /// The same normalization over copies of its variables (a target network).
+    fn copied(&self) -> Result<Box<dyn StackedNorm>>;
+
+    /// The normalized (and scaled) `h`; with batch statistics, a method that keeps
+    /// running statistics updates them as a single network's training forward does.
+    fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor>;
+
+    /// Weight norm's data-dependent init met this layer, whose scaled batch mean per
+    /// unit is `mean`: whether the method took it (mean-only batch norm starts its
+    /// running mean there, and the bias at 0), else the bias starts at `-mean`.
+    fn take_initial_mean(&self, _mean: &Tensor) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The method's work after optimizer step `updates` on the layer's weight `[P, in,
+    /// out]` (SVB's projection, BBN's bound of the gains); whether it ran.
+    fn after_step(&self, _updates: u64, _weight: &Var) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Takes a stacked variable of the layer by its name's suffix (`ln.gamma`) and group.
+pub(crate) type Take<'a> = dyn FnMut(&str, Group) -> Result<Var> + 'a;
+
+/// A hidden layer's normalization of every agent, as `config.kind` writes it: the
+/// registry of population forms. `None` for a layer without one.
+pub(crate) fn stack_norm(
+    take: &mut Take,
+    config: &NormConfig,
+) -> Result<Option<Box<dyn StackedNorm>>> {
+    use super::{batch_norm, group_norm, layer_norm, mean_only_bn, rms_norm, svb};
+    Ok(match config.kind {
+        NormKind::LayerNorm => Some(Box::new(layer_norm::StackedLayerNorm::stack(take, config)?)),
+        NormKind::GroupNorm => Some(Box::new(group_norm::StackedGroupNorm::stack(take, config)?)),
+        NormKind::RmsNorm => Some(Box::new(rms_norm::StackedRmsNorm::stack(take, config)?)),
+        NormKind::BatchNorm | NormKind::BatchRenorm => {
+            Some(Box::new(batch_norm::StackedBatchNorm::stack(take, config)?))
+        }
+        NormKind::WnMeanOnlyBn => Some(Box::new(mean_only_bn::StackedMeanOnly::stack(
+            take, config,
+        )?)),
+        NormKind::Svb | NormKind::Bbn => Some(Box::new(svb::StackedSvb::stack(take, config)?)),
+        NormKind::None | NormKind::WeightNorm => None,
+    })
+}
+
+/// A copy of `v`, as a variable of its own.
+pub(crate) fn copy_var(v: &Var) -> Result<Var> {
+    Var::from_tensor(&v.as_tensor().copy()?)
+}
+
+/// `running = (1 - momentum) running + momentum batch`: a running statistic's update.
+pub(crate) fn blend(running: &Var, batch: &Tensor, momentum: f64) -> Result<()> {
+    let kept = (running.as_tensor() * (1.0 - momentum))?;
+    running.set(&(kept + (batch.detach() * momentum)?)?)
+}
+
+/// Mean and population variance of `h` along `dim`, kept for broadcasting.
+pub(crate) fn moments(h: &Tensor, dim: usize) -> Result<(Tensor, Tensor)> {
+    let mean = h.mean_keepdim(dim)?;
+    let var = h.broadcast_sub(&mean)?.sqr()?.mean_keepdim(dim)?;
+    Ok((mean, var))
+}
+
+/// Each sample's mean and variance over all its features (a feature map's channels and
+/// positions): `[P, B, 1]` or `[P, B, 1, 1]`.
+pub(crate) fn sample_moments(h: &Tensor) -> Result<(Tensor, Tensor)> {
+    match h.rank() {
+        3 => moments(h, 2),
+        _ => {
+            let mean = h.mean_keepdim(3)?.mean_keepdim(2)?;
+            let centered = h.broadcast_sub(&mean)?;
+            Ok((mean, centered.sqr()?.mean_keepdim(3)?.mean_keepdim(2)?))
+        }
+    }
+}
+
+/// Each agent's per-unit moments over its batch (and a feature map's positions): `h`
+/// is `[P, B, out]` or `[P, B, out, positions]`.
+///
+/// Summed in f64, as a single network's fused batch norm sums. (The sums' precision
+/// alone does not keep a CNN population on its agents' paths: with f32 sums the test's
+/// CNN with weight norm met a kink at update 41, with f64 sums not.)
+pub(crate) fn unit_moments(h: &Tensor) -> Result<(Tensor, Tensor)> {
+    let wide = h.to_dtype(DType::F64)?;
+    let (mean, var) = match h.rank() {
+        3 => moments(&wide, 1)?,
+        _ => {
+            let mean = wide.mean_keepdim(3)?.mean_keepdim(1)?;
+            let centered = wide.broadcast_sub(&mean)?;
+            let var = centered.sqr()?.mean_keepdim(3)?.mean_keepdim(1)?;
+            (mean, var)
+        }
+    };
+    Ok((mean.to_dtype(DType::F32)?, var.to_dtype(DType::F32)?))
+}
+
+/// `x_hat gamma + beta`, per unit.
+pub(crate) fn affine(x_hat: Tensor, gamma: &Var, beta: &Var) -> Result<Tensor> {
+    x_hat
+        .broadcast_mul(gamma.as_tensor())?
+        .broadcast_add(beta.as_tensor())
+}
