@@ -313,6 +313,30 @@ impl UnitNormCache {
     }
 }
 
+/// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
+pub(crate) const DDI_EPS: f64 = 1e-6;
+
+/// Weight norm's population form: the weight a product uses from `v` `[P, in, out]`
+/// and gains `g` `[P, 1, out]`: `g v / ||v||` per unit (`v`'s norms over its inputs,
+/// per agent); with `direction`, `v / ||v||` alone.
+pub(crate) fn stacked_weight(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
+    let inv_norm = v.sqr()?.sum_keepdim(1)?.sqrt()?.recip()?;
+    match direction {
+        true => v.broadcast_mul(&inv_norm),
+        false => v.broadcast_mul(&(inv_norm * g)?),
+    }
+}
+
+/// Data-dependent init in a population: from each agent's outputs `t` of the weights'
+/// directions on its batch, per unit the gain `1 / (std(t) + eps)` and the scaled mean
+/// `mean(t) gain` (the bias is its negative, unless the normalization takes it).
+pub(crate) fn stacked_initial_gain(t: &Tensor) -> Result<(Tensor, Tensor)> {
+    let (mean, var) = super::stacked::unit_moments(t)?;
+    let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
+    let mean_scaled = (mean * &scale)?;
+    Ok((scale, mean_scaled))
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -340,28 +364,4 @@ mod tests {
         let second = wn.unit_norms().unwrap();
         assert_eq!((second.inv_norms[0], second.scales[0]), (0.5, 1.5));
     }
-}
-
-/// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
-pub(crate) const DDI_EPS: f64 = 1e-6;
-
-/// Weight norm's population form: the weight a product uses from `v` `[P, in, out]`
-/// and gains `g` `[P, 1, out]`: `g v / ||v||` per unit (`v`'s norms over its inputs,
-/// per agent); with `direction`, `v / ||v||` alone.
-pub(crate) fn stacked_weight(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
-    let inv_norm = v.sqr()?.sum_keepdim(1)?.sqrt()?.recip()?;
-    match direction {
-        true => v.broadcast_mul(&inv_norm),
-        false => v.broadcast_mul(&(inv_norm * g)?),
-    }
-}
-
-/// Data-dependent init in a population: from each agent's outputs `t` of the weights'
-/// directions on its batch, per unit the gain `1 / (std(t) + eps)` and the scaled mean
-/// `mean(t) gain` (the bias is its negative, unless the normalization takes it).
-pub(crate) fn stacked_initial_gain(t: &Tensor) -> Result<(Tensor, Tensor)> {
-    let (mean, var) = super::stacked::unit_moments(t)?;
-    let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
-    let mean_scaled = (mean * &scale)?;
-    Ok((scale, mean_scaled))
 }
