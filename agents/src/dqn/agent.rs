@@ -22,8 +22,9 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 
+use super::td::{self, TargetSync};
 use super::td_loss::{device_loss, graph_loss, host_loss, LossInfo};
-use super::{DqnConfig, TargetUpdate};
+use super::DqnConfig;
 use crate::nn::{BnStats, HostTape, NormConfig, Pass, QNetwork, QNetworkConfig};
 use crate::optim::{Gradients, Optimizer, OptimizerConfig};
 use crate::replay::Batch;
@@ -272,9 +273,9 @@ impl Dqn {
     /// The network the TD targets come from: the target network, or the online one
     /// with `target_update = "none"`.
     fn target_network(&self) -> &QNetwork {
-        match self.config.target_update {
-            TargetUpdate::None => &self.online,
-            _ => &self.target,
+        match self.config.target_update.bootstraps_from_online() {
+            true => &self.online,
+            false => &self.target,
         }
     }
 
@@ -325,25 +326,22 @@ impl Dqn {
         let target_q = self
             .target_network()
             .forward(&next_obs, Pass::gradient_free(self.config.target_bn_mode))?;
-        let next_q = if self.config.double_dqn {
-            let online_q = self.online.forward(&next_obs, Pass::EVAL)?;
-            let best = online_q.argmax_keepdim(1)?;
-            target_q.gather(&best, 1)?.squeeze(1)?
-        } else {
-            target_q.max(1)?
+        let online_q = match self.config.double_dqn {
+            true => Some(self.online.forward(&next_obs, Pass::EVAL)?),
+            false => None,
         };
-        self.device_bootstrap(batch, &next_q)
+        let best = td::best_next(&target_q, online_q.as_ref())?;
+        self.device_bootstrap(batch, &best)
     }
 
-    /// [`Self::bootstrap`] on the device, from each next observation's chosen Q-value.
-    fn device_bootstrap(&self, batch: &Batch, next_q: &Tensor) -> Result<Tensor> {
+    /// [`Self::bootstrap`] on the device (`td::bootstrap`), from each next
+    /// observation's chosen Q-value.
+    fn device_bootstrap(&self, batch: &Batch, best: &Tensor) -> Result<Tensor> {
         let b = batch.size;
         let rewards = Tensor::from_slice(&batch.rewards, b, &self.device)?;
         let terminated = Tensor::from_slice(&batch.terminated, b, &self.device)?;
-        let bootstrap = ((1.0 - terminated)? * self.config.gamma)?;
-        (rewards + (next_q.detach() * bootstrap)?)?
-            .detach()
-            .contiguous()
+        let gamma = td::Discount::All(self.config.gamma);
+        td::bootstrap(&rewards, &terminated, best, gamma)
     }
 
     /// CrossQ's joint forward: one differentiable forward over the observations and the
@@ -365,12 +363,14 @@ impl Dqn {
         }
         let x = self.batch_tensor(&both, 2 * b)?;
         let q_all = self.online.forward(&x, Pass::differentiable(stats))?;
-        let next_q = q_all.narrow(0, b, b)?.detach();
+        let (q, next_q) = td::split_joint(&q_all, 0, b)?;
         let targets = match self.engine {
-            Engine::Device => Targets::Device(self.device_bootstrap(batch, &next_q.max(1)?)?),
+            Engine::Device => {
+                Targets::Device(self.device_bootstrap(batch, &td::best_next(&next_q, None)?)?)
+            }
             _ => Targets::Host(self.bootstrap(batch, &next_q.flatten_all()?.to_vec1()?, None)),
         };
-        Ok((UpdateForward::Graph(q_all.narrow(0, 0, b)?), targets))
+        Ok((UpdateForward::Graph(q), targets))
     }
 
     /// The online network's Q-values of the batch's observations, differentiable, with
@@ -428,21 +428,18 @@ impl Dqn {
     fn finish_update(&mut self, loss: LossInfo, grad_norm: Metric) -> Result<UpdateInfo> {
         self.updates += 1;
         let projected = self.online.after_optimizer_step(self.updates)?;
-        let synced = match self.config.target_update {
-            TargetUpdate::Hard { every } => {
-                let due = self.updates.is_multiple_of(every);
-                if due {
-                    self.target.copy_from(&self.online)?;
-                }
-                due
+        let synced = match self.config.target_update.after(self.updates) {
+            TargetSync::Copy => {
+                self.target.copy_from(&self.online)?;
+                true
             }
-            TargetUpdate::Polyak { tau } => {
+            TargetSync::Average(tau) => {
                 self.target
                     .store()
                     .soft_update_from(self.online.store(), tau)?;
                 true
             }
-            TargetUpdate::None => false,
+            TargetSync::Keep => false,
         };
         Ok(UpdateInfo {
             td_loss: loss.value,

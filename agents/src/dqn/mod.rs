@@ -4,6 +4,7 @@
 mod agent;
 mod config;
 mod schedule;
+pub mod td;
 mod td_loss;
 
 pub use agent::{epsilon_greedy, Dqn, Engine, UpdateInfo};

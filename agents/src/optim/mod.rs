@@ -6,6 +6,7 @@
 //! the fused loop is tested against). The fused loop sets state values below 1e-36 to
 //! 0 rather than let them decay through the CPU's slow subnormal range.
 
+pub mod clip;
 mod config;
 mod optimizer;
 mod staggered;

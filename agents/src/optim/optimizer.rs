@@ -300,18 +300,7 @@ impl Optimizer {
             Some(s) => s.sqrt()?,
             None => Tensor::new(0f32, self.store.device())?,
         };
-        let max = self.config.max_grad_norm;
-        let scale = if max > 0.0 {
-            // min(1, max / (norm + 1e-6)), the host path's rule.
-            Some(
-                norm.affine(1.0, 1e-6)?
-                    .recip()?
-                    .affine(max, 0.0)?
-                    .clamp(0.0, 1.0)?,
-            )
-        } else {
-            None
-        };
+        let scale = super::clip::scale_tensor(&norm, self.config.max_grad_norm)?;
         Ok((norm, scale))
     }
 
@@ -412,12 +401,7 @@ impl Optimizer {
 
     /// The factor clipping gradients of global norm `norm` to `max_grad_norm`.
     fn clipping_scale(&self, norm: f64) -> f64 {
-        let max = self.config.max_grad_norm;
-        if max > 0.0 && norm > max {
-            max / (norm + 1e-6)
-        } else {
-            1.0
-        }
+        super::clip::scale(norm, self.config.max_grad_norm)
     }
 
     /// Counts a step and returns its coefficients (the base learning rate).

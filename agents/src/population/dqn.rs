@@ -14,7 +14,8 @@ use rand::Rng;
 use super::count::read_to_host;
 use super::{DeviceFrames, PopulationNet};
 use crate::dqn::loss_of_errors;
-use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, TargetUpdate};
+use crate::dqn::td::{self, TargetSync};
+use crate::dqn::{epsilon_greedy, Dqn, DqnConfig};
 use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::replay::Batch;
@@ -279,12 +280,10 @@ impl PopulationDqn {
         self.optimizer_step(&grads)?;
         self.updates += 1;
         self.online.after_optimizer_step(self.updates)?;
-        match self.config.target_update {
-            TargetUpdate::Hard { every } if self.updates.is_multiple_of(every) => {
-                self.target.copy_from(&self.online)?;
-            }
-            TargetUpdate::Polyak { tau } => self.target.soft_update_from(&self.online, tau)?,
-            _ => {}
+        match self.config.target_update.after(self.updates) {
+            TargetSync::Copy => self.target.copy_from(&self.online)?,
+            TargetSync::Average(tau) => self.target.soft_update_from(&self.online, tau)?,
+            TargetSync::Keep => {}
         }
         let metrics = Tensor::stack(&[per_agent.detach(), q_mean, grad_norm], 0)?.detach();
         Ok(PopulationInfo { metrics })
@@ -338,20 +337,16 @@ impl PopulationDqn {
     /// argmax or (Double DQN) the online network's.
     fn targets(&self, b: &Stacked) -> Result<Tensor> {
         // Target-free TD (`target_update = "none"`) bootstraps from the online network.
-        let target = match self.config.target_update {
-            TargetUpdate::None => &self.online,
-            _ => &self.target,
+        let target = match self.config.target_update.bootstraps_from_online() {
+            true => &self.online,
+            false => &self.target,
         };
         let next_q = target.forward(&b.next_obs, self.config.target_bn_mode)?;
-        let best = match self.config.double_dqn {
-            false => next_q.max(D::Minus1)?,
-            true => {
-                let online = self.online.forward(&b.next_obs, BnStats::Running)?;
-                let a = online.argmax_keepdim(D::Minus1)?;
-                next_q.gather(&a, 2)?.squeeze(2)?
-            }
+        let online_q = match self.config.double_dqn {
+            true => Some(self.online.forward(&b.next_obs, BnStats::Running)?),
+            false => None,
         };
-        self.bootstrap(b, best)
+        self.bootstrap(b, td::best_next(&next_q, online_q.as_ref())?)
     }
 
     /// CrossQ's joint forward: one training forward of each agent's observations and
@@ -361,18 +356,18 @@ impl PopulationDqn {
         let rows = b.obs.dim(1)?;
         let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
         let q_all = self.online.forward(&both, self.config.online_bn_mode)?;
-        let next_q = q_all.narrow(1, rows, rows)?.detach();
-        let targets = self.bootstrap(b, next_q.max(D::Minus1)?)?;
-        Ok((q_all.narrow(1, 0, rows)?.contiguous()?, targets))
+        let (q, next_q) = td::split_joint(&q_all, 1, rows)?;
+        let targets = self.bootstrap(b, td::best_next(&next_q, None)?)?;
+        Ok((q, targets))
     }
 
     /// `r + gamma (1 - terminated) best`, each agent with its own gamma, detached.
     fn bootstrap(&self, b: &Stacked, best: Tensor) -> Result<Tensor> {
-        let keep = match &self.gammas {
-            None => (b.terminated.affine(-1.0, 1.0)? * self.config.gamma)?,
-            Some(gammas) => b.terminated.affine(-1.0, 1.0)?.broadcast_mul(gammas)?,
+        let gamma = match &self.gammas {
+            None => td::Discount::All(self.config.gamma),
+            Some(gammas) => td::Discount::PerAgent(gammas),
         };
-        (&b.rewards + (best * keep)?)?.detach().contiguous()
+        td::bootstrap(&b.rewards, &b.terminated, &best, gamma)
     }
 
     /// The optimizer's step, each agent's scaled to its own learning rate: Adam's and
@@ -418,11 +413,9 @@ impl PopulationDqn {
             }
         }
         let norm = sum.sqrt()?;
-        if max <= 0.0 {
+        let Some(scale) = crate::optim::clip::scale_tensor(&norm, max)? else {
             return Ok(norm);
-        }
-        let clipped = norm.affine(1.0, 1e-6)?.recip()?.affine(max, 0.0)?;
-        let scale = norm.gt(max)?.where_cond(&clipped, &norm.ones_like()?)?;
+        };
         for (_, var) in &vars {
             if let Some(g) = grads.remove(var.as_tensor()) {
                 let mut shape = vec![1; g.rank()];
