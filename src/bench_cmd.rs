@@ -29,8 +29,8 @@ pub struct BenchArgs {
     /// only and with updates, its parts, and the end; `--population P`), or `parity`
     /// (every method's values and gradients on `--device` against the CPU's; exits with
     /// an error beyond tolerance).
-    #[arg(default_value = "all")]
-    pub what: String,
+    #[arg(value_enum, default_value_t = Bench::All)]
+    pub what: Bench,
     /// Timed iterations per measurement.
     #[arg(long, default_value_t = 300)]
     pub iters: usize,
@@ -53,6 +53,19 @@ pub struct BenchArgs {
     /// With `population-host`: the population's size.
     #[arg(long, default_value_t = 256)]
     pub population: usize,
+}
+
+/// The benchmarks `normrl bench` runs (`all`: nn, replay and train).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Bench {
+    All,
+    Nn,
+    Replay,
+    Train,
+    Population,
+    PopulationTrain,
+    PopulationHost,
+    Parity,
 }
 
 #[derive(Debug, Serialize)]
@@ -400,44 +413,29 @@ pub(crate) fn bench_train_config(
 
 pub fn bench(args: &BenchArgs) -> Result<()> {
     set_threads(args.threads);
-    let all = args.what == "all";
-    let known = [
-        "nn",
-        "replay",
-        "train",
-        "population",
-        "population-train",
-        "population-host",
-        "parity",
-    ];
-    if !all && !known.contains(&args.what.as_str()) {
-        anyhow::bail!(
-            "unknown benchmark '{}': expected nn, replay, train, population, population-train, population-host, parity or all",
-            args.what
-        );
-    }
+    let (what, all) = (args.what, args.what == Bench::All);
     let device = select_device(parse_device_spec(&args.device)?)?;
-    if args.what == "parity" {
+    if what == Bench::Parity {
         return parity(&device, args.json);
     }
     let mut rows = vec![];
-    if all || args.what == "nn" {
+    if all || what == Bench::Nn {
         rows.extend(nn_rows(args, &device)?);
     }
-    if all || args.what == "replay" {
+    if all || what == Bench::Replay {
         rows.extend(replay_rows(args.iters)?);
     }
-    if all || args.what == "train" {
+    if all || what == Bench::Train {
         rows.extend(train_rows(args.steps, &args.device)?);
     }
-    if args.what == "population" {
+    if what == Bench::Population {
         rows.extend(crate::bench_population::rows(args.iters, &device)?);
     }
-    if args.what == "population-train" {
+    if what == Bench::PopulationTrain {
         let rows_of = crate::bench_population::train_rows;
         rows.extend(rows_of(args.steps, &device, &args.device)?);
     }
-    if args.what == "population-host" {
+    if what == Bench::PopulationHost {
         let host_rows = crate::bench_population::host_rows;
         rows.extend(host_rows(args.population, args.steps, &args.device)?);
     }

@@ -1,7 +1,7 @@
 //! The training loop: acting, replay, updates, evaluation, logging and checkpoints.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -245,20 +245,26 @@ impl Trainer {
                 config_path.display()
             );
         }
+        // Every file of the checkpoint is read before anything in the run directory
+        // changes (its TensorBoard events, a new events file): a resume that fails
+        // leaves the directory as it was.
+        let cpu = candle_core::Device::Cpu;
+        let [online, target, optimizer] =
+            ["online", "target", "optimizer"].map(|name| checkpoint::load_tensors(dir, name, &cpu));
+        let (online, target, optimizer) = (online?, target?, optimizer?);
         crate::tensorboard::truncate_after(run_dir, state.step)?;
         let mut t = Self::build(config, run_dir)?;
         let device = t.agent.online().store().device().clone();
-        t.agent
-            .online()
-            .store()
-            .load_map(&checkpoint::load_tensors(dir, "online", &device)?)?;
-        t.agent
-            .target()
-            .store()
-            .load_map(&checkpoint::load_tensors(dir, "target", &device)?)?;
+        let on_device = |map: HashMap<String, candle_core::Tensor>| {
+            map.into_iter()
+                .map(|(k, v)| Ok((k, v.to_device(&device)?)))
+                .collect::<candle_core::Result<HashMap<_, _>>>()
+        };
+        t.agent.online().store().load_map(&on_device(online)?)?;
+        t.agent.target().store().load_map(&on_device(target)?)?;
         t.agent
             .optimizer_mut()
-            .load_state_tensors(&checkpoint::load_tensors(dir, "optimizer", &device)?)?;
+            .load_state_tensors(&on_device(optimizer)?)?;
         t.agent.restore_counters(state.updates, state.initialized);
         let env_state: serde_json::Value = serde_json::from_str(&state.env_state)?;
         let exact = !env_state.is_null();

@@ -228,7 +228,16 @@ pub fn agent_from_checkpoint(
         device,
     )?;
     let online = checkpoint::load_tensors(ckpt, "online", device)?;
-    agent.online().store().load_map(&online)?;
+    // candle's error carries a backtrace when RUST_BACKTRACE is set: its first line is
+    // the message.
+    agent.online().store().load_map(&online).map_err(|e| {
+        let cause = e.to_string();
+        anyhow::anyhow!(
+            "{} does not hold a network of this run's config (network.architecture, norm.kind): {}",
+            ckpt.display(),
+            cause.lines().next().unwrap_or_default()
+        )
+    })?;
     Ok(agent)
 }
 

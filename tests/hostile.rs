@@ -216,6 +216,60 @@ fn a_corrupt_checkpoint_is_named_and_a_failed_resume_writes_nothing() {
     assert_eq!(event_files(&dir), 1, "a failed resume adds no events file");
 }
 
+/// A checkpoint whose network file is cut short: the resume names the file and leaves
+/// the run directory as it was (no new TensorBoard file); `eval` of a checkpoint made by
+/// another architecture says so in one message, without a backtrace even when
+/// RUST_BACKTRACE asks for one.
+#[test]
+fn a_truncated_or_foreign_checkpoint_is_refused_and_changes_nothing() {
+    let dir = temp("truncated").join("run");
+    tiny_run(&dir);
+    std::fs::remove_file(dir.join("summary.json")).unwrap();
+    let latest = normrl::checkpoint::latest(&dir).unwrap().unwrap();
+    let online = latest.join("online.safetensors");
+    let bytes = std::fs::read(&online).unwrap();
+    std::fs::write(&online, &bytes[..bytes.len() / 2]).unwrap();
+    let listing = |d: &Path| {
+        let mut names: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&dir);
+    let (code, text) = normrl(&["train", "--resume", dir.to_str().unwrap()]);
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("online.safetensors"), "{text}");
+    assert_eq!(
+        listing(&dir),
+        before,
+        "a failed resume changed the run directory"
+    );
+    assert_eq!(event_files(&dir), 1);
+
+    std::fs::write(&online, &bytes).unwrap();
+    let config = dir.join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let mut table: toml::Table = text.parse().unwrap();
+    table["network"]["architecture"]["hidden"] = toml::Value::Array(vec![32.into(), 32.into()]);
+    let wider = table.to_string();
+    assert_ne!(wider, text, "the config names its hidden widths: {text}");
+    std::fs::write(&config, wider).unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let vars = [("RUST_BACKTRACE", "1"), ("PATH", path.as_str())];
+    let (code, text) = normrl_with_env(&["eval", "--checkpoint", dir.to_str().unwrap()], &vars);
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains("does not hold a network of this run's config"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("backtrace") && !text.contains("  0: "),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_comparison_plan_is_checked_before_anything_runs() {
     let dir = temp("plan");

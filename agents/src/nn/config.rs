@@ -55,14 +55,6 @@ impl NormKind {
         matches!(self, NormKind::WeightNorm | NormKind::WnMeanOnlyBn)
     }
 
-    /// Hidden layers have batch statistics (and so a train/eval difference).
-    pub fn uses_batch_stats(self) -> bool {
-        matches!(
-            self,
-            NormKind::WnMeanOnlyBn | NormKind::BatchNorm | NormKind::Bbn | NormKind::BatchRenorm
-        )
-    }
-
     /// The hidden layers keep a bias after the normalization: not where the method has
     /// a shift of its own (batch and layer norm's `beta`) or, as RMSNorm, none at all.
     pub fn keeps_bias(self) -> bool {

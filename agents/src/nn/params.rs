@@ -129,11 +129,6 @@ impl ParamStore {
         self.params.iter().find(|p| p.name == name)
     }
 
-    /// Total number of scalar values in trainable variables.
-    pub fn trainable_len(&self) -> usize {
-        self.trainable().map(|p| p.var.elem_count()).sum()
-    }
-
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
     }
