@@ -71,17 +71,18 @@ impl DeviceEstimate {
         if self.total() <= u128::from(free) {
             return Ok(());
         }
-        let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+        let [need, free, total, mirror, networks, activations] = [
+            self.total(),
+            u128::from(free),
+            u128::from(total),
+            self.mirror_bytes,
+            self.network_bytes,
+            self.activation_bytes,
+        ]
+        .map(crate::validate::gib);
+        let (capacity, batch) = (config.replay.capacity, config.replay.batch_size);
         anyhow::bail!(
-            "{members} member(s) need about {:.1} GiB of the device's memory and it has {:.1} GiB free of {:.1} GiB: the replay frames mirrored there take {:.1} GiB (replay.capacity = {} per member), the networks with their optimizer state {:.1} GiB, an update's activations {:.1} GiB (replay.batch_size = {}); lower run.population, replay.capacity or replay.batch_size",
-            gib(self.total()),
-            gib(u128::from(free)),
-            gib(u128::from(total)),
-            gib(self.mirror_bytes),
-            config.replay.capacity,
-            gib(self.network_bytes),
-            gib(self.activation_bytes),
-            config.replay.batch_size,
+            "{members} member(s) need about {need:.1} GiB of the device's memory and it has {free:.1} GiB free of {total:.1} GiB: the replay frames mirrored there take {mirror:.1} GiB (replay.capacity = {capacity} per member), the networks with their optimizer state {networks:.1} GiB, an update's activations {activations:.1} GiB (replay.batch_size = {batch}); lower run.population, replay.capacity or replay.batch_size"
         )
     }
 }

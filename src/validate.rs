@@ -245,7 +245,6 @@ impl MemoryEstimate {
         if self.total() <= u128::from(available) {
             return Ok(());
         }
-        let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
         anyhow::bail!(
             "this run needs about {:.1} GiB of memory and this machine has {:.1} GiB: the replay takes {:.1} GiB (replay.capacity = {} frames), the networks with their gradients and optimizer state {:.1} GiB (network.architecture); lower replay.capacity or the layer widths",
             gib(self.total()),
@@ -255,6 +254,11 @@ impl MemoryEstimate {
             gib(self.network_bytes),
         )
     }
+}
+
+/// Bytes in GiB, for messages.
+pub(crate) fn gib(bytes: u128) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
 }
 
 /// Trainable values of the Q-network (weights and biases; normalization parameters are

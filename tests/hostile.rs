@@ -196,12 +196,19 @@ fn a_finished_run_is_final_and_a_resume_completes_only_what_is_missing() {
     assert_eq!(completed.train_curve, summary.train_curve);
 }
 
-#[test]
-fn a_corrupt_checkpoint_is_named_and_a_failed_resume_writes_nothing() {
-    let dir = temp("corrupt").join("run");
+/// A tiny run in `name`'s directory made unfinished (its summary removed): the run's
+/// directory and its latest checkpoint.
+fn unfinished_run(name: &str) -> (PathBuf, PathBuf) {
+    let dir = temp(name).join("run");
     tiny_run(&dir);
     std::fs::remove_file(dir.join("summary.json")).unwrap();
     let latest = normrl::checkpoint::latest(&dir).unwrap().unwrap();
+    (dir, latest)
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_named_and_a_failed_resume_writes_nothing() {
+    let (dir, latest) = unfinished_run("corrupt");
     let state = latest.join("state.bin");
     let len = std::fs::metadata(&state).unwrap().len() as usize;
     std::fs::write(&state, vec![0u8; len]).unwrap();
@@ -222,10 +229,7 @@ fn a_corrupt_checkpoint_is_named_and_a_failed_resume_writes_nothing() {
 /// RUST_BACKTRACE asks for one.
 #[test]
 fn a_truncated_or_foreign_checkpoint_is_refused_and_changes_nothing() {
-    let dir = temp("truncated").join("run");
-    tiny_run(&dir);
-    std::fs::remove_file(dir.join("summary.json")).unwrap();
-    let latest = normrl::checkpoint::latest(&dir).unwrap().unwrap();
+    let (dir, latest) = unfinished_run("truncated");
     let online = latest.join("online.safetensors");
     let bytes = std::fs::read(&online).unwrap();
     std::fs::write(&online, &bytes[..bytes.len() / 2]).unwrap();

@@ -167,6 +167,15 @@ fn member_equals_single(config_file: &str, norm: &str) {
     let _ = std::fs::remove_dir_all(&alone);
 }
 
+/// The members of seeds 1..=p of `config` under `root`, started as one population.
+fn population_of(config: &TrainConfig, root: &Path, p: u64) -> Population {
+    let trainers = members(config, root, p)
+        .into_iter()
+        .map(|m| Trainer::new(m.config, &m.dir).unwrap())
+        .collect();
+    Population::new(trainers).unwrap()
+}
+
 /// The online weights `config`'s agent starts with: a run of `config` that stops
 /// before its first update, in `dir`.
 fn initial_weights(config: &TrainConfig, dir: &Path) -> Vec<(String, Vec<f32>)> {
@@ -549,11 +558,7 @@ fn members_step_on_threads_without_changing_a_run() {
     let (one, two) = (temp("threads-1"), temp("threads-2"));
     let single_thread = train_members(&members(&config, &one, 5), None).unwrap();
     config.run.threads = 2;
-    let trainers = members(&config, &two, 5)
-        .into_iter()
-        .map(|m| Trainer::new(m.config, &m.dir).unwrap())
-        .collect();
-    let mut population = Population::new(trainers).unwrap().always_threaded();
+    let mut population = population_of(&config, &two, 5).always_threaded();
     assert!(population.steps_on_threads());
     let threaded = population.run(None).unwrap();
     for (a, b) in single_thread.iter().zip(&threaded) {
@@ -563,11 +568,7 @@ fn members_step_on_threads_without_changing_a_run() {
         assert_eq!(a.eval_curve, b.eval_curve, "seed {}", a.seed);
     }
     let _ = std::fs::remove_dir_all(&two);
-    let trainers = members(&config, &two, 5)
-        .into_iter()
-        .map(|m| Trainer::new(m.config, &m.dir).unwrap())
-        .collect();
-    let mut population = Population::new(trainers).unwrap();
+    let mut population = population_of(&config, &two, 5);
     population.run(Some(100)).unwrap();
     assert!(
         !population.steps_on_threads(),
@@ -586,11 +587,7 @@ fn frames_on_the_device_change_nothing_in_a_run() {
     let config = config("configs/minatar/breakout.toml", "batch_norm", 1000);
     let run = |name: &str, on_device: bool| {
         let root = temp(name);
-        let trainers = members(&config, &root, 2)
-            .into_iter()
-            .map(|m| Trainer::new(m.config, &m.dir).unwrap())
-            .collect();
-        let population = Population::new(trainers).unwrap();
+        let population = population_of(&config, &root, 2);
         let mut population = population.with_device_frames(on_device).unwrap();
         assert_eq!(population.frames_on_device(), on_device);
         let summaries = population.run(None).unwrap();
@@ -619,11 +616,7 @@ fn frames_on_the_device_change_nothing_in_a_run() {
 fn config_for_cartpole_frames() -> bool {
     let config = config("configs/cartpole.toml", "none", 1000);
     let root = temp("frames-cartpole");
-    let trainers = members(&config, &root, 2)
-        .into_iter()
-        .map(|m| Trainer::new(m.config, &m.dir).unwrap())
-        .collect();
-    let population = Population::new(trainers).unwrap();
+    let population = population_of(&config, &root, 2);
     let mirrored = population
         .with_device_frames(true)
         .unwrap()

@@ -6,19 +6,9 @@ mod common;
 use common::*;
 
 use candle_core::{Tensor, Var};
-use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::{BatchNorm, BnStats, ParamStore, RenormConfig};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-
-/// Runs `check` on every path of the kernels' AVX2 dispatch this CPU can take, saying
-/// which one failed.
-fn on_every_path(check: impl Fn()) {
-    for path in paths() {
-        eprintln!("kernel path {path:?}");
-        on_path(path, &check);
-    }
-}
 
 const EPS: f64 = 1e-5;
 const MOMENTUM: f64 = 0.1;
@@ -229,14 +219,7 @@ fn a_closed_clip_and_the_warm_up_are_batch_norm_with_its_running_statistics() {
                 warmup: 0,
             };
             let warm_up = RenormConfig { warmup: 2, ..OPEN };
-            let all = [
-                "output",
-                "dx",
-                "dgamma",
-                "dbeta",
-                "running mean",
-                "running var",
-            ];
+            let all = BATCH_NORM_OUTPUTS;
             for (step, (a, b)) in three_forwards(&setting, units, Some(closed), &batches)
                 .iter()
                 .zip(&bn)

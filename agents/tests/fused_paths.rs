@@ -6,7 +6,6 @@ use common::*;
 
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
-use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
     BatchNorm, BnStats, Group, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormKind, ParamStore,
@@ -16,15 +15,6 @@ use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-/// Runs `check` on every path of the kernels' AVX2 dispatch this CPU can take, saying
-/// which one failed.
-fn on_every_path(check: impl Fn()) {
-    for path in paths() {
-        eprintln!("kernel path {path:?}");
-        on_path(path, &check);
-    }
-}
-
 fn random(shape: &[usize], rng: &mut Xoshiro256PlusPlus, offset: f32) -> Tensor {
     let n: usize = shape.iter().product();
     let v: Vec<f32> = (0..n)
@@ -32,6 +22,26 @@ fn random(shape: &[usize], rng: &mut Xoshiro256PlusPlus, offset: f32) -> Tensor 
         .collect();
     Tensor::from_vec(v, shape, &DEV).unwrap()
 }
+
+/// The batch-norm family's cases: Linear batch 32, conv batch 8, the batch-1 Linear
+/// case (no gradient below in training mode) and 21 features (a block of 16 and five
+/// single ones).
+fn batch_norm_shapes() -> [Vec<usize>; 4] {
+    [
+        vec![32usize, 64],
+        vec![8, 16, 10, 10],
+        vec![1, 5],
+        vec![16, 21],
+    ]
+}
+
+/// Each case in training and evaluation mode, alone and with the op's tail.
+const BATCH_NORM_VARIANTS: [(BnStats, bool); 4] = [
+    (BnStats::Batch, false),
+    (BnStats::Running, false),
+    (BnStats::Batch, true),
+    (BnStats::Running, true),
+];
 
 /// `y = forward(x)` with `x` a variable, and the gradients of `sum(y * upstream)`.
 fn forward_backward(
@@ -71,21 +81,9 @@ fn assert_matches(
 fn fused_batch_norm_matches_the_reference() {
     on_every_path(|| {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
-        // Linear batch 32, conv batch 8, the batch-1 Linear case (no gradient below in
-        // training mode) and 21 features (a block of 16 and five single ones); evaluation mode uses running statistics, set away from 0 and 1.
-        // Each also followed by a ReLU, which the fused op applies itself.
-        let cases = [
-            vec![32usize, 64],
-            vec![8, 16, 10, 10],
-            vec![1, 5],
-            vec![16, 21],
-        ];
-        let variants = [
-            (BnStats::Batch, false),
-            (BnStats::Running, false),
-            (BnStats::Batch, true),
-            (BnStats::Running, true),
-        ];
+        // Evaluation mode uses running statistics, set away from 0 and 1. Each case also
+        // followed by a ReLU, which the fused op applies itself.
+        let (cases, variants) = (batch_norm_shapes(), BATCH_NORM_VARIANTS);
         for (shape, (mode, relu)) in cases.iter().flat_map(|s| variants.map(|v| (s.clone(), v))) {
             let units = shape[1];
             let running_mean = random(&[units], &mut rng, 0.2);
@@ -122,14 +120,7 @@ fn fused_batch_norm_matches_the_reference() {
                 ]
             };
             let (fused, reference) = (run(true), run(false));
-            let names = [
-                "output",
-                "dx",
-                "dgamma",
-                "dbeta",
-                "running mean",
-                "running var",
-            ];
+            let names = BATCH_NORM_OUTPUTS;
             let tolerance = |name: &str| {
                 if shape[0] == 1 && name == "dx" {
                     1e-4
@@ -321,18 +312,7 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
     on_every_path(|| {
         // Alone, and with the layer's bias and the ReLU in the same op.
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(6);
-        let cases = [
-            vec![32usize, 64],
-            vec![8, 16, 10, 10],
-            vec![1, 5],
-            vec![16, 21],
-        ];
-        let variants = [
-            (BnStats::Batch, false),
-            (BnStats::Running, false),
-            (BnStats::Batch, true),
-            (BnStats::Running, true),
-        ];
+        let (cases, variants) = (batch_norm_shapes(), BATCH_NORM_VARIANTS);
         for (shape, (mode, bias_relu)) in
             cases.iter().flat_map(|s| variants.map(|v| (s.clone(), v)))
         {

@@ -39,15 +39,6 @@ fn norm(kind: NormKind) -> NormConfig {
     }
 }
 
-/// Runs `check` on every path of the kernels' AVX2 dispatch this CPU can take, saying
-/// which one failed.
-fn on_every_path(check: impl Fn()) {
-    for path in paths() {
-        eprintln!("kernel path {path:?}");
-        on_path(path, &check);
-    }
-}
-
 fn random_values(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = InitRng::new(seed);
     rng.normal(n, 1.0, &DEV).unwrap().to_vec1().unwrap()
@@ -190,6 +181,13 @@ fn network_values(agent: &Dqn) -> Vec<f32> {
             t.to_vec1::<f32>().unwrap()
         })
         .collect()
+}
+
+/// Every trainable variable's values.
+fn trainables(agent: &Dqn) -> Vec<Vec<f32>> {
+    let store = agent.online().store();
+    let values = store.trainable().map(|p| p.var.as_tensor().flatten_all());
+    values.map(|t| t.unwrap().to_vec1().unwrap()).collect()
 }
 
 /// `||a - b||_2`.
@@ -357,12 +355,7 @@ fn every_kernel_path_gives_the_same_updates_bit_for_bit() {
                             .unwrap()
                     })
                     .collect();
-                let weights: Vec<Vec<f32>> = host
-                    .online()
-                    .store()
-                    .trainable()
-                    .map(|p| p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
-                    .collect();
+                let weights = trainables(&host);
                 (
                     losses,
                     weights,
@@ -408,12 +401,7 @@ fn every_kernel_path_gives_the_same_updates_bit_for_bit() {
                         cnn.update(&b).unwrap().td_loss.value().unwrap()
                     })
                     .collect();
-                let weights: Vec<Vec<f32>> = cnn
-                    .online()
-                    .store()
-                    .trainable()
-                    .map(|p| p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
-                    .collect();
+                let weights = trainables(&cnn);
                 (losses, weights)
             })
         };

@@ -128,12 +128,18 @@ impl StackedGroupNorm {
         take: &mut super::stacked::Take,
         config: &super::NormConfig,
     ) -> Result<Self> {
-        Ok(Self {
-            gamma: take("gn.gamma", super::Group::Weight)?,
-            beta: take("gn.beta", super::Group::Weight)?,
-            groups: config.groups,
-            eps: config.ln_eps,
-        })
+        let gamma = take("gn.gamma", super::Group::Weight)?;
+        let beta = take("gn.beta", super::Group::Weight)?;
+        Ok(Self::new(gamma, beta, config.groups, config.ln_eps))
+    }
+
+    pub(crate) fn new(gamma: Var, beta: Var, groups: usize, eps: f64) -> Self {
+        Self {
+            gamma,
+            beta,
+            groups,
+            eps,
+        }
     }
 }
 
@@ -144,12 +150,8 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
 
     fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
         use super::stacked::copy_var;
-        Ok(Box::new(Self {
-            gamma: copy_var(&self.gamma)?,
-            beta: copy_var(&self.beta)?,
-            groups: self.groups,
-            eps: self.eps,
-        }))
+        let (gamma, beta) = (copy_var(&self.gamma)?, copy_var(&self.beta)?);
+        Ok(Box::new(Self::new(gamma, beta, self.groups, self.eps)))
     }
 
     fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {

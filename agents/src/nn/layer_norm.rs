@@ -160,47 +160,19 @@ pub(crate) fn host_normalize_backward(
     Ok(HostGradient::plain(dt))
 }
 
-/// Layer norm's population form: each agent's sample over all its features (a feature
-/// map's channels and positions), `gamma` and `beta` per feature `[P, 1, units(,
-/// positions)]`.
-pub(crate) struct StackedLayerNorm {
-    gamma: Var,
-    beta: Var,
-    eps: f64,
-}
-
-impl StackedLayerNorm {
-    pub(crate) fn stack(
-        take: &mut super::stacked::Take,
-        config: &super::NormConfig,
-    ) -> Result<Self> {
-        Ok(Self {
-            gamma: take("ln.gamma", Group::Weight)?,
-            beta: take("ln.beta", Group::Weight)?,
-            eps: config.ln_eps,
-        })
-    }
-}
-
-impl super::stacked::StackedNorm for StackedLayerNorm {
-    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        (vec![&self.gamma, &self.beta], vec![])
-    }
-
-    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
-        use super::stacked::copy_var;
-        Ok(Box::new(Self {
-            gamma: copy_var(&self.gamma)?,
-            beta: copy_var(&self.beta)?,
-            eps: self.eps,
-        }))
-    }
-
-    fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
-        let (mean, var) = super::stacked::sample_moments(&h)?;
-        let x_hat = h
-            .broadcast_sub(&mean)?
-            .broadcast_div(&(var + self.eps)?.sqrt()?)?;
-        super::stacked::affine(x_hat, &self.gamma, &self.beta)
-    }
+/// Layer norm's population form: group norm's with one group, each agent's sample over
+/// all its features (a feature map's channels and positions), `gamma` and `beta` per
+/// feature `[P, 1, units(, positions)]`.
+pub(crate) fn stacked(
+    take: &mut super::stacked::Take,
+    config: &super::NormConfig,
+) -> Result<super::group_norm::StackedGroupNorm> {
+    let gamma = take("ln.gamma", Group::Weight)?;
+    let beta = take("ln.beta", Group::Weight)?;
+    Ok(super::group_norm::StackedGroupNorm::new(
+        gamma,
+        beta,
+        1,
+        config.ln_eps,
+    ))
 }

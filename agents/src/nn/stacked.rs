@@ -46,7 +46,7 @@ pub(crate) fn stack_norm(
 ) -> Result<Option<Box<dyn StackedNorm>>> {
     use super::{batch_norm, group_norm, layer_norm, mean_only_bn, rms_norm, svb};
     Ok(match config.kind {
-        NormKind::LayerNorm => Some(Box::new(layer_norm::StackedLayerNorm::stack(take, config)?)),
+        NormKind::LayerNorm => Some(Box::new(layer_norm::stacked(take, config)?)),
         NormKind::GroupNorm => Some(Box::new(group_norm::StackedGroupNorm::stack(take, config)?)),
         NormKind::RmsNorm => Some(Box::new(rms_norm::StackedRmsNorm::stack(take, config)?)),
         NormKind::BatchNorm | NormKind::BatchRenorm => {
@@ -76,19 +76,6 @@ pub(crate) fn moments(h: &Tensor, dim: usize) -> Result<(Tensor, Tensor)> {
     let mean = h.mean_keepdim(dim)?;
     let var = h.broadcast_sub(&mean)?.sqr()?.mean_keepdim(dim)?;
     Ok((mean, var))
-}
-
-/// Each sample's mean and variance over all its features (a feature map's channels and
-/// positions): `[P, B, 1]` or `[P, B, 1, 1]`.
-pub(crate) fn sample_moments(h: &Tensor) -> Result<(Tensor, Tensor)> {
-    match h.rank() {
-        3 => moments(h, 2),
-        _ => {
-            let mean = h.mean_keepdim(3)?.mean_keepdim(2)?;
-            let centered = h.broadcast_sub(&mean)?;
-            Ok((mean, centered.sqr()?.mean_keepdim(3)?.mean_keepdim(2)?))
-        }
-    }
 }
 
 /// Each agent's per-unit moments over its batch (and a feature map's positions): `h`

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use candle_core::{Device, Tensor};
+use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{Kernel, NormConfig, NormKind};
 
@@ -77,3 +78,23 @@ pub fn loss_of(y: &Tensor, rng: &mut InitRng) -> Tensor {
     let r = rng.normal(y.shape().clone(), 1.0, &DEV).unwrap();
     (y * r).unwrap().sum_all().unwrap()
 }
+
+/// Runs `check` on every path of the kernels' AVX2 dispatch this CPU can take, saying
+/// which one failed.
+pub fn on_every_path(check: impl Fn()) {
+    for path in paths() {
+        eprintln!("kernel path {path:?}");
+        on_path(path, &check);
+    }
+}
+
+/// What a batch-norm op gives, by name: its output, the gradients of its input and
+/// parameters, its running statistics.
+pub const BATCH_NORM_OUTPUTS: [&str; 6] = [
+    "output",
+    "dx",
+    "dgamma",
+    "dbeta",
+    "running mean",
+    "running var",
+];
