@@ -390,7 +390,7 @@ impl StackedBatchNorm {
 
     /// BBN's bound of each agent's gains (`svb::bound_bn_gains`), from its running
     /// variance, agent by agent on the host.
-    pub(crate) fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
+    fn bound_stacked_gains(&self, bbn_eps: f64) -> Result<()> {
         let sigma = (self.running_var.as_tensor() + self.eps)?.sqrt()?;
         let gamma = self.gamma.as_tensor();
         let mut bounded = vec![];
@@ -426,6 +426,10 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
 
     fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
         Ok(Box::new(self.copy()?))
+    }
+
+    fn bound_gains(&self, eps: f64) -> Result<()> {
+        self.bound_stacked_gains(eps)
     }
 
     fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {

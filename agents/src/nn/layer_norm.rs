@@ -160,19 +160,11 @@ pub(crate) fn host_normalize_backward(
     Ok(HostGradient::plain(dt))
 }
 
-/// Layer norm's population form: group norm's with one group, each agent's sample over
-/// all its features (a feature map's channels and positions), `gamma` and `beta` per
-/// feature `[P, 1, units(, positions)]`.
-pub(crate) fn stacked(
-    take: &mut super::stacked::Take,
-    config: &super::NormConfig,
-) -> Result<super::group_norm::StackedGroupNorm> {
-    let gamma = take("ln.gamma", Group::Weight)?;
-    let beta = take("ln.beta", Group::Weight)?;
-    Ok(super::group_norm::StackedGroupNorm::new(
-        gamma,
-        beta,
-        1,
-        config.ln_eps,
+/// Layer norm's population form is group norm's with one group (`nn/stack.rs`): each
+/// agent's sample over all its features, over these `gamma` and `beta` per feature.
+pub(crate) fn stacked_vars(take: &mut super::stacked::Take) -> Result<(Var, Var)> {
+    Ok((
+        take("ln.gamma", Group::Weight)?,
+        take("ln.beta", Group::Weight)?,
     ))
 }

@@ -21,6 +21,7 @@ mod mean_only_bn;
 pub(crate) mod params;
 mod qnet;
 mod rms_norm;
+pub(crate) mod stack;
 pub(crate) mod stacked;
 pub mod svb;
 pub(crate) mod weight_norm;

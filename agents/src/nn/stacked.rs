@@ -2,12 +2,12 @@
 //! axis, over a hidden layer's pre-activations `[P, B, units]` (`[P, B, channels,
 //! positions]` over feature maps), each agent's statistics its own. Each method writes
 //! its form in its own file (`Stacked*` beside its single-network layer), and registers
-//! it in [`stack_norm`]; `population::PopulationNet` calls them through
-//! [`StackedNorm`] and names none.
+//! it in `nn/stack.rs`; `population::PopulationNet` calls them through [`StackedNorm`]
+//! and names none.
 
 use candle_core::{DType, Result, Tensor, Var};
 
-use super::{BnStats, Group, NormConfig, NormKind};
+use super::{BnStats, Group};
 
 /// What a population layer asks of its normalization.
 pub(crate) trait StackedNorm: Send + Sync {
@@ -33,32 +33,16 @@ pub(crate) trait StackedNorm: Send + Sync {
     fn after_step(&self, _updates: u64, _weight: &Var) -> Result<bool> {
         Ok(false)
     }
+
+    /// BBN's bound of each agent's gains with bound `eps`, where the method has gains
+    /// over running statistics (batch norm's); nothing elsewhere.
+    fn bound_gains(&self, _eps: f64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Takes a stacked variable of the layer by its name's suffix (`ln.gamma`) and group.
 pub(crate) type Take<'a> = dyn FnMut(&str, Group) -> Result<Var> + 'a;
-
-/// A hidden layer's normalization of every agent, as `config.kind` writes it: the
-/// registry of population forms. `None` for a layer without one.
-pub(crate) fn stack_norm(
-    take: &mut Take,
-    config: &NormConfig,
-) -> Result<Option<Box<dyn StackedNorm>>> {
-    use super::{batch_norm, group_norm, layer_norm, mean_only_bn, rms_norm, svb};
-    Ok(match config.kind {
-        NormKind::LayerNorm => Some(Box::new(layer_norm::stacked(take, config)?)),
-        NormKind::GroupNorm => Some(Box::new(group_norm::StackedGroupNorm::stack(take, config)?)),
-        NormKind::RmsNorm => Some(Box::new(rms_norm::StackedRmsNorm::stack(take, config)?)),
-        NormKind::BatchNorm | NormKind::BatchRenorm => {
-            Some(Box::new(batch_norm::StackedBatchNorm::stack(take, config)?))
-        }
-        NormKind::WnMeanOnlyBn => Some(Box::new(mean_only_bn::StackedMeanOnly::stack(
-            take, config,
-        )?)),
-        NormKind::Svb | NormKind::Bbn => Some(Box::new(svb::StackedSvb::stack(take, config)?)),
-        NormKind::None | NormKind::WeightNorm => None,
-    })
-}
 
 /// A copy of `v`, as a variable of its own.
 pub(crate) fn copy_var(v: &Var) -> Result<Var> {

@@ -16,6 +16,8 @@
 //! ```
 
 use candle_core::{Result, Tensor, Var};
+
+use super::stacked::StackedNorm;
 use faer::Mat;
 
 /// `(rows, cols)` of the matrix view of a weight: `(c_out, everything else)`.
@@ -109,28 +111,21 @@ pub(crate) struct StackedSvb {
     interval: u64,
     eps: f64,
     /// BBN's batch norm and its gains' bound.
-    bbn: Option<(super::batch_norm::StackedBatchNorm, f64)>,
+    bbn: Option<(Box<dyn StackedNorm>, f64)>,
 }
 
 impl StackedSvb {
-    pub(crate) fn stack(
-        take: &mut super::stacked::Take,
-        config: &super::NormConfig,
-    ) -> Result<Self> {
-        use super::batch_norm::StackedBatchNorm;
-        let bbn = match config.kind {
-            super::NormKind::Bbn => Some((StackedBatchNorm::stack(take, config)?, config.bbn_eps)),
-            _ => None,
-        };
-        Ok(Self {
+    /// SVB's form, or BBN's over its batch norm `bn`.
+    pub(crate) fn new(config: &super::NormConfig, bn: Option<Box<dyn StackedNorm>>) -> Self {
+        Self {
             interval: config.svb_interval,
             eps: config.svb_eps,
-            bbn,
-        })
+            bbn: bn.map(|bn| (bn, config.bbn_eps)),
+        }
     }
 }
 
-impl super::stacked::StackedNorm for StackedSvb {
+impl StackedNorm for StackedSvb {
     fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
         match &self.bbn {
             Some((bn, _)) => bn.vars(),
@@ -138,9 +133,9 @@ impl super::stacked::StackedNorm for StackedSvb {
         }
     }
 
-    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
+    fn copied(&self) -> Result<Box<dyn StackedNorm>> {
         let bbn = match &self.bbn {
-            Some((bn, eps)) => Some((bn.copy()?, *eps)),
+            Some((bn, eps)) => Some((bn.copied()?, *eps)),
             None => None,
         };
         Ok(Box::new(Self {

@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use candle_core::{Result, Tensor, Var};
 
 use super::conv::Im2col;
-use crate::nn::stacked::{copy_var, stack_norm, StackedNorm};
+use crate::nn::stack::stack_norm;
+use crate::nn::stacked::{copy_var, StackedNorm};
 use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight};
 use crate::nn::{BnStats, Group, Kernel, NormConfig, NormLayer, QNetwork};
 
