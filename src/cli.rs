@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{bench_cmd, compare_cmd, env_cmd, train_cmd};
+use crate::{bench, compare_cmd, env_cmd, train_cmd};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,7 +29,7 @@ pub enum Command {
     /// started.
     Status(crate::status::StatusArgs),
     /// Benchmark updates, acting, replay sampling and end-to-end training.
-    Bench(bench_cmd::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Work with environments directly: roll out a policy, benchmark stepping.
     Env {
         #[command(subcommand)]
@@ -54,7 +54,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             train_cmd::train(&args)
         }
         Command::Eval(args) => train_cmd::eval(&args),
-        Command::Bench(args) => bench_cmd::bench(&args),
+        Command::Bench(args) => bench::bench(&args),
         Command::Compare(args) => {
             crate::interrupt::install()?;
             compare_cmd::compare(&args)

@@ -5,8 +5,7 @@
 //! the command-line program; the environments live in [`normrl_envs`] and the learning
 //! in [`normrl_agents`].
 
-mod bench_cmd;
-mod bench_population;
+mod bench;
 pub mod checkpoint;
 pub mod cli;
 pub mod compare;
@@ -23,7 +22,6 @@ mod plots;
 pub mod population;
 mod progress;
 pub mod report;
-mod report_charts;
 pub mod run_files;
 pub mod slurm;
 pub mod stats;

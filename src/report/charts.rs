@@ -11,7 +11,7 @@ use anyhow::Result;
 use crate::compare::sanitize;
 use crate::diagnostics::REPORTED;
 use crate::plots::{bar_chart, line_chart, Axes, Bar, Series};
-use crate::report::{group, Report, RunRecord};
+use super::records::{group, Report, RunRecord};
 use crate::stats::{mean, stratified_bootstrap_ci};
 
 /// Bootstrap resamples of each band point (a band of a few seeds needs few).

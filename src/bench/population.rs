@@ -13,7 +13,7 @@ use normrl_agents::replay::Batch;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::bench_cmd::{bench_train_config, random_batch, time_interleaved, Row};
+use super::timing::{bench_train_config, random_batch, time_interleaved, Row};
 
 /// Population sizes: up to 64 on the CPU, to 256 on a GPU (the study size).
 const POPULATIONS_CPU: [usize; 4] = [1, 4, 16, 64];

@@ -1,6 +1,6 @@
-//! `normrl report`: aggregate statistics of finished runs (per environment and variant,
-//! and across environments on normalized scores), written as Markdown, CSV and JSON,
-//! with learning-curve, IQM and performance-profile charts.
+//! A report's records and numbers: finished runs read back, aggregate statistics per
+//! environment and variant and across environments on normalized scores, and their
+//! Markdown and CSV tables.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::checkpoint::{read_json, write_atomic};
+use crate::checkpoint::read_json;
 use crate::compare::{ReportConfig, ScoreRange};
 use crate::run_files::{RunResult, RESULT_FILE};
 use crate::stats::{
@@ -382,7 +382,7 @@ pub fn markdown(report: &Report) -> String {
     md
 }
 
-fn csv_runs(report: &Report) -> String {
+pub(crate) fn csv_runs(report: &Report) -> String {
     let mut csv = String::from(
         "env,variant,seed,final_return,auc,steps_to_threshold,wall_seconds,steps_per_second\n",
     );
@@ -407,7 +407,7 @@ fn csv_runs(report: &Report) -> String {
 
 /// Writes report.md, runs.csv, summary.csv, report.json and the charts into `out`.
 /// `summary.csv`: one row per environment and variant.
-fn csv_summary(report: &Report) -> String {
+pub(crate) fn csv_summary(report: &Report) -> String {
     let mut summary = String::from("env,variant,runs,final_iqm,final_ci_low,final_ci_high,final_mean,auc_iqm,auc_ci_low,auc_ci_high\n");
     for s in &report.per_env {
         let _ = writeln!(
@@ -426,16 +426,4 @@ fn csv_summary(report: &Report) -> String {
         );
     }
     summary
-}
-
-pub fn write(report: &Report, out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_atomic(&out.join("report.md"), markdown(report).as_bytes())?;
-    write_atomic(&out.join("runs.csv"), csv_runs(report).as_bytes())?;
-    write_atomic(&out.join("summary.csv"), csv_summary(report).as_bytes())?;
-    write_atomic(
-        &out.join("report.json"),
-        serde_json::to_string_pretty(report)?.as_bytes(),
-    )?;
-    crate::report_charts::write(report, out)
 }

@@ -1,0 +1,27 @@
+//! `normrl report`: aggregate statistics of finished runs (per environment and variant,
+//! and across environments on normalized scores), written as Markdown, CSV and JSON,
+//! with learning-curve, IQM and performance-profile charts.
+
+mod charts;
+mod records;
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::checkpoint::write_atomic;
+pub use records::{build, load_runs, markdown, AggregateStats, Report, RunRecord, VariantStats};
+
+/// Writes `report` into `out`: `report.md`, `runs.csv`, `summary.csv`, `report.json`
+/// and the charts.
+pub fn write(report: &Report, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    write_atomic(&out.join("report.md"), markdown(report).as_bytes())?;
+    write_atomic(&out.join("runs.csv"), records::csv_runs(report).as_bytes())?;
+    write_atomic(&out.join("summary.csv"), records::csv_summary(report).as_bytes())?;
+    write_atomic(
+        &out.join("report.json"),
+        serde_json::to_string_pretty(report)?.as_bytes(),
+    )?;
+    charts::write(report, out)
+}
