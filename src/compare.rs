@@ -414,7 +414,7 @@ fn write_experiment(config: &CompareConfig, runs: &[PlannedRun], root: &Path) ->
         .iter()
         .map(|r| config.config_for(r))
         .collect::<Result<Vec<_>>>()?;
-    let content = crate::hparams::experiment(&config.name, &configs, crate::train::unix_seconds());
+    let content = crate::hparams::experiment(&config.name, &configs, crate::run_files::unix_seconds());
     let mut tb = crate::tensorboard::TensorBoard::new(root)?;
     tb.plugin_summary(crate::hparams::EXPERIMENT_TAG, "hparams", content, 0);
     tb.flush()

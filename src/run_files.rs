@@ -2,10 +2,55 @@
 //! that `normrl report` needs of a finished run) and `heartbeat` (when a training run
 //! last logged, for `normrl status`).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
-use crate::train::RunSummary;
+
+/// What a finished run reports (also written to `summary.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub env: String,
+    pub norm: String,
+    pub seed: u64,
+    pub steps: u64,
+    pub episodes: u64,
+    pub updates: u64,
+    /// `(environment step, mean evaluation return)` for every evaluation.
+    pub eval_curve: Vec<(u64, f64)>,
+    /// `(environment step, training episode return)` for every finished episode.
+    pub train_curve: Vec<(u64, f64)>,
+    pub final_eval_return: f64,
+    pub wall_seconds: f64,
+    pub steps_per_second: f64,
+    /// Set when training stopped on a non-finite loss, Q-value or parameter: the run
+    /// is over, and reports count it apart instead of averaging its return in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged: Option<Divergence>,
+    /// Each diagnostic's `(environment step, value)` curve, by name (`effective_rank`,
+    /// `dormant_tau0/fc0`, `q_overestimation`, ...; see `diagnostics.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub diagnostics: BTreeMap<String, Vec<(u64, f64)>>,
+    /// Seconds the diagnostics took (of `wall_seconds`).
+    #[serde(default)]
+    pub diagnostics_seconds: f64,
+}
+
+/// Where and how a run diverged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Divergence {
+    pub step: u64,
+    /// What was not finite, e.g. `td_loss = NaN` or `parameter fc0.weight`.
+    pub what: String,
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
 
 /// A finished run's compact record: everything `normrl report` needs, so that results
 /// from many machines merge by copying these files.

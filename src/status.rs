@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::compare::ERROR_FILE;
 use crate::plan::Plan;
 use crate::run_files::{Heartbeat, HEARTBEAT_FILE, SUMMARY_FILE};
-use crate::train::unix_seconds;
+use crate::run_files::unix_seconds;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {

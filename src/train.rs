@@ -1,7 +1,7 @@
 //! The training loop: acting, replay, updates, evaluation, logging and checkpoints.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -20,47 +20,11 @@ use crate::diagnostics::{Diagnostics, Evaluation};
 use crate::hparams;
 use crate::interrupt::{self, Interrupted};
 use crate::run_files::{
-    host_name, Heartbeat, RunResult, HEARTBEAT_FILE, RESULT_FILE, SUMMARY_FILE,
+    host_name, unix_seconds, Heartbeat, RunResult, HEARTBEAT_FILE, RESULT_FILE, SUMMARY_FILE,
 };
+pub use crate::run_files::{Divergence, RunSummary};
 use crate::tensorboard::TensorBoard;
-use crate::validate::MemoryEstimate;
-
-/// What a finished run reports (also written to `summary.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunSummary {
-    pub env: String,
-    pub norm: String,
-    pub seed: u64,
-    pub steps: u64,
-    pub episodes: u64,
-    pub updates: u64,
-    /// `(environment step, mean evaluation return)` for every evaluation.
-    pub eval_curve: Vec<(u64, f64)>,
-    /// `(environment step, training episode return)` for every finished episode.
-    pub train_curve: Vec<(u64, f64)>,
-    pub final_eval_return: f64,
-    pub wall_seconds: f64,
-    pub steps_per_second: f64,
-    /// Set when training stopped on a non-finite loss, Q-value or parameter: the run
-    /// is over, and reports count it apart instead of averaging its return in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diverged: Option<Divergence>,
-    /// Each diagnostic's `(environment step, value)` curve, by name (`effective_rank`,
-    /// `dormant_tau0/fc0`, `q_overestimation`, ...; see `diagnostics.rs`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub diagnostics: BTreeMap<String, Vec<(u64, f64)>>,
-    /// Seconds the diagnostics took (of `wall_seconds`).
-    #[serde(default)]
-    pub diagnostics_seconds: f64,
-}
-
-/// Where and how a run diverged.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Divergence {
-    pub step: u64,
-    /// What was not finite, e.g. `td_loss = NaN` or `parameter fc0.weight`.
-    pub what: String,
-}
+use crate::config::validate::MemoryEstimate;
 
 /// Everything besides the networks that a checkpoint must hold to resume exactly.
 #[derive(Serialize, Deserialize)]
@@ -120,13 +84,6 @@ pub struct Trainer {
 /// Seconds between heartbeats, at the most.
 const HEARTBEAT_SECONDS: f64 = 5.0;
 
-/// Seconds since the epoch, for TensorBoard's session times.
-pub fn unix_seconds() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// The summary of a finished run in `run_dir`, if it has one.
 pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
     checkpoint::read_json(&run_dir.join(SUMMARY_FILE), "a run summary")
@@ -166,7 +123,7 @@ impl Trainer {
         let mut env = make(&config.env.id)?;
         let space = env.observation_space();
         let n_actions = env.action_space().n;
-        if let Some(available) = crate::validate::machine_memory() {
+        if let Some(available) = crate::config::validate::machine_memory() {
             MemoryEstimate::of(&config, &space, n_actions).check(&config, available)?;
         }
         let seed = config.run.seed;

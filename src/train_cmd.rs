@@ -10,7 +10,7 @@ use crate::checkpoint;
 use crate::config::{parse_device_spec, select_device, TrainConfig};
 use crate::population::{train_members, Member, SingleRun};
 use crate::train::{evaluate, finished_summary, set_threads, Divergence, RunSummary, Trainer};
-use crate::validate::MemoryEstimate;
+use crate::config::validate::MemoryEstimate;
 
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
@@ -84,7 +84,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             if config.run.population > 1 {
                 return train_population(config, &run_dir, true);
             }
-            crate::device_memory::check(&config, 1)?;
+            crate::config::device_memory::check(&config, 1)?;
             Trainer::new(config, &run_dir)?
         }
         (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
@@ -154,7 +154,7 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
         }
         set_threads(config.run.threads);
         check_population_memory(&config)?;
-        crate::device_memory::check(&config, members.len())?;
+        crate::config::device_memory::check(&config, members.len())?;
         std::fs::create_dir_all(run_dir)
             .with_context(|| format!("cannot create {}", run_dir.display()))?;
         checkpoint::write_atomic(&run_dir.join("config.toml"), config.to_toml().as_bytes())?;
@@ -195,7 +195,7 @@ fn resumable(error: anyhow::Error, run_dir: &Path) -> anyhow::Error {
 
 /// All members' replays and networks must fit together.
 fn check_population_memory(config: &TrainConfig) -> Result<()> {
-    let Some(available) = crate::validate::machine_memory() else {
+    let Some(available) = crate::config::validate::machine_memory() else {
         return Ok(());
     };
     let env = make(&config.env.id)?;

@@ -79,7 +79,7 @@ impl DeviceEstimate {
             self.network_bytes,
             self.activation_bytes,
         ]
-        .map(crate::validate::gib);
+        .map(super::validate::gib);
         let (capacity, batch) = (config.replay.capacity, config.replay.batch_size);
         anyhow::bail!(
             "{members} member(s) need about {need:.1} GiB of the device's memory and it has {free:.1} GiB free of {total:.1} GiB: the replay frames mirrored there take {mirror:.1} GiB (replay.capacity = {capacity} per member), the networks with their optimizer state {networks:.1} GiB, an update's activations {activations:.1} GiB (replay.batch_size = {batch}); lower run.population, replay.capacity or replay.batch_size"

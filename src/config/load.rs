@@ -1,0 +1,124 @@
+//! A config from TOML text or a file: `--set` overrides applied, every key checked
+//! against the schema (unknown keys named with the allowed ones), values parsed with
+//! the key's path in the error, then validated (`validate.rs`).
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use super::TrainConfig;
+
+/// `key.path=value` as the key and the value, parsed as a TOML value where it parses
+/// (numbers, booleans, arrays, inline tables) and as a string otherwise.
+pub fn parse_assignment(assignment: &str) -> Result<(String, toml::Value)> {
+    let (path, raw) = assignment.split_once('=').with_context(|| {
+        format!("--set '{assignment}': expected key=value, e.g. replay.batch_size=32")
+    })?;
+    let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").expect("parsed key"),
+        Err(_) => toml::Value::String(raw.to_string()),
+    };
+    Ok((path.trim().to_string(), value))
+}
+
+/// Sets `path` (dotted) in `table` to the assignment's value.
+pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
+    let (path, value) = parse_assignment(assignment)?;
+    let keys: Vec<&str> = path.trim().split('.').collect();
+    let mut node = table;
+    for key in &keys[..keys.len() - 1] {
+        node = node
+            .entry(key.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .with_context(|| format!("--set '{assignment}': '{key}' is not a table"))?;
+    }
+    node.insert(keys[keys.len() - 1].to_string(), value);
+    Ok(())
+}
+
+/// Rejects keys that the defaults do not have, naming the key and the allowed ones.
+/// Tables tagged with `type` (variants) are left to serde, which lists their fields.
+fn check_keys(user: &toml::Table, known: &toml::Table, prefix: &str) -> Result<()> {
+    for (key, value) in user {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let Some(reference) = known.get(key) else {
+            let mut allowed: Vec<&str> = known.keys().map(String::as_str).collect();
+            allowed.sort_unstable();
+            let place = if prefix.is_empty() {
+                "at the top level".to_string()
+            } else {
+                format!("in [{prefix}]")
+            };
+            bail!(
+                "unknown config key '{path}'; keys allowed {place}: {}",
+                allowed.join(", ")
+            );
+        };
+        if let (Some(sub), Some(ref_sub)) = (value.as_table(), reference.as_table()) {
+            if !ref_sub.contains_key("type") {
+                check_keys(sub, ref_sub, &path)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl TrainConfig {
+    /// Parses TOML text with overrides applied, then validates.
+    pub fn from_toml_str(text: &str, overrides: &[String]) -> Result<Self> {
+        let mut table: toml::Table =
+            toml::from_str(text).context("the config is not valid TOML")?;
+        for o in overrides {
+            apply_override(&mut table, o)?;
+        }
+        // Every key, those written only when set included.
+        let mut every_key = TrainConfig::default();
+        every_key.run.allow_odd = true;
+        every_key.run.population = 2;
+        let known = toml::Table::try_from(every_key).expect("defaults serialize");
+        check_keys(&table, &known, "")?;
+        let config: TrainConfig =
+            serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                let message = inner
+                    .message()
+                    .trim()
+                    .replace("expected usize", "expected a non-negative integer")
+                    .replace("expected u64", "expected a non-negative integer")
+                    .replace("expected f64", "expected a number");
+                anyhow::anyhow!("invalid value for '{path}': {message}")
+            })?;
+        let resolved = toml::Table::try_from(&config).expect("configs serialize");
+        let unknown = super::validate::unknown_tagged_keys(&table, &resolved, "");
+        if !unknown.is_empty() {
+            bail!("{}", unknown.join("\n"));
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        Self::from_toml_str(&text, overrides)
+            .with_context(|| format!("in config {}", path.display()))
+    }
+
+    /// Range checks across sections, conflicting choices and odd ones (see
+    /// `validate.rs`); the error lists every problem.
+    pub fn validate(&self) -> Result<()> {
+        let problems = super::validate::problems(self);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", problems.join("\n"))
+        }
+    }
+}
