@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
 use crate::interrupt::Interrupted;
+pub use crate::plan::PlannedRun;
 use crate::population::{population_key, train_members, Member};
 use crate::train::{set_threads, Trainer};
 
@@ -114,17 +115,6 @@ pub enum PopulationGrouping {
 
 fn default_seeds() -> Seeds {
     Seeds::Count(3)
-}
-
-/// One run of the grid.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlannedRun {
-    pub env: String,
-    pub variant: String,
-    pub seed: u64,
-    pub overrides: Vec<String>,
-    /// `<env>/<variant>/seed-<k>` below the experiment directory.
-    pub rel_dir: PathBuf,
 }
 
 fn full_key(axis: &str) -> &str {
@@ -414,7 +404,8 @@ fn write_experiment(config: &CompareConfig, runs: &[PlannedRun], root: &Path) ->
         .iter()
         .map(|r| config.config_for(r))
         .collect::<Result<Vec<_>>>()?;
-    let content = crate::hparams::experiment(&config.name, &configs, crate::run_files::unix_seconds());
+    let content =
+        crate::hparams::experiment(&config.name, &configs, crate::run_files::unix_seconds());
     let mut tb = crate::tensorboard::TensorBoard::new(root)?;
     tb.plugin_summary(crate::hparams::EXPERIMENT_TAG, "hparams", content, 0);
     tb.flush()

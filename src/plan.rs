@@ -11,7 +11,17 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::write_atomic;
-use crate::compare::PlannedRun;
+
+/// One run of the grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRun {
+    pub env: String,
+    pub variant: String,
+    pub seed: u64,
+    pub overrides: Vec<String>,
+    /// `<env>/<variant>/seed-<k>` below the experiment directory.
+    pub rel_dir: PathBuf,
+}
 
 pub const PLAN_FILE: &str = "plan.json";
 

@@ -15,7 +15,7 @@
 //! complete everywhere) resume in groups, one after the other.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -559,6 +559,23 @@ impl Population {
         }
         Ok(())
     }
+}
+
+/// The members of a population config: seeds `seed`, `seed + 1`, ..., each a single
+/// run's config in `run_dir/seed-<seed>`.
+pub fn population_members(config: &TrainConfig, run_dir: &Path) -> Vec<Member> {
+    (0..config.run.population as u64)
+        .map(|i| {
+            let mut member = config.clone();
+            member.run.seed = config.run.seed.wrapping_add(i);
+            member.run.population = 1;
+            Member {
+                dir: run_dir.join(format!("seed-{}", member.run.seed)),
+                config: member,
+                variant: None,
+            }
+        })
+        .collect()
 }
 
 /// One run of a population: its directory, its config (used when it starts fresh;

@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use crate::compare::ERROR_FILE;
 use crate::plan::Plan;
-use crate::run_files::{Heartbeat, HEARTBEAT_FILE, SUMMARY_FILE};
 use crate::run_files::unix_seconds;
+use crate::run_files::{Heartbeat, HEARTBEAT_FILE, SUMMARY_FILE};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -107,7 +107,7 @@ fn planned_runs(root: &Path) -> Result<(String, Vec<(PathBuf, String)>)> {
         );
     };
     let variant = config.norm.kind.name().to_string();
-    let members = crate::train_cmd::population_members(&config, root);
+    let members = crate::population::population_members(&config, root);
     let runs = members.iter().filter_map(|m| {
         let dir = m.dir.strip_prefix(root).ok()?.to_path_buf();
         Some((dir, variant.clone()))

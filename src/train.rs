@@ -15,6 +15,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, CheckpointFiles};
+use crate::config::validate::MemoryEstimate;
 use crate::config::{parse_device_spec, select_device, Keep, TrainConfig};
 use crate::diagnostics::{Diagnostics, Evaluation};
 use crate::hparams;
@@ -24,7 +25,6 @@ use crate::run_files::{
 };
 pub use crate::run_files::{Divergence, RunSummary};
 use crate::tensorboard::TensorBoard;
-use crate::config::validate::MemoryEstimate;
 
 /// Everything besides the networks that a checkpoint must hold to resume exactly.
 #[derive(Serialize, Deserialize)]

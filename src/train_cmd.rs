@@ -7,10 +7,10 @@ use normrl_agents::dqn::Dqn;
 use normrl_envs::make;
 
 use crate::checkpoint;
-use crate::config::{parse_device_spec, select_device, TrainConfig};
-use crate::population::{train_members, Member, SingleRun};
-use crate::train::{evaluate, finished_summary, set_threads, Divergence, RunSummary, Trainer};
 use crate::config::validate::MemoryEstimate;
+use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::population::{population_members, train_members, SingleRun};
+use crate::train::{evaluate, finished_summary, set_threads, Divergence, RunSummary, Trainer};
 
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
@@ -117,23 +117,6 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The members of a population config: seeds `seed`, `seed + 1`, ..., each a single
-/// run's config in `run_dir/seed-<seed>`.
-pub fn population_members(config: &TrainConfig, run_dir: &Path) -> Vec<Member> {
-    (0..config.run.population as u64)
-        .map(|i| {
-            let mut member = config.clone();
-            member.run.seed = config.run.seed.wrapping_add(i);
-            member.run.population = 1;
-            Member {
-                dir: run_dir.join(format!("seed-{}", member.run.seed)),
-                config: member,
-                variant: None,
-            }
-        })
-        .collect()
 }
 
 /// `run.population > 1`: the members train as one population, fresh (`run_dir` then

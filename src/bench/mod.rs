@@ -17,9 +17,9 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::config::{parse_device_spec, select_device};
 use crate::parity::TOLERANCE;
-use timing::{bench_train_config, random_batch, time_interleaved, time_us, Row, Timing};
 use crate::population::SingleRun;
 use crate::train::{set_threads, Trainer};
+use timing::{bench_train_config, random_batch, time_interleaved, time_us, Row, Timing};
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {

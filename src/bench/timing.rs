@@ -33,7 +33,11 @@ pub(crate) struct Timing {
 
 /// Median and minimum of `iters` timings of `f`, in microseconds, after a warm-up; each
 /// timing waits for `device` to finish the work queued.
-pub(crate) fn time_us(iters: usize, device: &Device, f: impl FnMut() -> Result<()>) -> Result<Timing> {
+pub(crate) fn time_us(
+    iters: usize,
+    device: &Device,
+    f: impl FnMut() -> Result<()>,
+) -> Result<Timing> {
     let mut fs: Vec<Box<dyn FnMut() -> Result<()> + '_>> = vec![Box::new(f)];
     Ok(time_interleaved(iters, device, &mut fs)?.remove(0))
 }

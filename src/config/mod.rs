@@ -18,7 +18,6 @@ pub mod validate;
 pub use device::{parse_device_spec, select_device, DeviceSpec};
 pub use load::{apply_override, parse_assignment};
 
-
 use normrl_agents::dqn::{DqnConfig, LinearSchedule};
 use normrl_agents::nn::{NormConfig, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;

@@ -8,10 +8,10 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use super::records::{group, Report, RunRecord};
 use crate::compare::sanitize;
 use crate::diagnostics::REPORTED;
 use crate::plots::{bar_chart, line_chart, Axes, Bar, Series};
-use super::records::{group, Report, RunRecord};
 use crate::stats::{mean, stratified_bootstrap_ci};
 
 /// Bootstrap resamples of each band point (a band of a few seeds needs few).

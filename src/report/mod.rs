@@ -18,7 +18,10 @@ pub fn write(report: &Report, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     write_atomic(&out.join("report.md"), markdown(report).as_bytes())?;
     write_atomic(&out.join("runs.csv"), records::csv_runs(report).as_bytes())?;
-    write_atomic(&out.join("summary.csv"), records::csv_summary(report).as_bytes())?;
+    write_atomic(
+        &out.join("summary.csv"),
+        records::csv_summary(report).as_bytes(),
+    )?;
     write_atomic(
         &out.join("report.json"),
         serde_json::to_string_pretty(report)?.as_bytes(),
