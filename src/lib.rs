@@ -6,26 +6,14 @@
 //! in [`normrl_agents`].
 
 mod bench;
-pub mod checkpoint;
 pub mod cli;
-pub mod compare;
-mod compare_cmd;
 pub mod config;
-pub mod diagnostics;
-mod env_cmd;
-pub mod hparams;
-pub mod interrupt;
-pub mod parity;
-pub mod plan;
-mod plots;
-pub mod population;
-mod progress;
+pub mod logging;
 pub mod report;
-pub mod run_files;
-pub mod slurm;
-pub mod stats;
-pub mod status;
-pub mod tensorboard;
-pub mod train;
-pub mod train_cmd;
+pub mod run;
+pub mod study;
+
+// The paths the library's users and tests know.
 pub use config::{device_memory, validate};
+pub use run::{checkpoint, interrupt, population, train};
+pub use study::compare;

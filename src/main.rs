@@ -21,7 +21,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(normrl::interrupt::EXIT_REQUEUE);
             }
             eprintln!("error: {err:#}");
-            match err.downcast_ref::<normrl::train_cmd::Diverged>() {
+            match err.downcast_ref::<normrl::run::files::Diverged>() {
                 Some(_) => ExitCode::from(3),
                 None => ExitCode::from(2),
             }

@@ -1,6 +1,7 @@
 //! `normrl bench`: update and acting times per normalization method, replay sampling
 //! time, and end-to-end training speed, single thread by default.
 
+pub mod parity;
 mod population;
 mod timing;
 
@@ -15,10 +16,10 @@ use normrl_agents::replay::{Batch, ReplayBuffer, Sampler};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
+use crate::bench::parity::TOLERANCE;
 use crate::config::{parse_device_spec, select_device};
-use crate::parity::TOLERANCE;
-use crate::population::SingleRun;
-use crate::train::{set_threads, Trainer};
+use crate::run::population::SingleRun;
+use crate::run::train::{set_threads, Trainer};
 use timing::{bench_train_config, random_batch, time_interleaved, time_us, Row, Timing};
 
 #[derive(Debug, clap::Args)]
@@ -351,7 +352,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
 }
 
 fn parity(device: &Device, json: bool) -> Result<()> {
-    let results = crate::parity::check(device)?;
+    let results = crate::bench::parity::check(device)?;
     if !json {
         println!("{device:?} against the CPU (max relative difference; tolerance {TOLERANCE:e})");
         println!(

@@ -227,8 +227,8 @@ pub fn train_rows(steps: u64, device: &Device, device_spec: &str) -> Result<Vec<
 
 /// Seconds of the timed part for P agents as one population, then one after another.
 fn train_both(config: &crate::config::TrainConfig, p: usize, steps: u64) -> Result<[f64; 2]> {
-    use crate::population::Population;
-    use crate::train::Trainer;
+    use crate::run::population::Population;
+    use crate::run::train::Trainer;
     let root = std::env::temp_dir().join(format!("normrl-bench-population-{}", std::process::id()));
     let trainers = |side: &str| -> Result<Vec<Trainer>> {
         (0..p as u64)
@@ -261,8 +261,8 @@ fn train_both(config: &crate::config::TrainConfig, p: usize, steps: u64) -> Resu
 /// steps acting only and then with an update every step, each split into its parts
 /// (`HostTimes`), and the end (every member exported, as before a checkpoint).
 pub fn host_rows(p: usize, steps: u64, device_spec: &str) -> Result<Vec<Row>> {
-    use crate::population::Population;
-    use crate::train::Trainer;
+    use crate::run::population::Population;
+    use crate::run::train::Trainer;
     let arch = "{type=\"minatar_cnn\"}";
     let config = bench_train_config(("minatar/breakout", arch), 32, steps + 1000, device_spec)?;
     let root = std::env::temp_dir().join(format!("normrl-bench-host-{}", std::process::id()));
@@ -313,7 +313,7 @@ pub fn host_rows(p: usize, steps: u64, device_spec: &str) -> Result<Vec<Row>> {
 
 /// Microseconds per member per step since the population's times were reset: in all
 /// and by part.
-fn step_rows(population: &crate::population::Population, p: usize, what: &str) -> Vec<Row> {
+fn step_rows(population: &crate::run::population::Population, p: usize, what: &str) -> Vec<Row> {
     let t = population.times();
     let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / (t.steps.max(1) as f64 * p as f64);
     let parts = [

@@ -9,10 +9,10 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::records::{group, Report, RunRecord};
-use crate::compare::sanitize;
-use crate::diagnostics::REPORTED;
-use crate::plots::{bar_chart, line_chart, Axes, Bar, Series};
-use crate::stats::{mean, stratified_bootstrap_ci};
+use crate::report::plots::{bar_chart, line_chart, Axes, Bar, Series};
+use crate::report::stats::{mean, stratified_bootstrap_ci};
+use crate::run::diagnostics::REPORTED;
+use crate::study::compare::sanitize;
 
 /// Bootstrap resamples of each band point (a band of a few seeds needs few).
 const BAND_REPS: usize = 500;

@@ -3,13 +3,15 @@
 //! with learning-curve, IQM and performance-profile charts.
 
 mod charts;
+mod plots;
 mod records;
+pub mod stats;
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::checkpoint::write_atomic;
+use crate::run::checkpoint::write_atomic;
 pub use records::{build, load_runs, markdown, AggregateStats, Report, RunRecord, VariantStats};
 
 /// Writes `report` into `out`: `report.md`, `runs.csv`, `summary.csv`, `report.json`

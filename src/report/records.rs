@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::checkpoint::read_json;
-use crate::compare::{ReportConfig, ScoreRange};
-use crate::run_files::{RunResult, RESULT_FILE};
-use crate::stats::{
+use crate::report::stats::{
     aggregate_iqm, iqm, mean, normalize, performance_profile, probability_of_improvement,
     stratified_bootstrap_ci,
 };
-use crate::train::RunSummary;
+use crate::run::checkpoint::read_json;
+use crate::run::files::{RunResult, RESULT_FILE};
+use crate::run::train::RunSummary;
+use crate::study::compare::{ReportConfig, ScoreRange};
 
 const BOOTSTRAP_REPS: usize = 2_000;
 
@@ -124,7 +124,7 @@ fn finished_run(dir: &Path) -> Result<Option<(RunSummary, String)>> {
             .unwrap_or_else(|| r.summary.norm.clone());
         return Ok(Some((r.summary, variant)));
     }
-    let Some(s) = crate::train::finished_summary(dir)? else {
+    let Some(s) = crate::run::train::finished_summary(dir)? else {
         return Ok(None);
     };
     let variant = from_path().unwrap_or_else(|| s.norm.clone());

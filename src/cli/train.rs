@@ -3,14 +3,15 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use normrl_agents::dqn::Dqn;
+
 use normrl_envs::make;
 
-use crate::checkpoint;
 use crate::config::validate::MemoryEstimate;
 use crate::config::{parse_device_spec, select_device, TrainConfig};
-use crate::population::{population_members, train_members, SingleRun};
-use crate::train::{evaluate, finished_summary, set_threads, Divergence, RunSummary, Trainer};
+use crate::run::checkpoint;
+use crate::run::files::Diverged;
+use crate::run::population::{population_members, train_members, SingleRun};
+use crate::run::train::{evaluate, finished_summary, set_threads, RunSummary, Trainer};
 
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
@@ -125,7 +126,7 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
     let members = population_members(&config, run_dir);
     if fresh {
         let started = members.iter().any(|m| {
-            m.dir.join(crate::run_files::SUMMARY_FILE).exists()
+            m.dir.join(crate::run::files::SUMMARY_FILE).exists()
                 || m.dir.join("checkpoints").exists()
         });
         if started {
@@ -165,7 +166,7 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
 /// says how to go on from it. An interruption passes as it is (it says so itself).
 fn resumable(error: anyhow::Error, run_dir: &Path) -> anyhow::Error {
     if error
-        .downcast_ref::<crate::interrupt::Interrupted>()
+        .downcast_ref::<crate::run::interrupt::Interrupted>()
         .is_some()
     {
         return error;
@@ -191,54 +192,6 @@ fn check_population_memory(config: &TrainConfig) -> Result<()> {
     all.check(config, available)
         .with_context(|| format!("run.population = {p} members together"))
 }
-
-/// An agent of `config` on `device` with the online network of the checkpoint in
-/// `ckpt` (a `checkpoints/step-*` directory): for evaluations.
-pub fn agent_from_checkpoint(
-    config: &TrainConfig,
-    ckpt: &Path,
-    device: &candle_core::Device,
-) -> Result<Dqn> {
-    let env = make(&config.env.id)?;
-    let agent = Dqn::new(
-        &config.network,
-        &config.norm,
-        &config.optimizer,
-        &config.dqn,
-        &env.observation_space().shape,
-        env.action_space().n,
-        0,
-        device,
-    )?;
-    let online = checkpoint::load_tensors(ckpt, "online", device)?;
-    // candle's error carries a backtrace when RUST_BACKTRACE is set: its first line is
-    // the message.
-    agent.online().store().load_map(&online).map_err(|e| {
-        let cause = e.to_string();
-        anyhow::anyhow!(
-            "{} does not hold a network of this run's config (network.architecture, norm.kind): {}",
-            ckpt.display(),
-            cause.lines().next().unwrap_or_default()
-        )
-    })?;
-    Ok(agent)
-}
-
-/// A run that stopped on a non-finite value: `normrl train` exits with status 3.
-#[derive(Debug)]
-pub struct Diverged(pub Divergence);
-
-impl std::fmt::Display for Diverged {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "diverged at step {}: {} (recorded in summary.json)",
-            self.0.step, self.0.what
-        )
-    }
-}
-
-impl std::error::Error for Diverged {}
 
 fn print_summary(summary: &RunSummary) {
     println!(
@@ -285,7 +238,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     }
     set_threads(config.run.threads);
     let device = select_device(parse_device_spec(&config.run.device)?)?;
-    let agent = agent_from_checkpoint(&config, &ckpt, &device)?;
+    let agent = checkpoint::agent_from_checkpoint(&config, &ckpt, &device)?;
     let eval = evaluate(&agent, &config, 0)?;
     println!(
         "{} over {} episodes (epsilon {}): mean return {:.2}; max Q at the first \
@@ -320,7 +273,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("normrl train --resume runs/pop"), "{text}");
-        let stop = crate::interrupt::Interrupted {
+        let stop = crate::run::interrupt::Interrupted {
             signal: 15,
             step: 7,
         };

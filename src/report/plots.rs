@@ -60,7 +60,7 @@ static FONT: Once = Once::new();
 
 fn register_font() {
     FONT.call_once(|| {
-        let bytes: &'static [u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+        let bytes: &'static [u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
         // Registering only fails on a corrupt font, which include_bytes rules out.
         let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, bytes);
     });

@@ -47,7 +47,7 @@ pub fn truncate_after(dir: &Path, step: u64) -> Result<()> {
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let kept = records_up_to(&bytes, step);
         if kept.len() < bytes.len() {
-            crate::checkpoint::write_atomic(&path, &kept)?;
+            crate::run::checkpoint::write_atomic(&path, &kept)?;
         }
     }
     Ok(())

@@ -158,3 +158,35 @@ pub fn load_tensors(dir: &Path, name: &str, device: &Device) -> Result<HashMap<S
     candle_core::safetensors::load(&path, device)
         .with_context(|| format!("cannot read {}", path.display()))
 }
+
+/// An agent of `config` on `device` with the online network of the checkpoint in
+/// `ckpt` (a `checkpoints/step-*` directory): for evaluations.
+pub fn agent_from_checkpoint(
+    config: &crate::config::TrainConfig,
+    ckpt: &Path,
+    device: &candle_core::Device,
+) -> Result<normrl_agents::dqn::Dqn> {
+    let env = normrl_envs::make(&config.env.id)?;
+    let agent = normrl_agents::dqn::Dqn::new(
+        &config.network,
+        &config.norm,
+        &config.optimizer,
+        &config.dqn,
+        &env.observation_space().shape,
+        env.action_space().n,
+        0,
+        device,
+    )?;
+    let online = load_tensors(ckpt, "online", device)?;
+    // candle's error carries a backtrace when RUST_BACKTRACE is set: its first line is
+    // the message.
+    agent.online().store().load_map(&online).map_err(|e| {
+        let cause = e.to_string();
+        anyhow::anyhow!(
+            "{} does not hold a network of this run's config (network.architecture, norm.kind): {}",
+            ckpt.display(),
+            cause.lines().next().unwrap_or_default()
+        )
+    })?;
+    Ok(agent)
+}

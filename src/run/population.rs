@@ -26,10 +26,10 @@ use normrl_agents::population::count::read_rows_to_host;
 use normrl_agents::population::{DeviceFrames, PopulationDqn};
 use normrl_agents::replay::{Batch, ReplayBuffer};
 
-use crate::checkpoint;
 use crate::config::{Keep, TrainConfig};
-use crate::interrupt::{self, Interrupted};
-use crate::train::{finished_summary, mean, Clock, Periodic, RunSummary, Trainer};
+use crate::run::checkpoint;
+use crate::run::interrupt::{self, Interrupted};
+use crate::run::train::{finished_summary, mean, Clock, Periodic, RunSummary, Trainer};
 
 /// What may differ between the members of one population: their seed and name, and
 /// the hyperparameters a population holds per agent (exploration, gamma, learning

@@ -2,7 +2,11 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{bench, compare_cmd, env_cmd, train_cmd};
+use crate::bench;
+
+mod compare;
+mod env;
+pub mod train;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -18,16 +22,16 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Train a DQN agent from a config file (or resume an interrupted run).
-    Train(train_cmd::TrainArgs),
+    Train(train::TrainArgs),
     /// Evaluate a saved agent.
-    Eval(train_cmd::EvalArgs),
+    Eval(train::EvalArgs),
     /// Run a comparison grid (normalizations x batch sizes x samplers x envs x seeds).
-    Compare(Box<compare_cmd::CompareArgs>),
+    Compare(Box<compare::CompareArgs>),
     /// Aggregate finished runs into a report with statistics and plots.
-    Report(compare_cmd::ReportArgs),
+    Report(compare::ReportArgs),
     /// Where each run of a comparison stands: done, running, failed, interrupted, not
     /// started.
-    Status(crate::status::StatusArgs),
+    Status(crate::study::status::StatusArgs),
     /// Benchmark updates, acting, replay sampling and end-to-end training.
     Bench(bench::BenchArgs),
     /// Work with environments directly: roll out a policy, benchmark stepping.
@@ -40,9 +44,9 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum EnvCommand {
     /// Play episodes with a simple policy and print their returns.
-    Rollout(env_cmd::RolloutArgs),
+    Rollout(env::RolloutArgs),
     /// Measure single-thread stepping speed with random actions.
-    Bench(env_cmd::BenchArgs),
+    Bench(env::BenchArgs),
     /// List the environment ids and their options.
     List,
 }
@@ -50,22 +54,22 @@ pub enum EnvCommand {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Train(args) => {
-            crate::interrupt::install()?;
-            train_cmd::train(&args)
+            crate::run::interrupt::install()?;
+            train::train(&args)
         }
-        Command::Eval(args) => train_cmd::eval(&args),
+        Command::Eval(args) => train::eval(&args),
         Command::Bench(args) => bench::bench(&args),
         Command::Compare(args) => {
-            crate::interrupt::install()?;
-            compare_cmd::compare(&args)
+            crate::run::interrupt::install()?;
+            compare::compare(&args)
         }
-        Command::Report(args) => compare_cmd::report(&args),
-        Command::Status(args) => crate::status::status(&args),
+        Command::Report(args) => compare::report(&args),
+        Command::Status(args) => crate::study::status::status(&args),
         Command::Env { command } => match command {
-            EnvCommand::Rollout(args) => env_cmd::rollout(&args),
-            EnvCommand::Bench(args) => env_cmd::bench(&args),
+            EnvCommand::Rollout(args) => env::rollout(&args),
+            EnvCommand::Bench(args) => env::bench(&args),
             EnvCommand::List => {
-                env_cmd::list();
+                env::list();
                 Ok(())
             }
         },

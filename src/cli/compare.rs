@@ -4,13 +4,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::compare::{
+use crate::config::parse_assignment;
+use crate::report;
+use crate::study::compare::{
     check_plan, describe_plan, execute, parse_shard, CompareConfig, PlannedRun, ReportConfig,
 };
-use crate::config::parse_assignment;
-use crate::plan::{task_index, Plan};
-use crate::report;
-use crate::slurm::{self, SlurmConfig, TaskCommand};
+use crate::study::plan::{task_index, Plan};
+use crate::study::slurm::{self, SlurmConfig, TaskCommand};
 
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {

@@ -19,7 +19,7 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
-use crate::tensorboard::TensorBoard;
+use crate::logging::tensorboard::TensorBoard;
 
 /// Observations in the probe batch (fewer if the replay holds fewer).
 pub const PROBE_SIZE: usize = 256;

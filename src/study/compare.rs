@@ -28,10 +28,10 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
-use crate::interrupt::Interrupted;
-pub use crate::plan::PlannedRun;
-use crate::population::{population_key, train_members, Member};
-use crate::train::{set_threads, Trainer};
+use crate::run::interrupt::Interrupted;
+use crate::run::population::{population_key, train_members, Member};
+use crate::run::train::{set_threads, Trainer};
+pub use crate::study::plan::PlannedRun;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -92,7 +92,7 @@ pub struct CompareConfig {
     pub report: ReportConfig,
     /// How `--slurm` writes the job array.
     #[serde(default)]
-    pub slurm: crate::slurm::SlurmConfig,
+    pub slurm: crate::study::slurm::SlurmConfig,
     /// Train runs together as populations (one batched network, `run.population`):
     /// `"seeds"` groups the seeds of each environment and variant; a number groups
     /// up to that many runs that differ only in seed, exploration schedule, gamma or
@@ -404,10 +404,18 @@ fn write_experiment(config: &CompareConfig, runs: &[PlannedRun], root: &Path) ->
         .iter()
         .map(|r| config.config_for(r))
         .collect::<Result<Vec<_>>>()?;
-    let content =
-        crate::hparams::experiment(&config.name, &configs, crate::run_files::unix_seconds());
-    let mut tb = crate::tensorboard::TensorBoard::new(root)?;
-    tb.plugin_summary(crate::hparams::EXPERIMENT_TAG, "hparams", content, 0);
+    let content = crate::logging::hparams::experiment(
+        &config.name,
+        &configs,
+        crate::run::files::unix_seconds(),
+    );
+    let mut tb = crate::logging::tensorboard::TensorBoard::new(root)?;
+    tb.plugin_summary(
+        crate::logging::hparams::EXPERIMENT_TAG,
+        "hparams",
+        content,
+        0,
+    );
     tb.flush()
 }
 
@@ -437,11 +445,11 @@ pub fn execute(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(unit) = units.get(i) else { break };
-                if crate::interrupt::requested().is_some() {
+                if crate::run::interrupt::requested().is_some() {
                     break;
                 }
                 let finished = |r: &&PlannedRun| {
-                    let summary = root.join(&r.rel_dir).join(crate::run_files::SUMMARY_FILE);
+                    let summary = root.join(&r.rel_dir).join(crate::run::files::SUMMARY_FILE);
                     summary.exists()
                 };
                 let (ended, pending): (Vec<&PlannedRun>, Vec<&PlannedRun>) =
@@ -497,7 +505,7 @@ enum Outcome {
 
 /// Says how a run ended (through `line`) and, for a failure, writes its `error.txt`.
 fn outcome(
-    result: Result<crate::train::RunSummary>,
+    result: Result<crate::run::train::RunSummary>,
     start: Instant,
     dir: &Path,
     line: impl Fn(String),
@@ -519,7 +527,8 @@ fn outcome(
             Err(e) => {
                 line(format!(" failed: {e:#}"));
                 let text = format!("{e:#}\n");
-                let _ = crate::checkpoint::write_atomic(&dir.join(ERROR_FILE), text.as_bytes());
+                let _ =
+                    crate::run::checkpoint::write_atomic(&dir.join(ERROR_FILE), text.as_bytes());
                 Outcome::Failed(format!("{e:#}"))
             }
         },
@@ -531,7 +540,7 @@ fn run_unit<'r>(
     config: &CompareConfig,
     runs: &[&'r PlannedRun],
     root: &Path,
-) -> Vec<(&'r PlannedRun, Result<crate::train::RunSummary>)> {
+) -> Vec<(&'r PlannedRun, Result<crate::run::train::RunSummary>)> {
     if let [run] = runs {
         return vec![(*run, run_one(config, run, &root.join(&run.rel_dir)))];
     }
@@ -599,14 +608,14 @@ fn run_one(
     config: &CompareConfig,
     run: &PlannedRun,
     dir: &Path,
-) -> Result<crate::train::RunSummary> {
+) -> Result<crate::run::train::RunSummary> {
     let _ = std::fs::remove_file(dir.join(ERROR_FILE));
-    let mut trainer = if crate::checkpoint::latest(dir)?.is_some() {
+    let mut trainer = if crate::run::checkpoint::latest(dir)?.is_some() {
         Trainer::resume(dir)?
     } else {
         Trainer::new(config.config_for(run)?, dir)?
     };
     trainer.set_variant(&run.variant);
-    let mut run = crate::population::SingleRun::new(trainer)?;
+    let mut run = crate::run::population::SingleRun::new(trainer)?;
     run.run(None)?.context("the run stopped early")
 }

@@ -14,17 +14,17 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{self, CheckpointFiles};
 use crate::config::validate::MemoryEstimate;
 use crate::config::{parse_device_spec, select_device, Keep, TrainConfig};
-use crate::diagnostics::{Diagnostics, Evaluation};
-use crate::hparams;
-use crate::interrupt::{self, Interrupted};
-use crate::run_files::{
+use crate::logging::hparams;
+use crate::logging::tensorboard::TensorBoard;
+use crate::run::checkpoint::{self, CheckpointFiles};
+use crate::run::diagnostics::{Diagnostics, Evaluation};
+use crate::run::files::{
     host_name, unix_seconds, Heartbeat, RunResult, HEARTBEAT_FILE, RESULT_FILE, SUMMARY_FILE,
 };
-pub use crate::run_files::{Divergence, RunSummary};
-use crate::tensorboard::TensorBoard;
+pub use crate::run::files::{Divergence, RunSummary};
+use crate::run::interrupt::{self, Interrupted};
 
 /// Everything besides the networks that a checkpoint must hold to resume exactly.
 #[derive(Serialize, Deserialize)]
@@ -108,7 +108,7 @@ impl Trainer {
             );
         }
         let trainer = Self::build(config, run_dir)?;
-        crate::checkpoint::write_atomic(
+        crate::run::checkpoint::write_atomic(
             &run_dir.join("config.toml"),
             trainer.config.to_toml().as_bytes(),
         )?;
@@ -209,7 +209,7 @@ impl Trainer {
         let [online, target, optimizer] =
             ["online", "target", "optimizer"].map(|name| checkpoint::load_tensors(dir, name, &cpu));
         let (online, target, optimizer) = (online?, target?, optimizer?);
-        crate::tensorboard::truncate_after(run_dir, state.step)?;
+        crate::logging::tensorboard::truncate_after(run_dir, state.step)?;
         let mut t = Self::build(config, run_dir)?;
         let device = t.agent.online().store().device().clone();
         let on_device = |map: HashMap<String, candle_core::Tensor>| {
@@ -780,7 +780,7 @@ pub(crate) struct Clock {
     start: Instant,
     start_step: u64,
     lap: (Instant, u64),
-    pub(crate) progress: crate::progress::Progress,
+    pub(crate) progress: crate::logging::progress::Progress,
 }
 
 impl Clock {
@@ -790,7 +790,7 @@ impl Clock {
 
     /// A clock with a progress bar only if `progress` (a population shows one bar).
     pub(crate) fn with_progress(progress: bool, cfg: &TrainConfig, step: u64) -> Self {
-        let progress = crate::progress::Progress::new(progress, cfg.run.total_steps, step);
+        let progress = crate::logging::progress::Progress::new(progress, cfg.run.total_steps, step);
         Self {
             start: Instant::now(),
             start_step: step,

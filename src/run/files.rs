@@ -97,3 +97,19 @@ pub struct Heartbeat {
 pub fn host_name() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
+
+/// A run that stopped on a non-finite value: `normrl train` exits with status 3.
+#[derive(Debug)]
+pub struct Diverged(pub Divergence);
+
+impl std::fmt::Display for Diverged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "diverged at step {}: {} (recorded in summary.json)",
+            self.0.step, self.0.what
+        )
+    }
+}
+
+impl std::error::Error for Diverged {}

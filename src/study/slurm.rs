@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::write_atomic;
-use crate::plan::Plan;
+use crate::run::checkpoint::write_atomic;
+use crate::study::plan::Plan;
 
 /// The `[slurm]` table of a comparison config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,7 +224,7 @@ pub fn submit(sbatch: &Path, script: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::PlanEntry;
+    use crate::study::plan::PlanEntry;
 
     fn plan(runs: usize, per_task: usize) -> Plan {
         let entry = |i: usize| PlanEntry {

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::compare::ERROR_FILE;
-use crate::plan::Plan;
-use crate::run_files::unix_seconds;
-use crate::run_files::{Heartbeat, HEARTBEAT_FILE, SUMMARY_FILE};
+use crate::run::files::unix_seconds;
+use crate::run::files::{Heartbeat, HEARTBEAT_FILE, SUMMARY_FILE};
+use crate::study::compare::ERROR_FILE;
+use crate::study::plan::Plan;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -82,7 +82,7 @@ fn state_of(dir: &Path, stale_after: f64) -> Result<RunState> {
         let error = lines[lines.len().saturating_sub(5)..].to_vec();
         return Ok(RunState::Failed { error });
     }
-    if crate::checkpoint::latest(dir)?.is_some() {
+    if crate::run::checkpoint::latest(dir)?.is_some() {
         return Ok(RunState::Interrupted);
     }
     Ok(RunState::NotStarted)
@@ -107,7 +107,7 @@ fn planned_runs(root: &Path) -> Result<(String, Vec<(PathBuf, String)>)> {
         );
     };
     let variant = config.norm.kind.name().to_string();
-    let members = crate::population::population_members(&config, root);
+    let members = crate::run::population::population_members(&config, root);
     let runs = members.iter().filter_map(|m| {
         let dir = m.dir.strip_prefix(root).ok()?.to_path_buf();
         Some((dir, variant.clone()))

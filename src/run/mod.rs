@@ -1,0 +1,9 @@
+//! One training run, start to finish: the loop (`train.rs`), populations of runs trained
+//! as one, checkpoints, the files a run leaves, its diagnostics, and signals.
+
+pub mod checkpoint;
+pub mod diagnostics;
+pub mod files;
+pub mod interrupt;
+pub mod population;
+pub mod train;

@@ -1,0 +1,7 @@
+//! Many runs: a comparison's grid (`compare.rs`), its fixed plan, a Slurm job array,
+//! and the status of a study's runs.
+
+pub mod compare;
+pub mod plan;
+pub mod slurm;
+pub mod status;
