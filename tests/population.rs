@@ -415,23 +415,16 @@ fn a_population_of_zero_is_refused_and_every_method_trains() {
 fn a_signalled_population_checkpoints_every_member_and_resumes() {
     let (dir, whole) = (temp("signal"), temp("signal-whole"));
     let args = |run_dir: &Path| -> Vec<String> {
-        [
-            "train",
-            "--config",
-            "configs/cartpole.toml",
-            "--set",
+        let sets = [
             "run.population=2",
-            "--set",
             "run.total_steps=12000",
-            "--set",
             "logging.progress=false",
-            "--set",
             "logging.interval=100",
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-        ]
-        .map(String::from)
-        .to_vec()
+        ];
+        let mut args = vec!["train", "--config", "configs/cartpole.toml"];
+        args.extend(sets.iter().flat_map(|s| ["--set", s]));
+        args.extend(["--run-dir", run_dir.to_str().unwrap()]);
+        args.into_iter().map(String::from).collect()
     };
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_normrl"))
         .args(args(&dir))

@@ -196,6 +196,37 @@ fn distance(a: &[f32], b: &[f32]) -> f64 {
     squares.sum::<f64>().sqrt()
 }
 
+/// One update of `host` and of `graph` (first set to where `host` stands) on `b`: the
+/// same targets, loss, mean Q and gradient norm (1e-5 relative), projections and syncs,
+/// and the networks' change to 1e-3 of its norm (the few weights whose normalized step
+/// can differ by rounding are a small part of it; a wrong gradient is all of it).
+fn one_update_from_the_same_state(host: &mut Dqn, graph: &mut Dqn, b: &Batch, what: &str) {
+    sync(host, graph);
+    let start = network_values(host);
+    let targets = |dqn: &Dqn| -> Vec<f32> { dqn.td_targets(b).unwrap() };
+    let e = vec_err(&targets(host), &targets(graph));
+    assert!(e <= 1e-5, "{what} targets: relative error {e}");
+    let (h, g) = (host.update(b).unwrap(), graph.update(b).unwrap());
+    // The mean of Q-values of both signs can come near 0 (-2e-4 here), where the paths'
+    // rounding (1e-8 absolute) reads as 1e-4 relative: it is judged against the
+    // Q-values' own scale (0.01 and up).
+    for (name, a, e, floor) in [
+        ("loss", &h.td_loss, &g.td_loss, 1e-6),
+        ("mean Q", &h.q_mean, &g.q_mean, 1e-2),
+        ("gradient norm", &h.grad_norm, &g.grad_norm, 1e-6),
+    ] {
+        let r = relative(a.value().unwrap(), e.value().unwrap(), floor);
+        assert!(r <= 1e-5, "{what} {name}: relative error {r}");
+    }
+    assert_eq!((h.projected, h.synced), (g.projected, g.synced));
+    let (a, b) = (network_values(host), network_values(graph));
+    let (apart, moved) = (distance(&a, &b), distance(&a, &start));
+    assert!(
+        apart <= 1e-3 * moved,
+        "{what}: the networks' change differs by {apart:e} of {moved:e}"
+    );
+}
+
 #[test]
 fn host_updates_equal_graph_updates() {
     on_every_path(|| {
@@ -239,39 +270,12 @@ fn host_updates_equal_graph_updates() {
             // of its learning rate either way) or a ReLU input at its kink starts two
             // trajectories that part by amounts that depend on the CPU.
             for (step, size) in [32usize, 32, 8, 32, 1, 32].into_iter().enumerate() {
-                sync(&host, &mut graph);
-                let start = network_values(&host);
-                let b = batch(size, step as u64);
-                let targets = |dqn: &Dqn| -> Vec<f32> { dqn.td_targets(&b).unwrap() };
-                let e = vec_err(&targets(&host), &targets(&graph));
-                assert!(
-                    e <= 1e-5,
-                    "{context} step {step} targets: relative error {e}"
-                );
-                let (h, g) = (host.update(&b).unwrap(), graph.update(&b).unwrap());
-                // The mean of Q-values of both signs can come near 0 (-2e-4 here), where
-                // the paths' rounding (1e-8 absolute) reads as 1e-4 relative: it is judged
-                // against the Q-values' own scale (0.01 and up).
-                for (name, a, e, floor) in [
-                    ("loss", &h.td_loss, &g.td_loss, 1e-6),
-                    ("mean Q", &h.q_mean, &g.q_mean, 1e-2),
-                    ("gradient norm", &h.grad_norm, &g.grad_norm, 1e-6),
-                ] {
-                    let r = relative(a.value().unwrap(), e.value().unwrap(), floor);
-                    assert!(
-                        r <= 1e-5,
-                        "{context} step {step} {name}: relative error {r}"
-                    );
-                }
-                assert_eq!((h.projected, h.synced), (g.projected, g.synced));
-                // The networks after the update: their change agrees to 1e-3 of its
-                // norm (the few weights whose normalized step can differ by rounding
-                // are a small part of it; a wrong gradient is all of it).
-                let (a, b) = (network_values(&host), network_values(&graph));
-                let (apart, moved) = (distance(&a, &b), distance(&a, &start));
-                assert!(
-                    apart <= 1e-3 * moved,
-                    "{context} step {step}: the networks' change differs by {apart:e} of {moved:e}"
+                let what = format!("{context} step {step}");
+                one_update_from_the_same_state(
+                    &mut host,
+                    &mut graph,
+                    &batch(size, step as u64),
+                    &what,
                 );
             }
             // Every trainable variable moved (none was cut off from the loss).

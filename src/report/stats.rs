@@ -3,7 +3,7 @@
 //! probability of improvement, performance profiles.
 //!
 //! ```
-//! use normrl::stats::iqm;
+//! use normrl::report::stats::iqm;
 //! // The middle half of 1..=8 is 3, 4, 5, 6.
 //! assert_eq!(iqm(&[8.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]), 4.5);
 //! ```
