@@ -113,13 +113,7 @@ impl Env for CartPole {
     }
 
     fn observation_space(&self) -> ObservationSpace {
-        ObservationSpace {
-            shape: vec![4],
-            low: f32::NEG_INFINITY,
-            high: f32::INFINITY,
-            binary: false,
-            bytes: false,
-        }
+        ObservationSpace::floats(vec![4], f32::NEG_INFINITY, f32::INFINITY)
     }
 
     fn action_space(&self) -> ActionSpace {

@@ -83,13 +83,7 @@ impl<E: GymEnv<Array1<f32>, i32> + Send> Env for GymnasiumRs<E> {
     }
 
     fn observation_space(&self) -> ObservationSpace {
-        ObservationSpace {
-            shape: vec![self.obs_len],
-            low: self.low,
-            high: self.high,
-            binary: false,
-            bytes: false,
-        }
+        ObservationSpace::floats(vec![self.obs_len], self.low, self.high)
     }
 
     fn action_space(&self) -> ActionSpace {

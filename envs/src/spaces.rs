@@ -18,6 +18,17 @@ pub struct ObservationSpace {
 }
 
 impl ObservationSpace {
+    /// Float observations of `shape`, every element within `[low, high]`.
+    pub fn floats(shape: Vec<usize>, low: f32, high: f32) -> Self {
+        Self {
+            shape,
+            low,
+            high,
+            binary: false,
+            bytes: false,
+        }
+    }
+
     /// Number of `f32` elements in one observation.
     pub fn len(&self) -> usize {
         self.shape.iter().product()

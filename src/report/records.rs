@@ -382,6 +382,7 @@ pub fn markdown(report: &Report) -> String {
     md
 }
 
+/// `runs.csv`: one row per run.
 pub(crate) fn csv_runs(report: &Report) -> String {
     let mut csv = String::from(
         "env,variant,seed,final_return,auc,steps_to_threshold,wall_seconds,steps_per_second\n",
@@ -405,7 +406,6 @@ pub(crate) fn csv_runs(report: &Report) -> String {
     csv
 }
 
-/// Writes report.md, runs.csv, summary.csv, report.json and the charts into `out`.
 /// `summary.csv`: one row per environment and variant.
 pub(crate) fn csv_summary(report: &Report) -> String {
     let mut summary = String::from("env,variant,runs,final_iqm,final_ci_low,final_ci_high,final_mean,auc_iqm,auc_ci_low,auc_ci_high\n");

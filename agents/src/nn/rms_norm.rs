@@ -118,8 +118,9 @@ impl StackedRmsNorm {
         take: &mut super::stacked::Take,
         config: &super::NormConfig,
     ) -> Result<Self> {
+        let gamma = take("rms.gamma", super::Group::Weight)?;
         Ok(Self {
-            gamma: take("rms.gamma", super::Group::Weight)?,
+            gamma,
             eps: config.ln_eps,
         })
     }

@@ -322,13 +322,7 @@ impl Env for GymProcess {
     }
 
     fn observation_space(&self) -> ObservationSpace {
-        ObservationSpace {
-            shape: self.shape.clone(),
-            low: self.low,
-            high: self.high,
-            binary: false,
-            bytes: false,
-        }
+        ObservationSpace::floats(self.shape.clone(), self.low, self.high)
     }
 
     fn action_space(&self) -> ActionSpace {
