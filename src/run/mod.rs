@@ -3,7 +3,9 @@
 
 pub mod checkpoint;
 pub mod diagnostics;
+pub mod evaluate;
 pub mod files;
 pub mod interrupt;
+pub(crate) mod periodic;
 pub mod population;
 pub mod train;

@@ -20,11 +20,13 @@ use crate::logging::hparams;
 use crate::logging::tensorboard::TensorBoard;
 use crate::run::checkpoint::{self, CheckpointFiles};
 use crate::run::diagnostics::{Diagnostics, Evaluation};
+pub use crate::run::evaluate::{evaluate, evaluate_in};
 use crate::run::files::{
     host_name, unix_seconds, Heartbeat, RunResult, HEARTBEAT_FILE, RESULT_FILE, SUMMARY_FILE,
 };
 pub use crate::run::files::{Divergence, RunSummary};
 use crate::run::interrupt::{self, Interrupted};
+pub(crate) use crate::run::periodic::{mean, Clock, Periodic};
 
 /// Everything besides the networks that a checkpoint must hold to resume exactly.
 #[derive(Serialize, Deserialize)]
@@ -734,149 +736,6 @@ impl Trainer {
             serde_json::to_string(&beat)?.as_bytes(),
         )
     }
-}
-
-/// The work done every so many environment steps, in this order after a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Periodic {
-    /// Gradient steps, every `replay.train_frequency` once learning has started.
-    Train,
-    /// Speed, epsilon, the updates' means and the progress bar.
-    Log,
-    /// Weight norms, gains, BN statistics (and singular values for SVB).
-    LayerStats,
-    /// An evaluation before the last step (the final one runs after the loop).
-    Evaluate,
-    /// A checkpoint before the last step (the final one runs after the loop).
-    Checkpoint,
-}
-
-impl Periodic {
-    pub(crate) const ALL: [Periodic; 5] = [
-        Periodic::Train,
-        Periodic::Log,
-        Periodic::LayerStats,
-        Periodic::Evaluate,
-        Periodic::Checkpoint,
-    ];
-
-    /// Due after environment step `step`.
-    pub(crate) fn due(self, cfg: &TrainConfig, step: u64) -> bool {
-        let before_end = step < cfg.run.total_steps;
-        match self {
-            Periodic::Train => {
-                step > cfg.replay.learning_starts && every(step, cfg.replay.train_frequency)
-            }
-            Periodic::Log => every(step, cfg.logging.interval.max(1)),
-            Periodic::LayerStats => every(step, cfg.logging.layer_stats_interval),
-            Periodic::Evaluate => before_end && every(step, cfg.eval.interval),
-            Periodic::Checkpoint => before_end && every(step, cfg.checkpoint.interval),
-        }
-    }
-}
-
-/// Time since this process started training, the speed between logs, the progress bar.
-pub(crate) struct Clock {
-    start: Instant,
-    start_step: u64,
-    lap: (Instant, u64),
-    pub(crate) progress: crate::logging::progress::Progress,
-}
-
-impl Clock {
-    pub(crate) fn new(cfg: &TrainConfig, step: u64) -> Self {
-        Self::with_progress(cfg.logging.progress, cfg, step)
-    }
-
-    /// A clock with a progress bar only if `progress` (a population shows one bar).
-    pub(crate) fn with_progress(progress: bool, cfg: &TrainConfig, step: u64) -> Self {
-        let progress = crate::logging::progress::Progress::new(progress, cfg.run.total_steps, step);
-        Self {
-            start: Instant::now(),
-            start_step: step,
-            lap: (Instant::now(), step),
-            progress,
-        }
-    }
-
-    fn elapsed(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
-    }
-
-    /// Steps per second since the last lap.
-    pub(crate) fn lap(&mut self, step: u64) -> f64 {
-        let (t0, s0) = self.lap;
-        self.lap = (Instant::now(), step);
-        (step - s0) as f64 / t0.elapsed().as_secs_f64().max(1e-9)
-    }
-}
-
-/// True on every `interval`-th step; never when `interval` is 0 (disabled).
-fn every(step: u64, interval: u64) -> bool {
-    interval > 0 && step.is_multiple_of(interval)
-}
-
-/// The mean of `values`; `None` when there are none.
-pub(crate) fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
-    (n > 0).then(|| sum / n as f64)
-}
-
-/// An evaluation (see [`Trainer::evaluate`]).
-pub fn evaluate(agent: &Dqn, config: &TrainConfig, index: u64) -> Result<Evaluation> {
-    evaluate_in(make(&config.env.id)?.as_mut(), agent, config, index)
-}
-
-/// [`evaluate`] on an environment made from the run's id. Scores are those of whole
-/// games as the environment's monitor counts them (all lives, unclipped rewards). Each
-/// game's first observation's `max_a Q` is set against the discounted sum of the
-/// rewards the learner sees (clipped where the environment clips them: what Q learns).
-pub fn evaluate_in(
-    env: &mut dyn Env,
-    agent: &Dqn,
-    config: &TrainConfig,
-    index: u64,
-) -> Result<Evaluation> {
-    let mut obs = vec![0.0; env.observation_space().len()];
-    let base = config
-        .run
-        .seed
-        .wrapping_mul(1_000_003)
-        .wrapping_add(1_000_000 + index * 1_000);
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(base);
-    let gamma = config.dqn.gamma;
-    let (mut total, mut q_start, mut discounted) = (0.0, 0.0, 0.0);
-    let episodes = config.eval.episodes.max(1);
-    for e in 0..episodes {
-        env.reset(Some(base + e), &mut obs)?;
-        let q = agent.q_values(&obs)?;
-        q_start += q
-            .iter()
-            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
-        let (mut summed, mut weight) = (0.0, 1.0);
-        loop {
-            let action = agent.act(&obs, config.eval.epsilon, &mut rng)?;
-            let (step, game_over) = env.step_game(action, &mut obs)?;
-            summed += f64::from(step.reward);
-            discounted += weight * f64::from(step.reward);
-            weight *= gamma;
-            if game_over {
-                let stats = env.episode_stats();
-                total += stats.and_then(|s| s.last_return).unwrap_or(summed);
-                break;
-            }
-            if step.done() {
-                // A life lost: the game continues.
-                env.reset(None, &mut obs)?;
-            }
-        }
-    }
-    let n = episodes as f64;
-    Ok(Evaluation {
-        mean_return: total / n,
-        q_start: q_start / n,
-        discounted_return: discounted / n,
-    })
 }
 
 /// What a population (`population.rs`) asks of its members: their observations and
