@@ -253,10 +253,12 @@ impl TensorBoard {
     }
 }
 
+/// The host's name as the event file's name carries it (TensorBoard's convention,
+/// `events.out.tfevents.<time>.<host>`): the name `result.json` records
+/// (`run::files::host_name`, the same `gethostname` call), with only the characters a
+/// file name keeps.
 fn hostname() -> String {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| "localhost".to_string());
+    let name = gethostname::gethostname().to_string_lossy().into_owned();
     let name: String = name
         .trim()
         .chars()
