@@ -8,8 +8,8 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
-    BatchNorm, BnStats, Group, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormKind, ParamStore,
-    Pass, QNetwork, QNetworkConfig, RmsNorm, WeightNorm,
+    BatchNorm, BnStats, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormKind, ParamStore, Pass,
+    QNetwork, QNetworkConfig, RmsNorm, Role, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 use rand::{Rng, SeedableRng};
@@ -366,7 +366,7 @@ fn fused_optimizer_flushes_state_that_would_turn_subnormal() {
         for fused in [true, false] {
             let mut store = ParamStore::new(DEV);
             let x = store
-                .add("x", Tensor::new(&[0.5f32], &DEV).unwrap(), Group::Weight)
+                .add("x", Tensor::new(&[0.5f32], &DEV).unwrap(), Role::Weight)
                 .unwrap();
             let cfg = OptimizerConfig {
                 max_grad_norm: 0.0,

@@ -532,7 +532,7 @@ fn gradient_clipping_scales_to_max_norm() {
         .add(
             "x",
             Tensor::new(&[3.0f32, 4.0], &DEV).unwrap(),
-            normrl_agents::nn::Group::Weight,
+            normrl_agents::nn::Role::Weight,
         )
         .unwrap();
     let cfg = OptimizerConfig {

@@ -34,7 +34,7 @@ use super::activation_norm::{
 use super::batch_renorm::{BatchRenorm, RenormConfig};
 use super::kernel::{unit_moments, values_per_unit};
 use super::params::StoreVersion;
-use super::{svb, BnStats, Group, ParamStore};
+use super::{svb, BnStats, ParamStore, Role};
 use crate::kernels::batch_norm::{self as batch_norm_op, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
 use crate::kernels::fused::{with_values, Units};
@@ -82,14 +82,10 @@ impl BatchNorm {
         eps: f64,
     ) -> Result<Self> {
         Ok(Self {
-            gamma: store.ones(&format!("{prefix}.bn.gamma"), units, Group::Weight)?,
-            beta: store.zeros(&format!("{prefix}.bn.beta"), units, Group::Weight)?,
-            running_mean: store.zeros(
-                &format!("{prefix}.bn.running_mean"),
-                units,
-                Group::Buffer,
-            )?,
-            running_var: store.ones(&format!("{prefix}.bn.running_var"), units, Group::Buffer)?,
+            gamma: store.ones(&format!("{prefix}.bn.gamma"), units, Role::Weight)?,
+            beta: store.zeros(&format!("{prefix}.bn.beta"), units, Role::Weight)?,
+            running_mean: store.zeros(&format!("{prefix}.bn.running_mean"), units, Role::Buffer)?,
+            running_var: store.ones(&format!("{prefix}.bn.running_var"), units, Role::Buffer)?,
             momentum,
             eps,
             version: store.version_handle(),
@@ -362,10 +358,10 @@ impl StackedBatchNorm {
     ) -> Result<Self> {
         use super::batch_renorm::StackedRenorm;
         Ok(Self {
-            gamma: take("bn.gamma", Group::Weight)?,
-            beta: take("bn.beta", Group::Weight)?,
-            running_mean: take("bn.running_mean", Group::Buffer)?,
-            running_var: take("bn.running_var", Group::Buffer)?,
+            gamma: take("bn.gamma", Role::Weight)?,
+            beta: take("bn.beta", Role::Weight)?,
+            running_mean: take("bn.running_mean", Role::Buffer)?,
+            running_var: take("bn.running_var", Role::Buffer)?,
             renorm: match config.kind {
                 super::NormKind::BatchRenorm => Some(StackedRenorm::stack(take, config.renorm())?),
                 _ => None,

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use candle_core::{Result, Tensor, Var};
 
 use super::params::StoreVersion;
-use super::{Group, ParamStore};
+use super::{ParamStore, Role};
 use crate::kernels::batch_norm::{Renorm, RenormBounds};
 
 /// The clip and warm-up of a batch-renormalized layer.
@@ -54,7 +54,7 @@ impl BatchRenorm {
         Ok(Self {
             config,
             eps,
-            updates: store.zeros(&format!("{prefix}.brn.updates"), 1, Group::Buffer)?,
+            updates: store.zeros(&format!("{prefix}.brn.updates"), 1, Role::Buffer)?,
             open: AtomicBool::new(config.warmup == 0),
             version: store.version_handle(),
         })
@@ -135,7 +135,7 @@ impl StackedRenorm {
     pub(crate) fn stack(take: &mut super::stacked::Take, config: RenormConfig) -> Result<Self> {
         Ok(Self {
             config,
-            updates: take("brn.updates", Group::Buffer)?,
+            updates: take("brn.updates", Role::Buffer)?,
             open: AtomicBool::new(false),
         })
     }

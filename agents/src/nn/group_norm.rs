@@ -26,7 +26,7 @@ use super::activation_norm::{
     Saved,
 };
 use super::layer_norm::{host_normalize, host_normalize_backward};
-use super::{Group, ParamStore};
+use super::{ParamStore, Role};
 use crate::kernels::layer_norm::FusedLayerNorm;
 
 pub struct GroupNorm {
@@ -53,8 +53,8 @@ impl GroupNorm {
             candle_core::bail!("group norm: {groups} groups do not divide {channels} channels");
         }
         Ok(Self {
-            gamma: store.ones(&format!("{prefix}.gn.gamma"), channels, Group::Weight)?,
-            beta: store.zeros(&format!("{prefix}.gn.beta"), channels, Group::Weight)?,
+            gamma: store.ones(&format!("{prefix}.gn.gamma"), channels, Role::Weight)?,
+            beta: store.zeros(&format!("{prefix}.gn.beta"), channels, Role::Weight)?,
             groups,
             eps,
             spatial: features[1..].iter().product(),
@@ -128,8 +128,8 @@ impl StackedGroupNorm {
         take: &mut super::stacked::Take,
         config: &super::NormConfig,
     ) -> Result<Self> {
-        let gamma = take("gn.gamma", super::Group::Weight)?;
-        let beta = take("gn.beta", super::Group::Weight)?;
+        let gamma = take("gn.gamma", super::Role::Weight)?;
+        let beta = take("gn.beta", super::Role::Weight)?;
         Ok(Self::new(gamma, beta, config.groups, config.ln_eps))
     }
 

@@ -9,8 +9,8 @@ use super::init::InitRng;
 use super::kernel::unit_moments;
 use super::params::StoreVersion;
 use super::{
-    svb, BatchNorm, Group, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormConfig, NormKind,
-    ParamStore, Pass, RmsNorm, WeightNorm,
+    svb, BatchNorm, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormConfig, NormKind, ParamStore,
+    Pass, RmsNorm, Role, WeightNorm,
 };
 
 use super::weight_norm::DDI_EPS;
@@ -103,7 +103,7 @@ impl NormLayer {
             Self::normed_weight(store, name, kernel, config, rng)?
         } else if kind.uses_svb() {
             let w = rng.orthogonal(kernel.weight_shape(), &dev)?;
-            WeightParam::Plain(store.add(&format!("{name}.weight"), w, Group::Weight)?)
+            WeightParam::Plain(store.add(&format!("{name}.weight"), w, Role::Weight)?)
         } else {
             Self::plain_weight(store, name, kernel, rng)?
         };
@@ -142,10 +142,10 @@ impl NormLayer {
         let bias = match &weight {
             _ if !kind.keeps_bias() => None,
             WeightParam::Normed(_) if config.data_dependent_init => {
-                Some(store.zeros(&format!("{name}.bias"), units, Group::Weight)?)
+                Some(store.zeros(&format!("{name}.bias"), units, Role::Weight)?)
             }
             _ if kind == NormKind::Svb => {
-                Some(store.zeros(&format!("{name}.bias"), units, Group::Weight)?)
+                Some(store.zeros(&format!("{name}.bias"), units, Role::Weight)?)
             }
             _ => Some(Self::plain_bias(store, name, kernel, rng)?),
         };
@@ -177,7 +177,7 @@ impl NormLayer {
             Self::plain_weight(store, name, kernel, rng)?
         };
         let bias = if normed && config.data_dependent_init {
-            store.zeros(&format!("{name}.bias"), kernel.units(), Group::Weight)?
+            store.zeros(&format!("{name}.bias"), kernel.units(), Role::Weight)?
         } else {
             Self::plain_bias(store, name, kernel, rng)?
         };
@@ -204,7 +204,7 @@ impl NormLayer {
         Ok(WeightParam::Plain(store.add(
             &format!("{name}.weight"),
             w,
-            Group::Weight,
+            Role::Weight,
         )?))
     }
 
@@ -216,7 +216,7 @@ impl NormLayer {
     ) -> Result<Var> {
         let bound = 1.0 / (kernel.fan_in() as f64).sqrt();
         let b = rng.uniform(kernel.units(), bound, &store.device().clone())?;
-        store.add(&format!("{name}.bias"), b, Group::Weight)
+        store.add(&format!("{name}.bias"), b, Role::Weight)
     }
 
     fn normed_weight(

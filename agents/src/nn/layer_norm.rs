@@ -26,7 +26,7 @@ use super::activation_norm::{
     HostLayer, HostOutput, NormTape, Saved,
 };
 use super::kernel::sample_moments;
-use super::{Group, ParamStore};
+use super::{ParamStore, Role};
 use crate::kernels::fused::with_values;
 use crate::kernels::layer_norm::{
     check_rows, normalize_rows, row_gradients, row_statistics, FusedLayerNorm,
@@ -42,8 +42,8 @@ impl LayerNorm {
     /// `features`: one sample's shape, e.g. `[n]` or `[C, H, W]`.
     pub fn new(store: &mut ParamStore, prefix: &str, features: &[usize], eps: f64) -> Result<Self> {
         Ok(Self {
-            gamma: store.ones(&format!("{prefix}.ln.gamma"), features, Group::Weight)?,
-            beta: store.zeros(&format!("{prefix}.ln.beta"), features, Group::Weight)?,
+            gamma: store.ones(&format!("{prefix}.ln.gamma"), features, Role::Weight)?,
+            beta: store.zeros(&format!("{prefix}.ln.beta"), features, Role::Weight)?,
             eps,
         })
     }
@@ -164,7 +164,7 @@ pub(crate) fn host_normalize_backward(
 /// agent's sample over all its features, over these `gamma` and `beta` per feature.
 pub(crate) fn stacked_vars(take: &mut super::stacked::Take) -> Result<(Var, Var)> {
     Ok((
-        take("ln.gamma", Group::Weight)?,
-        take("ln.beta", Group::Weight)?,
+        take("ln.gamma", Role::Weight)?,
+        take("ln.beta", Role::Weight)?,
     ))
 }

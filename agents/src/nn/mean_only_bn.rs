@@ -23,7 +23,7 @@ use super::activation_norm::{
 };
 use super::kernel::unit_mean;
 use super::params::StoreVersion;
-use super::{BnStats, Group, ParamStore};
+use super::{BnStats, ParamStore, Role};
 use crate::kernels::batch_norm as batch_norm_op;
 use crate::kernels::feature_pass::{
     affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
@@ -42,7 +42,7 @@ impl MeanOnlyBn {
     /// convention).
     pub fn new(store: &mut ParamStore, prefix: &str, units: usize, momentum: f64) -> Result<Self> {
         Ok(Self {
-            running_mean: store.zeros(&format!("{prefix}.running_mean"), units, Group::Buffer)?,
+            running_mean: store.zeros(&format!("{prefix}.running_mean"), units, Role::Buffer)?,
             momentum,
             version: store.version_handle(),
         })
@@ -258,7 +258,7 @@ impl StackedMeanOnly {
         config: &super::NormConfig,
     ) -> Result<Self> {
         Ok(Self {
-            running_mean: take("running_mean", super::Group::Buffer)?,
+            running_mean: take("running_mean", super::Role::Buffer)?,
             momentum: config.bn_momentum,
         })
     }

@@ -36,7 +36,7 @@ pub use kernel::{unit_moments, Kernel};
 pub use layer::{LayerStats, NormLayer};
 pub use layer_norm::LayerNorm;
 pub use mean_only_bn::MeanOnlyBn;
-pub use params::{Group, Param, ParamStore};
+pub use params::{Param, ParamStore, Role};
 pub use qnet::QNetwork;
 pub use rms_norm::RmsNorm;
 pub use weight_norm::{UnitNorms, WeightNorm};

@@ -3,10 +3,10 @@
 //!
 //! ```
 //! use candle_core::{DType, Device};
-//! use normrl_agents::nn::{Group, ParamStore};
+//! use normrl_agents::nn::{Role, ParamStore};
 //!
 //! let mut store = ParamStore::new(Device::Cpu);
-//! let w = store.zeros("fc0.weight", (2, 3), Group::Weight).unwrap();
+//! let w = store.zeros("fc0.weight", (2, 3), Role::Weight).unwrap();
 //! assert_eq!(store.trainable().count(), 1);
 //! assert_eq!(w.dims(), &[2, 3]);
 //! ```
@@ -19,7 +19,7 @@ use candle_core::{DType, Device, Result, Shape, Tensor, Var};
 
 /// What a variable is, which decides how it is trained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Group {
+pub enum Role {
     /// Weights, biases, BN/LN affine parameters: the base learning rate.
     Weight,
     /// Weight-norm gains `g`: the base learning rate times `g_lr_scale`.
@@ -32,7 +32,7 @@ pub enum Group {
 pub struct Param {
     pub name: String,
     pub var: Var,
-    pub group: Group,
+    pub role: Role,
 }
 
 /// A layer's link to its store's version. Every change a layer makes to a variable
@@ -85,35 +85,35 @@ impl ParamStore {
     }
 
     /// Registers `value` as a new variable.
-    pub fn add(&mut self, name: &str, value: Tensor, group: Group) -> Result<Var> {
+    pub fn add(&mut self, name: &str, value: Tensor, role: Role) -> Result<Var> {
         let value = value.to_device(&self.device)?.to_dtype(DType::F32)?;
         let var = Var::from_tensor(&value)?;
         self.params.push(Param {
             name: name.to_string(),
             var: var.clone(),
-            group,
+            role,
         });
         Ok(var)
     }
 
     /// Registers an existing variable (a population's, so that the fused optimizer can
     /// train it).
-    pub(crate) fn insert(&mut self, name: &str, var: Var, group: Group) {
+    pub(crate) fn insert(&mut self, name: &str, var: Var, role: Role) {
         self.params.push(Param {
             name: name.to_string(),
             var,
-            group,
+            role,
         });
     }
 
-    pub fn zeros<S: Into<Shape>>(&mut self, name: &str, shape: S, group: Group) -> Result<Var> {
+    pub fn zeros<S: Into<Shape>>(&mut self, name: &str, shape: S, role: Role) -> Result<Var> {
         let t = Tensor::zeros(shape, DType::F32, &self.device)?;
-        self.add(name, t, group)
+        self.add(name, t, role)
     }
 
-    pub fn ones<S: Into<Shape>>(&mut self, name: &str, shape: S, group: Group) -> Result<Var> {
+    pub fn ones<S: Into<Shape>>(&mut self, name: &str, shape: S, role: Role) -> Result<Var> {
         let t = Tensor::ones(shape, DType::F32, &self.device)?;
-        self.add(name, t, group)
+        self.add(name, t, role)
     }
 
     pub fn params(&self) -> &[Param] {
@@ -122,7 +122,7 @@ impl ParamStore {
 
     /// The variables that receive gradients.
     pub fn trainable(&self) -> impl Iterator<Item = &Param> {
-        self.params.iter().filter(|p| p.group != Group::Buffer)
+        self.params.iter().filter(|p| p.role != Role::Buffer)
     }
 
     pub fn get(&self, name: &str) -> Option<&Param> {
@@ -159,8 +159,8 @@ impl ParamStore {
     pub fn soft_update_from(&self, other: &ParamStore, tau: f64) -> Result<()> {
         self.check_same_layout(other)?;
         for (dst, src) in self.params.iter().zip(&other.params) {
-            let new = match dst.group {
-                Group::Buffer => src.var.as_tensor().clone(),
+            let new = match dst.role {
+                Role::Buffer => src.var.as_tensor().clone(),
                 _ => ((dst.var.as_tensor() * (1.0 - tau))? + (src.var.as_tensor() * tau)?)?,
             };
             dst.var.set(&new)?;

@@ -25,7 +25,7 @@ use super::activation_norm::{
     fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients,
     HostLayer, HostOutput, NormTape, Saved,
 };
-use super::{Group, ParamStore};
+use super::{ParamStore, Role};
 use crate::kernels::fused::with_values;
 use crate::kernels::layer_norm::check_rows;
 use crate::kernels::rms_norm::{inverse_rms, rms_gradients, scale_rows, FusedRmsNorm};
@@ -39,7 +39,7 @@ impl RmsNorm {
     /// `features`: one sample's shape, e.g. `[n]` or `[C, H, W]`.
     pub fn new(store: &mut ParamStore, prefix: &str, features: &[usize], eps: f64) -> Result<Self> {
         Ok(Self {
-            gamma: store.ones(&format!("{prefix}.rms.gamma"), features, Group::Weight)?,
+            gamma: store.ones(&format!("{prefix}.rms.gamma"), features, Role::Weight)?,
             eps,
         })
     }
@@ -118,7 +118,7 @@ impl StackedRmsNorm {
         take: &mut super::stacked::Take,
         config: &super::NormConfig,
     ) -> Result<Self> {
-        let gamma = take("rms.gamma", super::Group::Weight)?;
+        let gamma = take("rms.gamma", super::Role::Weight)?;
         Ok(Self {
             gamma,
             eps: config.ln_eps,

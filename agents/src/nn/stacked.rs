@@ -7,7 +7,7 @@
 
 use candle_core::{DType, Result, Tensor, Var};
 
-use super::{BnStats, Group};
+use super::{BnStats, Role};
 
 /// What a population layer asks of its normalization.
 pub(crate) trait StackedNorm: Send + Sync {
@@ -42,7 +42,7 @@ pub(crate) trait StackedNorm: Send + Sync {
 }
 
 /// Takes a stacked variable of the layer by its name's suffix (`ln.gamma`) and group.
-pub(crate) type Take<'a> = dyn FnMut(&str, Group) -> Result<Var> + 'a;
+pub(crate) type Take<'a> = dyn FnMut(&str, Role) -> Result<Var> + 'a;
 
 /// A copy of `v`, as a variable of its own.
 pub(crate) fn copy_var(v: &Var) -> Result<Var> {

@@ -31,7 +31,7 @@ use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{push, HostGradients};
 use super::params::StoreVersion;
-use super::{Group, Kernel, ParamStore};
+use super::{Kernel, ParamStore, Role};
 use crate::kernels::conv::DataConv2d;
 use crate::kernels::fused::with_values;
 use crate::kernels::kernel_core::KernelCore;
@@ -64,8 +64,8 @@ impl WeightNorm {
         v: Tensor,
         g: Tensor,
     ) -> Result<Self> {
-        let v = store.add(&format!("{prefix}.v"), v, Group::Weight)?;
-        let g = store.add(&format!("{prefix}.g"), g, Group::Gain)?;
+        let v = store.add(&format!("{prefix}.v"), v, Role::Weight)?;
+        let g = store.add(&format!("{prefix}.g"), g, Role::Gain)?;
         Ok(Self {
             kernel,
             v,

@@ -2,11 +2,11 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::{Group, ParamStore};
+//! use normrl_agents::nn::{Role, ParamStore};
 //! use normrl_agents::optim::{Optimizer, OptimizerConfig};
 //!
 //! let mut store = ParamStore::new(Device::Cpu);
-//! let x = store.add("x", Tensor::new(&[3.0f32], &Device::Cpu).unwrap(), Group::Weight).unwrap();
+//! let x = store.add("x", Tensor::new(&[3.0f32], &Device::Cpu).unwrap(), Role::Weight).unwrap();
 //! let config = OptimizerConfig { lr: 0.1, max_grad_norm: 0.0, ..Default::default() };
 //! let mut opt = Optimizer::new(&store, &config, 1.0);
 //! for _ in 0..100 {
@@ -25,7 +25,7 @@ use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
 use super::staggered::Staggered;
 use super::{OptimizerConfig, OptimizerKind};
 use crate::kernels::dense::{f32_slice_mut, lane_sum};
-use crate::nn::{Group, HostGradients, ParamStore};
+use crate::nn::{HostGradients, ParamStore, Role};
 use crate::Metric;
 
 /// Per-variable state: Adam's `(m, v)` or RMSprop's `(square_avg, grad_avg)`.
@@ -228,7 +228,7 @@ impl Optimizer {
                 Slot {
                     name: p.name.clone(),
                     var: p.var.clone(),
-                    lr_scale: if p.group == Group::Gain {
+                    lr_scale: if p.role == Role::Gain {
                         g_lr_scale
                     } else {
                         1.0

@@ -430,8 +430,8 @@ impl PopulationDqn {
 /// `online`'s trainable variables as a store, for the optimizer.
 fn trainables(online: &PopulationNet) -> ParamStore {
     let mut store = ParamStore::new(online.device().clone());
-    for ((name, var), group) in online.vars().into_iter().zip(online.groups()) {
-        store.insert(name, var.clone(), group);
+    for ((name, var), role) in online.vars().into_iter().zip(online.roles()) {
+        store.insert(name, var.clone(), role);
     }
     store
 }

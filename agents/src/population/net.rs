@@ -13,7 +13,7 @@ use super::conv::Im2col;
 use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
 use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight};
-use crate::nn::{BnStats, Group, Kernel, NormConfig, NormLayer, QNetwork};
+use crate::nn::{BnStats, Kernel, NormConfig, NormLayer, QNetwork, Role};
 
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
 /// copy), or weight norm's `v` in that layout and its gains `g` `[P, 1, out]`; an
@@ -82,7 +82,7 @@ struct Settings {
 /// others).
 pub struct PopulationNet {
     layers: Vec<PopulationLayer>,
-    /// Every variable's (buffers too) single-network name, group and layout, in the
+    /// Every variable's (buffers too) single-network name, role and layout, in the
     /// order of the layers' [`PopulationLayer::all`]; the trainable ones, in order, are
     /// those of [`Self::vars`].
     layouts: Vec<VarLayout>,
@@ -95,9 +95,9 @@ pub struct PopulationNet {
 #[derive(Clone)]
 pub(crate) struct VarLayout {
     pub(crate) name: String,
-    /// The optimizer's group (weight norm's gains have a learning rate of their own);
+    /// The variable's optimizer role (weight norm's gains have a learning rate of their own);
     /// `Buffer` for what is never trained.
-    group: Group,
+    role: Role,
     transposed: bool,
 }
 
@@ -132,7 +132,7 @@ fn stacked(nets: &[&QNetwork], name: &str) -> Result<Tensor> {
 }
 
 /// One layer of every agent's network as one (`layer` is the first agent's), every
-/// variable's name, group and layout added to `layouts`.
+/// variable's name, role and layout added to `layouts`.
 fn stack_layer(
     nets: &[&QNetwork],
     layer: &NormLayer,
@@ -141,12 +141,12 @@ fn stack_layer(
     layouts: &mut Vec<VarLayout>,
 ) -> Result<PopulationLayer> {
     let (name, is_conv) = (layer.name(), conv.is_some());
-    let mut take = |suffix: &str, group: Group| -> Result<Var> {
+    let mut take = |suffix: &str, role: Role| -> Result<Var> {
         let full = format!("{name}.{suffix}");
         let values = stacked(nets, &full)?;
         let layout = VarLayout {
             name: full,
-            group,
+            role,
             transposed: matches!(suffix, "weight" | "v"),
         };
         let (p, units) = (values.dim(0)?, values.dim(1)?);
@@ -163,12 +163,12 @@ fn stack_layer(
         Var::from_tensor(&values)
     };
     let (weight, gain) = match layer.weight_norm() {
-        Some(_) => (take("v", Group::Weight)?, Some(take("g", Group::Gain)?)),
-        None => (take("weight", Group::Weight)?, None),
+        Some(_) => (take("v", Role::Weight)?, Some(take("g", Role::Gain)?)),
+        None => (take("weight", Role::Weight)?, None),
     };
     let bias = layer
         .bias()
-        .map(|_| take("bias", Group::Weight))
+        .map(|_| take("bias", Role::Weight))
         .transpose()?;
     let norm = match layer.relu {
         true => stack_norm(&mut take, config)?,
@@ -246,7 +246,7 @@ impl PopulationNet {
             .collect()
     }
 
-    /// The optimizer's group of each of [`Self::vars`] (weight norm's gains have a
+    /// The optimizer role of each of [`Self::vars`] (weight norm's gains have a
     /// learning rate of their own).
     /// Every variable with its name, the buffers too (running statistics, counts).
     pub fn vars_and_buffers(&self) -> Vec<(&str, &Var)> {
@@ -258,8 +258,8 @@ impl PopulationNet {
             .collect()
     }
 
-    pub(crate) fn groups(&self) -> Vec<Group> {
-        self.trainable_layouts().iter().map(|l| l.group).collect()
+    pub(crate) fn roles(&self) -> Vec<Role> {
+        self.trainable_layouts().iter().map(|l| l.role).collect()
     }
 
     /// Q-values `[P, B, actions]` of observations `[P, B, obs]`: agent `i`'s network on
@@ -366,7 +366,7 @@ impl PopulationNet {
     /// The layout of each of [`Self::vars`] (the trainable variables).
     pub(crate) fn trainable_layouts(&self) -> Vec<&VarLayout> {
         let all = self.layouts.iter();
-        all.filter(|l| l.group != Group::Buffer).collect()
+        all.filter(|l| l.role != Role::Buffer).collect()
     }
 
     /// Writes agent `i`'s values (buffers included) into the single network `net`, a
