@@ -6,7 +6,7 @@ use common::*;
 use candle_core::{DType, Tensor, Var, D};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
-    svb, unit_moments, Kernel, NormConfig, NormKind, NormLayer, ParamStore, Pass, QNetwork,
+    svb, unit_moments, Kernel, Layer, NormConfig, NormKind, ParamStore, Pass, QNetwork,
     QNetworkConfig, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
@@ -121,7 +121,7 @@ fn check_data_dependent_init(kind: NormKind, kernel: Kernel, x_shape: Vec<usize>
     let mut store = ParamStore::new(DEV);
     let out_shape = vec![kernel.units()];
     let layer =
-        NormLayer::hidden(&mut store, "l", kernel, &out_shape, &config(kind), &mut rng).unwrap();
+        Layer::hidden(&mut store, "l", kernel, &out_shape, &config(kind), &mut rng).unwrap();
     let x = (rng.normal(x_shape, 2.0, &DEV).unwrap() + 0.7).unwrap();
     layer.data_dependent_init(&x).unwrap();
     for pass in [Pass::TRAIN, Pass::EVAL] {
@@ -194,7 +194,7 @@ fn mean_only_bn_batch_mean_is_bias_and_eval_uses_running_mean() {
             ..Default::default()
         };
         let layer =
-            NormLayer::hidden(&mut store, "l", kernel, &[kernel.units()], &cfg, &mut rng).unwrap();
+            Layer::hidden(&mut store, "l", kernel, &[kernel.units()], &cfg, &mut rng).unwrap();
         let x = (rng.normal(x_shape.clone(), 1.0, &DEV).unwrap() + 1.5).unwrap();
         let t = layer.pre_activation(&x, Pass::TRAIN).unwrap();
         let (mean, _) = unit_moments(&t).unwrap();
@@ -234,7 +234,7 @@ fn batch_norm_train_and_eval_semantics() {
             ..Default::default()
         };
         let layer =
-            NormLayer::hidden(&mut store, "l", kernel, &[kernel.units()], &cfg, &mut rng).unwrap();
+            Layer::hidden(&mut store, "l", kernel, &[kernel.units()], &cfg, &mut rng).unwrap();
         let x = (rng.normal(x_shape.clone(), 3.0, &DEV).unwrap() - 2.0).unwrap();
         let train = layer.pre_activation(&x, Pass::TRAIN).unwrap();
         let (mean, var) = unit_moments(&train).unwrap();
@@ -270,7 +270,7 @@ fn batch_norm_with_batch_size_one_is_defined_and_finite() {
     let mut rng = InitRng::new(4);
     let mut store = ParamStore::new(DEV);
     let (kernel, _) = linear();
-    let layer = NormLayer::hidden(
+    let layer = Layer::hidden(
         &mut store,
         "l",
         kernel,

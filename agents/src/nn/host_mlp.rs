@@ -39,7 +39,7 @@ use super::activation_norm::{push, HostGradients, HostLayer, NormTape, Saved};
 use super::activation_norm::{ActivationNorm, Identity};
 use super::layer::{with_method, Norm, WeightParam};
 use super::weight_norm::UnitNorms;
-use super::{BnStats, Kernel, NormLayer, QNetwork};
+use super::{BnStats, Kernel, Layer, QNetwork};
 use crate::kernels::fused::with_values;
 use crate::kernels::kernel_core::KernelCore;
 use crate::kernels::linear::LinearCore;
@@ -66,7 +66,7 @@ impl QNetwork {
     pub fn runs_on_host(&self) -> bool {
         self.store().device().is_cpu()
             && self.convs.is_empty()
-            && self.dense.iter().all(NormLayer::runs_on_host)
+            && self.dense.iter().all(Layer::runs_on_host)
     }
 
     /// Q-values `[rows, n_actions]` (row-major) of observations `x` (`rows` of them,
@@ -119,7 +119,7 @@ impl QNetwork {
     }
 }
 
-impl NormLayer {
+impl Layer {
     fn runs_on_host(&self) -> bool {
         let linear = matches!(self.kernel, Kernel::Linear { .. });
         let normed = matches!(self.weight, WeightParam::Normed(_));

@@ -57,7 +57,7 @@ macro_rules! with_method {
 }
 pub(crate) use with_method;
 
-pub struct NormLayer {
+pub struct Layer {
     name: String,
     pub(crate) kernel: Kernel,
     pub(crate) weight: WeightParam,
@@ -85,7 +85,7 @@ fn stats_of(v: &[f32]) -> (f64, f64, f64) {
     (mean, min, max)
 }
 
-impl NormLayer {
+impl Layer {
     /// A hidden layer normalized as `config` says. `out_shape` is one sample's output
     /// shape (for layer norm's per-feature affine).
     pub fn hidden(

@@ -1,7 +1,7 @@
 //! Q-networks and the normalization methods (`docs/methods.md`), on candle, for
 //! Linear and Conv2d layers alike.
 //!
-//! A layer ([`NormLayer`]) is a kernel, plain or weight-normed ([`WeightNorm`]), an
+//! A layer ([`Layer`]) is a kernel, plain or weight-normed ([`WeightNorm`]), an
 //! activation normalization ([`BatchNorm`], [`MeanOnlyBn`], [`LayerNorm`], [`RmsNorm`] or none, each
 //! implementing one trait in its own file), a bias and a ReLU. Each method's file holds
 //! its parameters, init, graph forward and the host path's forward and backward; the
@@ -33,7 +33,7 @@ pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};
 pub use group_norm::GroupNorm;
 pub use host_mlp::HostTape;
 pub use kernel::{unit_moments, Kernel};
-pub use layer::{LayerStats, NormLayer};
+pub use layer::{Layer, LayerStats};
 pub use layer_norm::LayerNorm;
 pub use mean_only_bn::MeanOnlyBn;
 pub use params::{Param, ParamStore, Role};

@@ -14,14 +14,14 @@
 use candle_core::{Device, Result, Tensor};
 
 use super::init::InitRng;
-use super::{Kernel, LayerStats, NormConfig, NormLayer, ParamStore, Pass, QNetworkConfig};
+use super::{Kernel, Layer, LayerStats, NormConfig, ParamStore, Pass, QNetworkConfig};
 
 pub struct QNetwork {
     store: ParamStore,
     /// Convolutional layers, then (after flattening) fully connected ones; the last
     /// layer is the head.
-    pub(crate) convs: Vec<NormLayer>,
-    pub(crate) dense: Vec<NormLayer>,
+    pub(crate) convs: Vec<Layer>,
+    pub(crate) dense: Vec<Layer>,
     norm: NormConfig,
     obs_shape: Vec<usize>,
     n_actions: usize,
@@ -64,7 +64,7 @@ impl QNetwork {
                 padding: 0,
             };
             let out = kernel.output_shape(&shape);
-            convs.push(NormLayer::hidden(
+            convs.push(Layer::hidden(
                 &mut store,
                 &format!("conv{i}"),
                 kernel,
@@ -77,7 +77,7 @@ impl QNetwork {
         let mut width: usize = shape.iter().product();
         for (i, &n_out) in hidden.iter().enumerate() {
             let kernel = Kernel::Linear { n_in: width, n_out };
-            dense.push(NormLayer::hidden(
+            dense.push(Layer::hidden(
                 &mut store,
                 &format!("fc{i}"),
                 kernel,
@@ -91,7 +91,7 @@ impl QNetwork {
             n_in: width,
             n_out: n_actions,
         };
-        dense.push(NormLayer::output(&mut store, "head", head, norm, &mut rng)?);
+        dense.push(Layer::output(&mut store, "head", head, norm, &mut rng)?);
         Ok(Self {
             store,
             convs,
@@ -119,7 +119,7 @@ impl QNetwork {
     }
 
     /// Every layer from input to output.
-    pub fn layers(&self) -> impl Iterator<Item = &NormLayer> {
+    pub fn layers(&self) -> impl Iterator<Item = &Layer> {
         self.convs.iter().chain(&self.dense)
     }
 

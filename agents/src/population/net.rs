@@ -13,7 +13,7 @@ use super::conv::Im2col;
 use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
 use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight};
-use crate::nn::{BnStats, Kernel, NormConfig, NormLayer, QNetwork, Role};
+use crate::nn::{BnStats, Kernel, Layer, NormConfig, QNetwork, Role};
 
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
 /// copy), or weight norm's `v` in that layout and its gains `g` `[P, 1, out]`; an
@@ -135,7 +135,7 @@ fn stacked(nets: &[&QNetwork], name: &str) -> Result<Tensor> {
 /// variable's name, role and layout added to `layouts`.
 fn stack_layer(
     nets: &[&QNetwork],
-    layer: &NormLayer,
+    layer: &Layer,
     config: &NormConfig,
     conv: Option<Im2col>,
     layouts: &mut Vec<VarLayout>,
