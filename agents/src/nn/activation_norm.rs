@@ -137,15 +137,15 @@ pub(crate) fn fused_or_reference(
 
 /// A host backward's result: `dL/dt` (the kernel output's gradient) and, where the
 /// kernel was weight-normed, the per-unit sums `Σ dL/d(s t) · t` that give `dL/dg`.
-pub(crate) struct HostGradient {
+pub(crate) struct KernelGradient {
     pub dt: Vec<f32>,
     pub gain_sums: Vec<f32>,
 }
 
 /// What a host backward returns.
-pub(crate) type Backward = Result<HostGradient>;
+pub(crate) type HostBackward = Result<KernelGradient>;
 
-impl HostGradient {
+impl KernelGradient {
     /// `dL/dt` of a kernel without weight norm.
     #[inline]
     pub(crate) fn plain(dt: Vec<f32>) -> Self {
@@ -172,7 +172,8 @@ pub(crate) trait ActivationNorm: Send + Sync {
 
     /// Pushes the method's (and the bias's) gradients from `dy`, the gradient of the
     /// layer's output.
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward;
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients)
+        -> HostBackward;
 
     /// The layer's bias after weight norm's data-dependent init, from `mean_scaled`, each
     /// unit's mean of `t` times its new gain: `-mean_scaled` centers the output.
@@ -249,7 +250,12 @@ impl ActivationNorm for Identity {
         Ok(HostOutput::kept_or_in_place(out, t, NormTape::None))
     }
 
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+    fn host_backward(
+        &self,
+        saved: &Saved,
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> HostBackward {
         let layer = &saved.layer;
         let output = SavedOutput {
             y: layer.relu.then_some(saved.out),
@@ -260,7 +266,7 @@ impl ActivationNorm for Identity {
         if let Some(b) = layer.bias {
             push(grads, b, sums.d);
         }
-        Ok(HostGradient {
+        Ok(KernelGradient {
             dt,
             gain_sums: sums.d_t,
         })

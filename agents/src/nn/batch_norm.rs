@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    mean_of, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients, HostLayer,
-    HostOutput, NormTape, Saved,
+    mean_of, push, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer, HostOutput,
+    KernelGradient, NormTape, Saved,
 };
 use super::batch_renorm::{BatchRenorm, RenormConfig};
 use super::kernel::{unit_moments, values_per_unit};
@@ -310,7 +310,12 @@ impl ActivationNorm for BatchNorm {
         Ok(HostOutput::kept_or_in_place(out, t, NormTape::Batch(op)))
     }
 
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+    fn host_backward(
+        &self,
+        saved: &Saved,
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> HostBackward {
         let NormTape::Batch(op) = saved.tape else {
             candle_core::bail!("host backward: the forward kept no batch-norm statistics");
         };
@@ -321,7 +326,7 @@ impl ActivationNorm for BatchNorm {
         })?;
         push(grads, &self.gamma, dgamma);
         push(grads, &self.beta, dbeta);
-        Ok(HostGradient::plain(dt))
+        Ok(KernelGradient::plain(dt))
     }
 
     fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {

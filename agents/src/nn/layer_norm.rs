@@ -22,8 +22,8 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients,
-    HostLayer, HostOutput, NormTape, Saved,
+    fused_or_reference, push, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
+    HostOutput, KernelGradient, NormTape, Saved,
 };
 use super::kernel::sample_moments;
 use super::{ParamStore, Role};
@@ -101,7 +101,12 @@ impl ActivationNorm for LayerNorm {
         host_normalize([&self.gamma, &self.beta], layer, t, (1, self.eps), keep)
     }
 
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+    fn host_backward(
+        &self,
+        saved: &Saved,
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> HostBackward {
         host_normalize_backward([&self.gamma, &self.beta], saved, dy, grads)
     }
 }
@@ -140,7 +145,7 @@ pub(crate) fn host_normalize_backward(
     saved: &Saved,
     dy: Vec<f32>,
     grads: &mut HostGradients,
-) -> Backward {
+) -> HostBackward {
     let NormTape::Layer(statistics) = saved.tape else {
         candle_core::bail!("host backward: the forward kept no layer or group statistics");
     };
@@ -157,7 +162,7 @@ pub(crate) fn host_normalize_backward(
     })?;
     push(grads, gamma, dgamma);
     push(grads, beta, dbeta);
-    Ok(HostGradient::plain(dt))
+    Ok(KernelGradient::plain(dt))
 }
 
 /// Layer norm's population form is group norm's with one group (`nn/stack.rs`): each

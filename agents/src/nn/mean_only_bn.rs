@@ -18,8 +18,8 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    mean_of, push, with_bias, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients,
-    HostLayer, HostOutput, NormTape, Saved,
+    mean_of, push, with_bias, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
+    HostOutput, KernelGradient, NormTape, Saved,
 };
 use super::kernel::unit_mean;
 use super::params::StoreVersion;
@@ -194,7 +194,12 @@ impl ActivationNorm for MeanOnlyBn {
         ))
     }
 
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+    fn host_backward(
+        &self,
+        saved: &Saved,
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> HostBackward {
         let &NormTape::MeanOnly { batch_statistics } = saved.tape else {
             candle_core::bail!("host backward: the forward kept no mean-only BN statistics");
         };
@@ -223,7 +228,7 @@ impl ActivationNorm for MeanOnlyBn {
             scaled: layer.scale.map(|s| (saved.t, s)),
         };
         let sums = output_gradient(&mut d, layer.units, scale);
-        Ok(HostGradient {
+        Ok(KernelGradient {
             dt: d,
             gain_sums: sums.d_t,
         })

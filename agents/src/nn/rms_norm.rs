@@ -22,8 +22,8 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradient, HostGradients,
-    HostLayer, HostOutput, NormTape, Saved,
+    fused_or_reference, push, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
+    HostOutput, KernelGradient, NormTape, Saved,
 };
 use super::{ParamStore, Role};
 use crate::kernels::fused::with_values;
@@ -89,7 +89,12 @@ impl ActivationNorm for RmsNorm {
         Ok(HostOutput::keeping(out, t, keep, NormTape::Rms(inv)))
     }
 
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+    fn host_backward(
+        &self,
+        saved: &Saved,
+        dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> HostBackward {
         let NormTape::Rms(inv) = saved.tape else {
             candle_core::bail!("host backward: the forward kept no RMSNorm statistics");
         };
@@ -102,7 +107,7 @@ impl ActivationNorm for RmsNorm {
             Ok(rms_gradients(saved.t, inv, gamma, &dy))
         })?;
         push(grads, &self.gamma, dgamma);
-        Ok(HostGradient::plain(dt))
+        Ok(KernelGradient::plain(dt))
     }
 }
 
