@@ -8,7 +8,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
-    BatchNorm, BnStats, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormKind, ParamStore, Pass,
+    BatchNorm, BnStats, GroupNorm, LayerNorm, LinearMap, MeanOnlyBn, NormKind, ParamStore, Pass,
     QNetwork, QNetworkConfig, RmsNorm, Role, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
@@ -568,7 +568,7 @@ fn data_convolution_equals_candle_conv2d_in_values_and_weight_gradients() {
             (3, 5, 2, 2, 7),
         ];
         for (c_in, c_out, k, stride, side) in geometries {
-            let kernel = Kernel::Conv2d {
+            let kernel = LinearMap::Conv2d {
                 c_in,
                 c_out,
                 k,
@@ -641,7 +641,7 @@ fn fused_bias_and_relu_equal_tensor_ops() {
 #[test]
 fn linear_op_reads_a_conv_output_as_flattened_rows() {
     on_every_path(|| {
-        let kernel = Kernel::Linear { n_in: 30, n_out: 4 };
+        let kernel = LinearMap::Linear { n_in: 30, n_out: 4 };
         let mut rng = InitRng::new(42);
         let x = Var::from_tensor(&rng.normal((3, 2, 3, 5), 1.0, &DEV).unwrap()).unwrap();
         let w = Var::from_tensor(&rng.normal((4, 30), 1.0, &DEV).unwrap()).unwrap();
@@ -671,7 +671,7 @@ fn linear_op_equals_candle_matmul_in_values_and_gradients() {
         // A batch larger than the layer, and a small batch through a large weight: the
         // forward orders its product differently in the two cases.
         for (batch, n_in, n_out) in [(6, 9, 4), (3, 9, 7), (5, 300, 70)] {
-            let kernel = Kernel::Linear { n_in, n_out };
+            let kernel = LinearMap::Linear { n_in, n_out };
             let mut rng = InitRng::new(41);
             let x = Var::from_tensor(&rng.normal((batch, n_in), 1.0, &DEV).unwrap()).unwrap();
             let w = Var::from_tensor(&rng.normal((n_out, n_in), 1.0, &DEV).unwrap()).unwrap();

@@ -6,7 +6,7 @@ use common::*;
 use candle_core::{DType, Tensor, Var, D};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
-    svb, unit_moments, Kernel, Layer, NormConfig, NormKind, ParamStore, Pass, QNetwork,
+    svb, unit_moments, Layer, LinearMap, NormConfig, NormKind, ParamStore, Pass, QNetwork,
     QNetworkConfig, WeightNorm,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
@@ -23,7 +23,7 @@ fn minatar_net(norm: &NormConfig, seed: u64) -> QNetwork {
     .unwrap()
 }
 
-fn check_weight_norm_gradients(kernel: Kernel, x_shape: Vec<usize>) {
+fn check_weight_norm_gradients(kernel: LinearMap, x_shape: Vec<usize>) {
     let mut rng = InitRng::new(3);
     let mut store = ParamStore::new(DEV);
     let v = rng.normal(kernel.weight_shape(), 0.3, &DEV).unwrap();
@@ -116,7 +116,7 @@ fn weight_norm_gradients_match_closed_forms_conv() {
     check_weight_norm_gradients(k, x);
 }
 
-fn check_data_dependent_init(kind: NormKind, kernel: Kernel, x_shape: Vec<usize>) {
+fn check_data_dependent_init(kind: NormKind, kernel: LinearMap, x_shape: Vec<usize>) {
     let mut rng = InitRng::new(5);
     let mut store = ParamStore::new(DEV);
     let out_shape = vec![kernel.units()];
@@ -244,8 +244,8 @@ fn batch_norm_train_and_eval_semantics() {
         // eval differs from train by exactly the n/(n-1) factor.
         let eval = layer.pre_activation(&x, Pass::EVAL).unwrap();
         let n = match kernel {
-            Kernel::Linear { .. } => x_shape[0] as f64,
-            Kernel::Conv2d { .. } => (x_shape[0] * 4 * 4) as f64,
+            LinearMap::Linear { .. } => x_shape[0] as f64,
+            LinearMap::Conv2d { .. } => (x_shape[0] * 4 * 4) as f64,
         };
         let ratio = (&eval / &train)
             .unwrap()
@@ -586,7 +586,7 @@ fn architectures_have_documented_shapes() {
         let fc0 = cnn.layers().nth(1).unwrap().kernel();
         assert_eq!(
             fc0,
-            Kernel::Linear {
+            LinearMap::Linear {
                 n_in: 1024,
                 n_out: 128
             }
@@ -599,7 +599,7 @@ fn architectures_have_documented_shapes() {
         assert_eq!(net.forward(&x, Pass::EVAL).unwrap().dims(), &[2, 4]);
         assert_eq!(
             net.layers().nth(3).unwrap().kernel(),
-            Kernel::Linear {
+            LinearMap::Linear {
                 n_in: 3136,
                 n_out: 512
             }

@@ -6,9 +6,9 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::Kernel;
+//! use normrl_agents::nn::LinearMap;
 //!
-//! let conv = Kernel::Conv2d { c_in: 1, c_out: 1, k: 2, stride: 1, padding: 0 };
+//! let conv = LinearMap::Conv2d { c_in: 1, c_out: 1, k: 2, stride: 1, padding: 0 };
 //! let x = Tensor::new(&[[[[1.0f32, 2.0], [3.0, 4.0]]]], &Device::Cpu).unwrap();
 //! let w = Tensor::new(&[[[[1.0f32, 0.0], [0.0, 1.0]]]], &Device::Cpu).unwrap();
 //! let y = conv.apply(&x, &w).unwrap(); // x is data: the im2col path
@@ -19,7 +19,7 @@ use candle_core::{CustomOp2, Result, Shape, Tensor};
 
 use super::dense::{product, transposed, Order, View};
 use super::fused::with_values;
-use super::kernel_core::KernelCore;
+use super::product::Product;
 use super::{cpu_forward, gradient_like, Grads2};
 
 /// Shape parameters of one convolution.
@@ -137,7 +137,7 @@ fn extend_run(cols: &mut Vec<f32>, run: &[f32]) {
     }
 }
 
-impl KernelCore for Dims {
+impl Product for Dims {
     fn out_shape(&self) -> Shape {
         Shape::from((self.batch, self.c_out, self.oh, self.ow))
     }

@@ -5,9 +5,9 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::Kernel;
+//! use normrl_agents::nn::LinearMap;
 //!
-//! let fc = Kernel::Linear { n_in: 2, n_out: 1 };
+//! let fc = LinearMap::Linear { n_in: 2, n_out: 1 };
 //! let x = Tensor::new(&[[1.0f32, 2.0]], &Device::Cpu).unwrap();
 //! let w = Tensor::new(&[[3.0f32, 4.0]], &Device::Cpu).unwrap();
 //! assert_eq!(fc.apply(&x, &w).unwrap().to_vec2::<f32>().unwrap(), vec![vec![11.0]]);
@@ -17,7 +17,7 @@ use candle_core::{CustomOp2, Result, Shape, Tensor};
 
 use super::dense::{product, transposed, Order, View};
 use super::fused::with_values;
-use super::kernel_core::KernelCore;
+use super::product::Product;
 use super::{cpu_forward, gradient_like, Grads2};
 
 pub(crate) struct LinearOp;
@@ -55,7 +55,7 @@ impl LinearCore {
     }
 }
 
-impl KernelCore for LinearCore {
+impl Product for LinearCore {
     fn out_shape(&self) -> Shape {
         Shape::from((self.b, self.n_out))
     }

@@ -9,10 +9,10 @@ pub(crate) mod conv;
 pub(crate) mod dense;
 pub(crate) mod feature_pass;
 pub mod fused;
-pub(crate) mod kernel_core;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod mean_only_bn;
+pub(crate) mod product;
 pub(crate) mod rms_norm;
 pub(crate) mod weight_norm;
 

@@ -16,7 +16,7 @@ use candle_core::{CustomOp2, CustomOp3, Result, Shape, Storage, Tensor};
 
 use super::dense::{dot, f32_slice, lane_sum};
 use super::fused::{with_values, Units};
-use super::kernel_core::KernelCore;
+use super::product::Product;
 use super::{cpu_forward, gradient_like, Grads2, Grads3};
 
 /// The units of an output of `shape`, checked against the gains and inverse norms.
@@ -121,7 +121,7 @@ pub(crate) struct NormedKernel<K> {
 /// `(dL/dinput if asked, dL/dv, dL/dg)`.
 type NormedGradients = (Option<Vec<f32>>, Vec<f32>, Vec<f32>);
 
-impl<K: KernelCore> NormedKernel<K> {
+impl<K: Product> NormedKernel<K> {
     /// The layer's output `s_u * (input (*) v)` on host values.
     fn forward_values(&self, input: &[f32], v: &[f32], g: &[f32]) -> Result<Vec<f32>> {
         let units = units_of(&self.core.out_shape(), g, &self.inv_norms)?;
@@ -156,7 +156,7 @@ impl<K: KernelCore> NormedKernel<K> {
     }
 }
 
-impl<K: KernelCore + Send + Sync> CustomOp3 for NormedKernel<K> {
+impl<K: Product + Send + Sync> CustomOp3 for NormedKernel<K> {
     cpu_forward!("weight-normed-kernel", |op, input @ l1, v @ l2, g @ l3| {
         let y = op.forward_values(input, v, g)?;
         Ok((y, op.core.out_shape()))

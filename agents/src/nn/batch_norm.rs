@@ -32,7 +32,7 @@ use super::activation_norm::{
     KernelGradient, NormTape, Saved,
 };
 use super::batch_renorm::{BatchRenorm, RenormConfig};
-use super::kernel::{unit_moments, values_per_unit};
+use super::linear_map::{unit_moments, values_per_unit};
 use super::params::StoreVersion;
 use super::{svb, BnStats, ParamStore, Role};
 use crate::kernels::batch_norm::{self as batch_norm_op, BatchNormOp};

@@ -39,10 +39,10 @@ use super::activation_norm::{push, HostGradients, HostLayer, NormTape, Saved};
 use super::activation_norm::{ActivationNorm, Identity};
 use super::layer::{with_method, Norm, WeightParam};
 use super::weight_norm::UnitNorms;
-use super::{BnStats, Kernel, Layer, QNetwork};
+use super::{BnStats, Layer, LinearMap, QNetwork};
 use crate::kernels::fused::with_values;
-use crate::kernels::kernel_core::KernelCore;
 use crate::kernels::linear::LinearCore;
+use crate::kernels::product::Product;
 
 /// What a training forward keeps for the backward, layer by layer.
 #[derive(Default)]
@@ -121,7 +121,7 @@ impl QNetwork {
 
 impl Layer {
     fn runs_on_host(&self) -> bool {
-        let linear = matches!(self.kernel, Kernel::Linear { .. });
+        let linear = matches!(self.kernel, LinearMap::Linear { .. });
         let normed = matches!(self.weight, WeightParam::Normed(_));
         linear && with_method!(&self.norm, |m| m.runs_on_host(normed))
     }
@@ -151,7 +151,7 @@ impl Layer {
         stats: BnStats,
         keep: bool,
     ) -> Result<(Vec<f32>, LayerTape)> {
-        let Kernel::Linear { n_in, n_out } = self.kernel else {
+        let LinearMap::Linear { n_in, n_out } = self.kernel else {
             candle_core::bail!("host forward: not a Linear layer");
         };
         if x.len() != rows * n_in {
@@ -194,7 +194,7 @@ impl Layer {
         input_gradient: bool,
         grads: &mut HostGradients,
     ) -> Result<Option<Vec<f32>>> {
-        let Kernel::Linear { n_in, n_out } = self.kernel else {
+        let LinearMap::Linear { n_in, n_out } = self.kernel else {
             candle_core::bail!("host backward: not a Linear layer");
         };
         let rows = saved.input.len() / n_in.max(1);

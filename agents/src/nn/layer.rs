@@ -6,10 +6,10 @@ use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{ActivationNorm, GraphLayer, Identity};
 use super::init::InitRng;
-use super::kernel::unit_moments;
+use super::linear_map::unit_moments;
 use super::params::StoreVersion;
 use super::{
-    svb, BatchNorm, GroupNorm, Kernel, LayerNorm, MeanOnlyBn, NormConfig, NormKind, ParamStore,
+    svb, BatchNorm, GroupNorm, LayerNorm, LinearMap, MeanOnlyBn, NormConfig, NormKind, ParamStore,
     Pass, RmsNorm, Role, WeightNorm,
 };
 
@@ -59,7 +59,7 @@ pub(crate) use with_method;
 
 pub struct Layer {
     name: String,
-    pub(crate) kernel: Kernel,
+    pub(crate) kernel: LinearMap,
     pub(crate) weight: WeightParam,
     pub(crate) bias: Option<Var>,
     pub(crate) norm: Norm,
@@ -91,7 +91,7 @@ impl Layer {
     pub fn hidden(
         store: &mut ParamStore,
         name: &str,
-        kernel: Kernel,
+        kernel: LinearMap,
         out_shape: &[usize],
         config: &NormConfig,
         rng: &mut InitRng,
@@ -166,7 +166,7 @@ impl Layer {
     pub fn output(
         store: &mut ParamStore,
         name: &str,
-        kernel: Kernel,
+        kernel: LinearMap,
         config: &NormConfig,
         rng: &mut InitRng,
     ) -> Result<Self> {
@@ -196,7 +196,7 @@ impl Layer {
     fn plain_weight(
         store: &mut ParamStore,
         name: &str,
-        kernel: Kernel,
+        kernel: LinearMap,
         rng: &mut InitRng,
     ) -> Result<WeightParam> {
         let bound = 1.0 / (kernel.fan_in() as f64).sqrt();
@@ -211,7 +211,7 @@ impl Layer {
     fn plain_bias(
         store: &mut ParamStore,
         name: &str,
-        kernel: Kernel,
+        kernel: LinearMap,
         rng: &mut InitRng,
     ) -> Result<Var> {
         let bound = 1.0 / (kernel.fan_in() as f64).sqrt();
@@ -222,7 +222,7 @@ impl Layer {
     fn normed_weight(
         store: &mut ParamStore,
         name: &str,
-        kernel: Kernel,
+        kernel: LinearMap,
         config: &NormConfig,
         rng: &mut InitRng,
     ) -> Result<WeightParam> {
@@ -243,7 +243,7 @@ impl Layer {
         &self.name
     }
 
-    pub fn kernel(&self) -> Kernel {
+    pub fn kernel(&self) -> LinearMap {
         self.kernel
     }
 

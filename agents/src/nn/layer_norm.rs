@@ -25,7 +25,7 @@ use super::activation_norm::{
     fused_or_reference, push, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
     HostOutput, KernelGradient, NormTape, Saved,
 };
-use super::kernel::sample_moments;
+use super::linear_map::sample_moments;
 use super::{ParamStore, Role};
 use crate::kernels::fused::with_values;
 use crate::kernels::layer_norm::{

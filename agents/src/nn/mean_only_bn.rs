@@ -21,7 +21,7 @@ use super::activation_norm::{
     mean_of, push, with_bias, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
     HostOutput, KernelGradient, NormTape, Saved,
 };
-use super::kernel::unit_mean;
+use super::linear_map::unit_mean;
 use super::params::StoreVersion;
 use super::{BnStats, ParamStore, Role};
 use crate::kernels::batch_norm as batch_norm_op;

@@ -14,7 +14,7 @@
 use candle_core::{Device, Result, Tensor};
 
 use super::init::InitRng;
-use super::{Kernel, Layer, LayerStats, NormConfig, ParamStore, Pass, QNetworkConfig};
+use super::{Layer, LayerStats, LinearMap, NormConfig, ParamStore, Pass, QNetworkConfig};
 
 pub struct QNetwork {
     store: ParamStore,
@@ -56,7 +56,7 @@ impl QNetwork {
                     "observation {obs_shape:?} is too small for a {k}x{k} convolution"
                 );
             }
-            let kernel = Kernel::Conv2d {
+            let kernel = LinearMap::Conv2d {
                 c_in: shape[0],
                 c_out,
                 k,
@@ -76,7 +76,7 @@ impl QNetwork {
         }
         let mut width: usize = shape.iter().product();
         for (i, &n_out) in hidden.iter().enumerate() {
-            let kernel = Kernel::Linear { n_in: width, n_out };
+            let kernel = LinearMap::Linear { n_in: width, n_out };
             dense.push(Layer::hidden(
                 &mut store,
                 &format!("fc{i}"),
@@ -87,7 +87,7 @@ impl QNetwork {
             )?);
             width = n_out;
         }
-        let head = Kernel::Linear {
+        let head = LinearMap::Linear {
             n_in: width,
             n_out: n_actions,
         };

@@ -14,10 +14,10 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::{Kernel, ParamStore, WeightNorm};
+//! use normrl_agents::nn::{LinearMap, ParamStore, WeightNorm};
 //!
 //! let mut store = ParamStore::new(Device::Cpu);
-//! let kernel = Kernel::Linear { n_in: 3, n_out: 2 };
+//! let kernel = LinearMap::Linear { n_in: 3, n_out: 2 };
 //! let v = Tensor::new(&[[3.0f32, 0.0, 4.0], [0.0, 2.0, 0.0]], &Device::Cpu).unwrap();
 //! let g = Tensor::new(&[10.0f32, -1.0], &Device::Cpu).unwrap();
 //! let wn = WeightNorm::from_values(&mut store, "fc", kernel, v, g).unwrap();
@@ -31,11 +31,11 @@ use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{push, HostGradients};
 use super::params::StoreVersion;
-use super::{Kernel, ParamStore, Role};
+use super::{LinearMap, ParamStore, Role};
 use crate::kernels::conv::DataConv2d;
 use crate::kernels::fused::with_values;
-use crate::kernels::kernel_core::KernelCore;
 use crate::kernels::linear::LinearCore;
+use crate::kernels::product::Product;
 use crate::kernels::weight_norm::{
     add_norm_gradient, gain_gradient_from_sums, inverse_norms, unit_scales, FusedWeightNorm,
     NormedKernel, ScaleByGain,
@@ -46,7 +46,7 @@ use crate::kernels::weight_norm::{
 const FORM_WEIGHT_MARGIN: usize = 4096;
 
 pub struct WeightNorm {
-    kernel: Kernel,
+    kernel: LinearMap,
     pub(crate) v: Var,
     /// One gain per output unit, shape `[units]`.
     pub(crate) g: Var,
@@ -60,7 +60,7 @@ impl WeightNorm {
     pub fn from_values(
         store: &mut ParamStore,
         prefix: &str,
-        kernel: Kernel,
+        kernel: LinearMap,
         v: Tensor,
         g: Tensor,
     ) -> Result<Self> {
@@ -81,7 +81,7 @@ impl WeightNorm {
     pub fn norm_preserving(
         store: &mut ParamStore,
         prefix: &str,
-        kernel: Kernel,
+        kernel: LinearMap,
         v: Tensor,
     ) -> Result<Self> {
         let units = kernel.units();
@@ -89,7 +89,7 @@ impl WeightNorm {
         Self::from_values(store, prefix, kernel, v, g)
     }
 
-    pub fn kernel(&self) -> Kernel {
+    pub fn kernel(&self) -> LinearMap {
         self.kernel
     }
 
@@ -137,8 +137,8 @@ impl WeightNorm {
     fn output_len(&self, x: &Tensor) -> Option<usize> {
         let dims = x.dims();
         let rank = match self.kernel {
-            Kernel::Linear { .. } => 2,
-            Kernel::Conv2d { .. } => 4,
+            LinearMap::Linear { .. } => 2,
+            LinearMap::Conv2d { .. } => 4,
         };
         (dims.len() == rank).then(|| {
             dims[0]
@@ -158,12 +158,12 @@ impl WeightNorm {
         let units = self.kernel.units();
         let inv_norms = with_values(v, |v| Ok(inverse_norms(v, units)))?;
         match self.kernel {
-            Kernel::Linear { .. } => {
+            LinearMap::Linear { .. } => {
                 let x = x.contiguous()?;
                 let core = LinearCore::of(x.shape(), v.shape())?;
                 x.apply_op3(v, g, NormedKernel { core, inv_norms })
             }
-            Kernel::Conv2d {
+            LinearMap::Conv2d {
                 k,
                 stride,
                 padding: 0,
@@ -172,7 +172,7 @@ impl WeightNorm {
                 let (cols, core) = DataConv2d { k, stride }.columns(x, v)?;
                 cols.apply_op3(v, g, NormedKernel { core, inv_norms })
             }
-            Kernel::Conv2d { .. } => {
+            LinearMap::Conv2d { .. } => {
                 let t = self.kernel.apply(x, v)?;
                 t.apply_op3(v, g, ScaleByGain { inv_norms })
             }
@@ -274,10 +274,10 @@ impl WeightNorm {
 ///
 /// ```
 /// use candle_core::{Device, Tensor};
-/// use normrl_agents::nn::{Kernel, ParamStore, WeightNorm};
+/// use normrl_agents::nn::{LinearMap, ParamStore, WeightNorm};
 ///
 /// let mut store = ParamStore::new(Device::Cpu);
-/// let kernel = Kernel::Linear { n_in: 2, n_out: 2 };
+/// let kernel = LinearMap::Linear { n_in: 2, n_out: 2 };
 /// let v = Tensor::new(&[[3.0f32, 4.0], [0.0, 2.0]], &Device::Cpu).unwrap();
 /// let g = Tensor::new(&[10.0f32, -1.0], &Device::Cpu).unwrap();
 /// let wn = WeightNorm::from_values(&mut store, "fc", kernel, v, g).unwrap();
@@ -343,13 +343,13 @@ mod tests {
 
     use candle_core::{Device, Tensor};
 
-    use crate::nn::{Kernel, ParamStore, WeightNorm};
+    use crate::nn::{LinearMap, ParamStore, WeightNorm};
 
     #[test]
     fn norms_are_kept_until_the_store_changes() {
         let dev = Device::Cpu;
         let mut store = ParamStore::new(dev.clone());
-        let kernel = Kernel::Linear { n_in: 2, n_out: 1 };
+        let kernel = LinearMap::Linear { n_in: 2, n_out: 1 };
         let v = Tensor::new(&[[3.0f32, 4.0]], &dev).unwrap();
         let g = Tensor::new(&[1.0f32], &dev).unwrap();
         let wn = WeightNorm::from_values(&mut store, "fc", kernel, v, g).unwrap();

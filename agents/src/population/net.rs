@@ -13,7 +13,7 @@ use super::conv::Im2col;
 use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
 use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight};
-use crate::nn::{BnStats, Kernel, Layer, NormConfig, QNetwork, Role};
+use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
 /// copy), or weight norm's `v` in that layout and its gains `g` `[P, 1, out]`; an
@@ -196,7 +196,7 @@ impl PopulationNet {
         let mut shape = first.obs_shape().to_vec();
         for layer in first.layers() {
             let conv = match layer.kernel() {
-                Kernel::Conv2d {
+                LinearMap::Conv2d {
                     c_in, k, stride, ..
                 } => {
                     let device = first.store().device();
@@ -204,7 +204,7 @@ impl PopulationNet {
                     shape = layer.kernel().output_shape(&shape);
                     Some(im2col)
                 }
-                Kernel::Linear { .. } => None,
+                LinearMap::Linear { .. } => None,
             };
             layers.push(stack_layer(nets, layer, config, conv, &mut layouts)?);
         }

@@ -4,7 +4,7 @@
 use candle_core::{Device, Tensor};
 use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
-use normrl_agents::nn::{Kernel, NormConfig, NormKind};
+use normrl_agents::nn::{LinearMap, NormConfig, NormKind};
 
 pub const DEV: Device = Device::Cpu;
 
@@ -26,12 +26,12 @@ impl MaxAbs for Tensor {
     }
 }
 
-pub fn linear() -> (Kernel, Vec<usize>) {
-    (Kernel::Linear { n_in: 7, n_out: 5 }, vec![16, 7])
+pub fn linear() -> (LinearMap, Vec<usize>) {
+    (LinearMap::Linear { n_in: 7, n_out: 5 }, vec![16, 7])
 }
 
-pub fn conv() -> (Kernel, Vec<usize>) {
-    let k = Kernel::Conv2d {
+pub fn conv() -> (LinearMap, Vec<usize>) {
+    let k = LinearMap::Conv2d {
         c_in: 3,
         c_out: 4,
         k: 3,

@@ -4,7 +4,7 @@
 
 use candle_core::Shape;
 
-pub(crate) trait KernelCore {
+pub(crate) trait Product {
     /// The output's shape, units on dim 1.
     fn out_shape(&self) -> Shape;
 

@@ -2,9 +2,9 @@
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::nn::Kernel;
+//! use normrl_agents::nn::LinearMap;
 //!
-//! let conv = Kernel::Conv2d { c_in: 4, c_out: 16, k: 3, stride: 1, padding: 0 };
+//! let conv = LinearMap::Conv2d { c_in: 4, c_out: 16, k: 3, stride: 1, padding: 0 };
 //! assert_eq!(conv.weight_shape(), vec![16, 4, 3, 3]);
 //! assert_eq!(conv.output_shape(&[4, 10, 10]), vec![16, 8, 8]);
 //! ```
@@ -15,7 +15,7 @@ use crate::kernels::conv::DataConv2d;
 use crate::kernels::linear::LinearOp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernel {
+pub enum LinearMap {
     /// `x: [B, n_in] -> [B, n_out]`.
     Linear { n_in: usize, n_out: usize },
     /// `x: [B, c_in, H, W] -> [B, c_out, H', W']`, square kernel.
@@ -28,34 +28,34 @@ pub enum Kernel {
     },
 }
 
-impl Kernel {
+impl LinearMap {
     pub fn weight_shape(&self) -> Vec<usize> {
         match *self {
-            Kernel::Linear { n_in, n_out } => vec![n_out, n_in],
-            Kernel::Conv2d { c_in, c_out, k, .. } => vec![c_out, c_in, k, k],
+            LinearMap::Linear { n_in, n_out } => vec![n_out, n_in],
+            LinearMap::Conv2d { c_in, c_out, k, .. } => vec![c_out, c_in, k, k],
         }
     }
 
     /// Output units (features or channels).
     pub fn units(&self) -> usize {
         match *self {
-            Kernel::Linear { n_out, .. } => n_out,
-            Kernel::Conv2d { c_out, .. } => c_out,
+            LinearMap::Linear { n_out, .. } => n_out,
+            LinearMap::Conv2d { c_out, .. } => c_out,
         }
     }
 
     pub fn fan_in(&self) -> usize {
         match *self {
-            Kernel::Linear { n_in, .. } => n_in,
-            Kernel::Conv2d { c_in, k, .. } => c_in * k * k,
+            LinearMap::Linear { n_in, .. } => n_in,
+            LinearMap::Conv2d { c_in, k, .. } => c_in * k * k,
         }
     }
 
     /// Shape of one sample's output given one sample's input shape.
     pub fn output_shape(&self, input: &[usize]) -> Vec<usize> {
         match *self {
-            Kernel::Linear { n_out, .. } => vec![n_out],
-            Kernel::Conv2d {
+            LinearMap::Linear { n_out, .. } => vec![n_out],
+            LinearMap::Conv2d {
                 c_out,
                 k,
                 stride,
@@ -71,14 +71,14 @@ impl Kernel {
     /// `W x` for a weight of [`Self::weight_shape`].
     pub fn apply(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         match *self {
-            Kernel::Linear { .. } => {
+            LinearMap::Linear { .. } => {
                 if x.device().is_cpu() {
                     x.contiguous()?.apply_op2(&w.contiguous()?, LinearOp)
                 } else {
                     x.matmul(&w.t()?)
                 }
             }
-            Kernel::Conv2d {
+            LinearMap::Conv2d {
                 k, stride, padding, ..
             } => {
                 if x.device().is_cpu() && !x.track_op() && padding == 0 {
@@ -94,18 +94,18 @@ impl Kernel {
     /// linear op and the data convolution are tested against).
     pub fn apply_reference(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         match *self {
-            Kernel::Conv2d {
+            LinearMap::Conv2d {
                 stride, padding, ..
             } => x.conv2d(w, padding, stride, 1, 1),
-            Kernel::Linear { .. } => x.matmul(&w.t()?),
+            LinearMap::Linear { .. } => x.matmul(&w.t()?),
         }
     }
 
     /// Shape that broadcasts a per-unit vector against this kernel's output.
     pub fn unit_shape(&self) -> Vec<usize> {
         match *self {
-            Kernel::Linear { n_out, .. } => vec![1, n_out],
-            Kernel::Conv2d { c_out, .. } => vec![1, c_out, 1, 1],
+            LinearMap::Linear { n_out, .. } => vec![1, n_out],
+            LinearMap::Conv2d { c_out, .. } => vec![1, c_out, 1, 1],
         }
     }
 }
