@@ -143,7 +143,7 @@ pub(crate) struct KernelGradient {
 }
 
 /// What a host backward returns.
-pub(crate) type HostBackward = Result<KernelGradient>;
+pub(crate) type Backward = Result<KernelGradient>;
 
 impl KernelGradient {
     /// `dL/dt` of a kernel without weight norm.
@@ -172,8 +172,7 @@ pub(crate) trait ActivationNorm: Send + Sync {
 
     /// Pushes the method's (and the bias's) gradients from `dy`, the gradient of the
     /// layer's output.
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients)
-        -> HostBackward;
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward;
 
     /// The layer's bias after weight norm's data-dependent init, from `mean_scaled`, each
     /// unit's mean of `t` times its new gain: `-mean_scaled` centers the output.
@@ -250,12 +249,7 @@ impl ActivationNorm for Identity {
         Ok(HostOutput::kept_or_in_place(out, t, NormTape::None))
     }
 
-    fn host_backward(
-        &self,
-        saved: &Saved,
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> HostBackward {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         let layer = &saved.layer;
         let output = SavedOutput {
             y: layer.relu.then_some(saved.out),

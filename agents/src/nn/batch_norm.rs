@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    mean_of, push, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer, HostOutput,
+    mean_of, push, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
     KernelGradient, NormTape, Saved,
 };
 use super::batch_renorm::{BatchRenorm, RenormConfig};
@@ -310,12 +310,7 @@ impl ActivationNorm for BatchNorm {
         Ok(HostOutput::kept_or_in_place(out, t, NormTape::Batch(op)))
     }
 
-    fn host_backward(
-        &self,
-        saved: &Saved,
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> HostBackward {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         let NormTape::Batch(op) = saved.tape else {
             candle_core::bail!("host backward: the forward kept no batch-norm statistics");
         };

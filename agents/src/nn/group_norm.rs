@@ -22,8 +22,8 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    fused_or_reference, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
-    HostOutput, Saved,
+    fused_or_reference, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
+    Saved,
 };
 use super::layer_norm::{host_normalize, host_normalize_backward};
 use super::{ParamStore, Role};
@@ -109,12 +109,7 @@ impl ActivationNorm for GroupNorm {
         host_normalize([&self.gamma, &self.beta], layer, t, groups, keep)
     }
 
-    fn host_backward(
-        &self,
-        saved: &Saved,
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> HostBackward {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         host_normalize_backward([&self.gamma, &self.beta], saved, dy, grads)
     }
 }

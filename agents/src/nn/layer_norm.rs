@@ -22,7 +22,7 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    fused_or_reference, push, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
+    fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer,
     HostOutput, KernelGradient, NormTape, Saved,
 };
 use super::linear_map::sample_moments;
@@ -101,12 +101,7 @@ impl ActivationNorm for LayerNorm {
         host_normalize([&self.gamma, &self.beta], layer, t, (1, self.eps), keep)
     }
 
-    fn host_backward(
-        &self,
-        saved: &Saved,
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> HostBackward {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         host_normalize_backward([&self.gamma, &self.beta], saved, dy, grads)
     }
 }
@@ -145,7 +140,7 @@ pub(crate) fn host_normalize_backward(
     saved: &Saved,
     dy: Vec<f32>,
     grads: &mut HostGradients,
-) -> HostBackward {
+) -> Backward {
     let NormTape::Layer(statistics) = saved.tape else {
         candle_core::bail!("host backward: the forward kept no layer or group statistics");
     };

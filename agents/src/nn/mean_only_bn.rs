@@ -18,7 +18,7 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    mean_of, push, with_bias, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
+    mean_of, push, with_bias, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer,
     HostOutput, KernelGradient, NormTape, Saved,
 };
 use super::linear_map::unit_mean;
@@ -194,12 +194,7 @@ impl ActivationNorm for MeanOnlyBn {
         ))
     }
 
-    fn host_backward(
-        &self,
-        saved: &Saved,
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> HostBackward {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         let &NormTape::MeanOnly { batch_statistics } = saved.tape else {
             candle_core::bail!("host backward: the forward kept no mean-only BN statistics");
         };

@@ -22,7 +22,7 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::activation_norm::{
-    fused_or_reference, push, ActivationNorm, GraphLayer, HostBackward, HostGradients, HostLayer,
+    fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer,
     HostOutput, KernelGradient, NormTape, Saved,
 };
 use super::{ParamStore, Role};
@@ -89,12 +89,7 @@ impl ActivationNorm for RmsNorm {
         Ok(HostOutput::keeping(out, t, keep, NormTape::Rms(inv)))
     }
 
-    fn host_backward(
-        &self,
-        saved: &Saved,
-        dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> HostBackward {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         let NormTape::Rms(inv) = saved.tape else {
             candle_core::bail!("host backward: the forward kept no RMSNorm statistics");
         };
