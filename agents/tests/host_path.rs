@@ -190,12 +190,6 @@ fn trainables(agent: &Dqn) -> Vec<Vec<f32>> {
     values.map(|t| t.unwrap().to_vec1().unwrap()).collect()
 }
 
-/// `||a - b||_2`.
-fn distance(a: &[f32], b: &[f32]) -> f64 {
-    let squares = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2));
-    squares.sum::<f64>().sqrt()
-}
-
 /// One update of `host` and of `graph` (first set to where `host` stands) on `b`: the
 /// same targets, loss, mean Q and gradient norm (1e-5 relative), projections and syncs,
 /// and the networks' change to 1e-3 of its norm (the few weights whose normalized step

@@ -2,7 +2,10 @@
 //! another: every method on MLPs and MinAtar's CNN, the per-agent hyperparameters,
 //! target updates, CrossQ's joint forward, acting, saved state and export.
 
+mod common;
+
 use candle_core::{Device, Tensor};
+use common::distance;
 use normrl_agents::dqn::{Dqn, DqnConfig, TargetUpdate};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{BnStats, NormConfig, NormKind, QNetworkConfig};
@@ -136,12 +139,6 @@ fn trainable_values(agent: &Dqn) -> Vec<f32> {
         t.to_vec1::<f32>().unwrap()
     });
     values.flatten().collect()
-}
-
-/// `||a - b||_2`.
-fn distance(a: &[f32], b: &[f32]) -> f64 {
-    let squares = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2));
-    squares.sum::<f64>().sqrt()
 }
 
 /// One update of `population` against the same update of each agent alone, both from

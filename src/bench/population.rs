@@ -228,17 +228,8 @@ pub fn train_rows(steps: u64, device: &Device, device_spec: &str) -> Result<Vec<
 /// Seconds of the timed part for P agents as one population, then one after another.
 fn train_both(config: &crate::config::TrainConfig, p: usize, steps: u64) -> Result<[f64; 2]> {
     use crate::run::population::Population;
-    use crate::run::train::Trainer;
     let root = std::env::temp_dir().join(format!("normrl-bench-population-{}", std::process::id()));
-    let trainers = |side: &str| -> Result<Vec<Trainer>> {
-        (0..p as u64)
-            .map(|seed| {
-                let mut c = config.clone();
-                c.run.seed = seed + 1;
-                Trainer::new(c, &root.join(side).join(format!("seed-{}", seed + 1)))
-            })
-            .collect()
-    };
+    let trainers = |side: &str| trainers(config, p, &root.join(side));
     let mut population = Population::new(trainers("population")?)?;
     population.run(Some(1000))?;
     let t = std::time::Instant::now();
@@ -262,7 +253,6 @@ fn train_both(config: &crate::config::TrainConfig, p: usize, steps: u64) -> Resu
 /// (`HostTimes`), and the end (every member exported, as before a checkpoint).
 pub fn host_rows(p: usize, steps: u64, device_spec: &str) -> Result<Vec<Row>> {
     use crate::run::population::Population;
-    use crate::run::train::Trainer;
     let arch = "{type=\"minatar_cnn\"}";
     let config = bench_train_config(("minatar/breakout", arch), 32, steps + 1000, device_spec)?;
     let root = std::env::temp_dir().join(format!("normrl-bench-host-{}", std::process::id()));
@@ -274,13 +264,7 @@ pub fn host_rows(p: usize, steps: u64, device_spec: &str) -> Result<Vec<Row>> {
         unit,
     };
     let t = std::time::Instant::now();
-    let trainers = (0..p as u64)
-        .map(|seed| {
-            let mut c = config.clone();
-            c.run.seed = seed + 1;
-            Trainer::new(c, &root.join(format!("seed-{}", seed + 1)))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let trainers = trainers(&config, p, &root)?;
     let made = t.elapsed().as_secs_f64();
     let t = std::time::Instant::now();
     let population = Population::new(trainers)?;
@@ -309,6 +293,21 @@ pub fn host_rows(p: usize, steps: u64, device_spec: &str) -> Result<Vec<Row>> {
     ));
     let _ = std::fs::remove_dir_all(&root);
     Ok(rows)
+}
+
+/// P runs of `config` with seeds 1..=P, in `root/seed-<s>`.
+fn trainers(
+    config: &crate::config::TrainConfig,
+    p: usize,
+    root: &std::path::Path,
+) -> Result<Vec<crate::run::train::Trainer>> {
+    (1..=p as u64)
+        .map(|seed| {
+            let mut c = config.clone();
+            c.run.seed = seed;
+            crate::run::train::Trainer::new(c, &root.join(format!("seed-{seed}")))
+        })
+        .collect()
 }
 
 /// Microseconds per member per step since the population's times were reset: in all

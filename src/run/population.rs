@@ -58,8 +58,8 @@ impl SingleRun {
         if trainer.agent().online().store().device().is_cpu() {
             return Ok(Self::Host(Box::new(trainer)));
         }
-        let population = Population::new(vec![trainer])?.with_device_frames(false)?;
-        Ok(Self::Device(Box::new(population)))
+        // `Population::new` mirrors the frames on an accelerator.
+        Ok(Self::Device(Box::new(Population::new(vec![trainer])?)))
     }
 
     /// Trains to `stop_at` (or the end); the summary once the run is finished.
@@ -486,11 +486,8 @@ impl Population {
                 Some(sums) => (sums + info.metrics)?,
             });
             self.updates_since_log += 1;
-            for i in self.live() {
-                if self.members[i].awaits_update() {
-                    self.agents.export_agent(i, self.members[i].agent_mut())?;
-                    self.members[i].after_update()?;
-                }
+            for i in self.export_where(Trainer::awaits_update)? {
+                self.members[i].after_update()?;
             }
         }
         Ok(())
@@ -513,15 +510,23 @@ impl Population {
 
     /// Every live member's agent where the population's stands.
     fn export(&mut self) -> Result<()> {
+        self.export_where(|_| true).map(|_| ())
+    }
+
+    /// The agents of the live members that `wanted` picks where the population's
+    /// stand, in one export (which reads the optimizer's state once for all of them);
+    /// their indices.
+    fn export_where(&mut self, wanted: impl Fn(&Trainer) -> bool) -> Result<Vec<usize>> {
         let ended = &self.ended;
-        let mut live: Vec<(usize, &mut Dqn)> = self
+        let mut picked: Vec<(usize, &mut Dqn)> = self
             .members
             .iter_mut()
             .enumerate()
-            .filter(|(i, _)| !ended[*i])
+            .filter(|(i, m)| !ended[*i] && wanted(m))
             .map(|(i, m)| (i, m.agent_mut()))
             .collect();
-        Ok(self.agents.export_agents(&mut live)?)
+        self.agents.export_agents(&mut picked)?;
+        Ok(picked.into_iter().map(|(i, _)| i).collect())
     }
 
     /// Members that diverged end here, with the summary a single run writes.

@@ -371,34 +371,6 @@ impl StackedBatchNorm {
         })
     }
 
-    pub(crate) fn copy(&self) -> Result<Self> {
-        use super::stacked::copy_var;
-        Ok(Self {
-            gamma: copy_var(&self.gamma)?,
-            beta: copy_var(&self.beta)?,
-            running_mean: copy_var(&self.running_mean)?,
-            running_var: copy_var(&self.running_var)?,
-            renorm: self.renorm.as_ref().map(|r| r.copied()).transpose()?,
-            eps: self.eps,
-            momentum: self.momentum,
-        })
-    }
-
-    /// BBN's bound of each agent's gains (`svb::bound_bn_gains`), from its running
-    /// variance, agent by agent on the host.
-    fn bound_stacked_gains(&self, bbn_eps: f64) -> Result<()> {
-        let sigma = (self.running_var.as_tensor() + self.eps)?.sqrt()?;
-        let gamma = self.gamma.as_tensor();
-        let mut bounded = vec![];
-        for i in 0..gamma.dim(0)? {
-            let g: Vec<f32> = gamma.get(i)?.flatten_all()?.to_vec1()?;
-            let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
-            bounded.extend(svb::bound_bn_gains(&g, &s, bbn_eps));
-        }
-        self.gamma
-            .set(&Tensor::from_vec(bounded, gamma.shape(), gamma.device())?)
-    }
-
     /// The running statistics from one agent batch each: the mean always, the
     /// (unbiased) variance where a batch has more than one row.
     fn update_running(&self, h: &Tensor, (mean, var): (&Tensor, &Tensor)) -> Result<()> {
@@ -421,11 +393,31 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
     }
 
     fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
-        Ok(Box::new(self.copy()?))
+        use super::stacked::copy_var;
+        Ok(Box::new(Self {
+            gamma: copy_var(&self.gamma)?,
+            beta: copy_var(&self.beta)?,
+            running_mean: copy_var(&self.running_mean)?,
+            running_var: copy_var(&self.running_var)?,
+            renorm: self.renorm.as_ref().map(|r| r.copied()).transpose()?,
+            eps: self.eps,
+            momentum: self.momentum,
+        }))
     }
 
-    fn bound_gains(&self, eps: f64) -> Result<()> {
-        self.bound_stacked_gains(eps)
+    /// BBN's bound of each agent's gains (`svb::bound_bn_gains`), from its running
+    /// variance, agent by agent on the host.
+    fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
+        let sigma = (self.running_var.as_tensor() + self.eps)?.sqrt()?;
+        let gamma = self.gamma.as_tensor();
+        let mut bounded = vec![];
+        for i in 0..gamma.dim(0)? {
+            let g: Vec<f32> = gamma.get(i)?.flatten_all()?.to_vec1()?;
+            let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
+            bounded.extend(svb::bound_bn_gains(&g, &s, bbn_eps));
+        }
+        self.gamma
+            .set(&Tensor::from_vec(bounded, gamma.shape(), gamma.device())?)
     }
 
     fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {

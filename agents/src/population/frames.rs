@@ -52,13 +52,15 @@ impl DeviceFrames {
         // contiguous copy of its rows.
         let mut ring = Vec::with_capacity(obs_len);
         for (member, replay) in replays.iter().enumerate() {
-            let slots: Vec<usize> = replay.stored_slots().collect();
-            if slots.len() < capacity / 2 {
+            if replay.stored_slots().len() < capacity / 2 {
                 ring.clear();
-                for &slot in &slots {
+                for slot in replay.stored_slots() {
                     replay.append_frame_bytes(slot, &mut ring);
                 }
-                let rows: Vec<u32> = slots.iter().map(|&s| mirror.row(member, s)).collect();
+                let rows: Vec<u32> = replay
+                    .stored_slots()
+                    .map(|s| mirror.row(member, s))
+                    .collect();
                 mirror.write(&rows, &ring)?;
                 continue;
             }

@@ -353,8 +353,8 @@ impl ReplayBuffer {
                 words,
             } => {
                 let frame = &words[slot * words_per_frame..(slot + 1) * words_per_frame];
-                for (i, o) in out.iter_mut().enumerate() {
-                    *o = ((frame[i / 64] >> (i % 64)) & 1) as f32;
+                for (o, bit) in out.iter_mut().zip(bits(frame, self.obs_len)) {
+                    *o = f32::from(bit);
                 }
             }
             Frames::Floats(data) => {
@@ -417,7 +417,7 @@ impl ReplayBuffer {
                 words,
             } => {
                 let frame = &words[slot * words_per_frame..(slot + 1) * words_per_frame];
-                out.extend((0..self.obs_len).map(|i| ((frame[i / 64] >> (i % 64)) & 1) as u8));
+                out.extend(bits(frame, self.obs_len));
             }
         }
         true
@@ -429,7 +429,7 @@ impl ReplayBuffer {
     }
 
     /// The slots that hold a frame, oldest first.
-    pub fn stored_slots(&self) -> impl Iterator<Item = usize> + '_ {
+    pub fn stored_slots(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
         let (stored, oldest) = self.stored();
         (0..stored).map(move |k| (oldest + k) % self.capacity)
     }
@@ -595,4 +595,9 @@ impl ReplayBuffer {
             }
         }
     }
+}
+
+/// The first `n` bits of a bit-packed frame (bit `i` in word `i / 64`), 0 or 1 each.
+fn bits(frame: &[u64], n: usize) -> impl Iterator<Item = u8> + '_ {
+    (0..n).map(move |i| ((frame[i / 64] >> (i % 64)) & 1) as u8)
 }

@@ -98,3 +98,9 @@ pub const BATCH_NORM_OUTPUTS: [&str; 6] = [
     "running mean",
     "running var",
 ];
+
+/// `||a - b||_2`: how far apart two lists of values are.
+pub fn distance(a: &[f32], b: &[f32]) -> f64 {
+    let squares = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2));
+    squares.sum::<f64>().sqrt()
+}
