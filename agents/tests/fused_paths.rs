@@ -333,7 +333,7 @@ fn fused_mean_only_batch_norm_matches_the_reference() {
                         (false, false) => bn.forward_reference(x, mode).unwrap(),
                         (false, true) => {
                             let t = bn.forward_reference(x, mode).unwrap();
-                            normrl_agents::kernels::fused::add_unit_bias_reference(
+                            normrl_agents::kernels::bias_relu::add_unit_bias_reference(
                                 &t,
                                 b.as_tensor(),
                             )
@@ -605,7 +605,7 @@ fn data_convolution_equals_candle_conv2d_in_values_and_weight_gradients() {
 #[test]
 fn fused_bias_and_relu_equal_tensor_ops() {
     on_every_path(|| {
-        use normrl_agents::kernels::fused;
+        use normrl_agents::kernels::bias_relu;
         for shape in [vec![6, 5], vec![4, 3, 5, 5]] {
             let mut rng = InitRng::new(31);
             let t = Var::from_tensor(&rng.normal(shape.clone(), 1.0, &DEV).unwrap()).unwrap();
@@ -614,9 +614,11 @@ fn fused_bias_and_relu_equal_tensor_ops() {
             for path in ["bias then relu", "bias_relu", "reference"] {
                 let (t, b) = (t.as_tensor(), b.as_tensor());
                 let y = match path {
-                    "bias then relu" => fused::relu(&fused::add_unit_bias(t, b).unwrap()).unwrap(),
-                    "bias_relu" => fused::bias_relu(t, b).unwrap(),
-                    _ => fused::add_unit_bias_reference(t, b)
+                    "bias then relu" => {
+                        bias_relu::relu(&bias_relu::add_unit_bias(t, b).unwrap()).unwrap()
+                    }
+                    "bias_relu" => bias_relu::bias_relu(t, b).unwrap(),
+                    _ => bias_relu::add_unit_bias_reference(t, b)
                         .unwrap()
                         .relu()
                         .unwrap(),

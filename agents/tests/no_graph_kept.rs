@@ -12,12 +12,13 @@
 //! the population names: a cache, a metric, a closure) shows as growth, as it showed
 //! on the GPU as device memory growing by the update's graph every step.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use candle_core::Device;
 use normrl_agents::dqn::{Dqn, DqnConfig, TargetUpdate};
-use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::{OptimizerConfig, OptimizerKind};
 use normrl_agents::population::PopulationDqn;
@@ -67,32 +68,6 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 const ACTIONS: usize = 3;
-
-/// Agent `agent`'s batch of `size` for update `step`, observations of `obs` values
-/// (binary frames where `binary`).
-fn batch(size: usize, obs: usize, binary: bool, agent: u64, step: u64) -> Batch {
-    let mut rng = InitRng::new(1_000 * agent + step);
-    let mut b = Batch::new(size, obs);
-    let mut normal = |n: usize| -> Vec<f32> {
-        let v: Vec<f32> = rng.normal(n, 1.0, &Device::Cpu).unwrap().to_vec1().unwrap();
-        match binary {
-            true => v
-                .into_iter()
-                .map(|x| f32::from(u8::from(x > 1.0)))
-                .collect(),
-            false => v,
-        }
-    };
-    b.obs = normal(size * obs);
-    b.next_obs = normal(size * obs);
-    b.rewards = normal(size);
-    for i in 0..size {
-        let k = i as u64 + step;
-        b.actions[i] = ((k + agent) % ACTIONS as u64) as u32;
-        b.terminated[i] = if k.is_multiple_of(5) { 1.0 } else { 0.0 };
-    }
-    b
-}
 
 /// One case: a network, a method, the DQN's and optimizer's settings, and whether the
 /// agents' learning rates and discounts differ (per-agent tensors).
@@ -157,7 +132,9 @@ fn live_bytes(population: &mut PopulationDqn, case: &Case, updates: u64) -> Vec<
     let (obs, binary) = (case.obs.iter().product(), case.obs.len() > 1);
     (0..updates)
         .map(|step| {
-            let batches: Vec<Batch> = (0..2).map(|i| batch(8, obs, binary, i, step)).collect();
+            let batches: Vec<Batch> = (0..2)
+                .map(|i| common::batch(8, obs, binary, i, step, ACTIONS))
+                .collect();
             let info = population.update(&batches).unwrap();
             info.td_losses().unwrap();
             drop((info, batches));

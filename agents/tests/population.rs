@@ -7,7 +7,6 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::distance;
 use normrl_agents::dqn::{Dqn, DqnConfig, TargetUpdate};
-use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{BnStats, NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::{OptimizerConfig, OptimizerKind};
 use normrl_agents::population::{PopulationDqn, PopulationNet};
@@ -76,26 +75,7 @@ impl Shape {
 
     /// Agent `agent`'s batch for update `step`: its own observations, actions, rewards.
     fn batch(&self, size: usize, agent: u64, step: u64) -> Batch {
-        let mut rng = InitRng::new(1_000 * agent + step);
-        let n = self.obs_len();
-        let mut b = Batch::new(size, n);
-        let mut normal = |n: usize| rng.normal(n, 1.0, &Device::Cpu).unwrap().to_vec1().unwrap();
-        let frames = |v: Vec<f32>| match self.binary {
-            true => v
-                .into_iter()
-                .map(|x: f32| f32::from(u8::from(x > 1.0)))
-                .collect(),
-            false => v,
-        };
-        b.obs = frames(normal(size * n));
-        b.next_obs = frames(normal(size * n));
-        b.rewards = normal(size);
-        for i in 0..size {
-            let k = i as u64 + step;
-            b.actions[i] = ((k + agent) % ACTIONS as u64) as u32;
-            b.terminated[i] = if k.is_multiple_of(5) { 1.0 } else { 0.0 };
-        }
-        b
+        common::batch(size, self.obs_len(), self.binary, agent, step, ACTIONS)
     }
 
     /// The population's Q-values equal each agent's alone, on four fresh observations.

@@ -23,7 +23,9 @@ pub fn parse_device_spec(spec: &str) -> Result<DeviceSpec> {
 }
 
 /// The device for a spec: `auto` takes the GPU when this build has CUDA and one is
-/// present, else the CPU.
+/// present, else the CPU. A GPU is opened once per process and shared: the memory
+/// check, a trainer and a population's P members all get the same device (one stream
+/// and one cuBLAS handle, not one per member), so their tensors can meet.
 pub fn select_device(spec: DeviceSpec) -> Result<candle_core::Device> {
     match spec {
         DeviceSpec::Cpu => Ok(candle_core::Device::Cpu),
@@ -33,7 +35,7 @@ pub fn select_device(spec: DeviceSpec) -> Result<candle_core::Device> {
             }
             // candle's error carries a backtrace when RUST_BACKTRACE is set: the first
             // line says it all.
-            candle_core::Device::new_cuda(n).map_err(|e| {
+            opened_cuda(n).map_err(|e| {
                 let cause = e.to_string();
                 anyhow::anyhow!(
                     "no usable CUDA device {n}: {}",
@@ -43,11 +45,28 @@ pub fn select_device(spec: DeviceSpec) -> Result<candle_core::Device> {
         }
         DeviceSpec::Auto => {
             if candle_core::utils::cuda_is_available() {
-                if let Ok(d) = candle_core::Device::new_cuda(0) {
+                if let Ok(d) = opened_cuda(0) {
                     return Ok(d);
                 }
             }
             Ok(candle_core::Device::Cpu)
         }
     }
+}
+
+/// CUDA device `n`, opened on first use and then shared.
+fn opened_cuda(n: usize) -> candle_core::Result<candle_core::Device> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static OPENED: OnceLock<Mutex<HashMap<usize, candle_core::Device>>> = OnceLock::new();
+    let mut opened = OPENED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = opened.get(&n) {
+        return Ok(d.clone());
+    }
+    let d = candle_core::Device::new_cuda(n)?;
+    opened.insert(n, d.clone());
+    Ok(d)
 }

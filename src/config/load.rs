@@ -21,7 +21,8 @@ pub fn parse_assignment(assignment: &str) -> Result<(String, toml::Value)> {
     Ok((path.trim().to_string(), value))
 }
 
-/// Sets `path` (dotted) in `table` to the assignment's value.
+/// Sets `path` (dotted) in `table` to the assignment's value, creating the tables on
+/// the way (a `--set` may name a section the file leaves out).
 pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
     let (path, value) = parse_assignment(assignment)?;
     let keys: Vec<&str> = path.trim().split('.').collect();

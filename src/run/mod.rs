@@ -8,4 +8,5 @@ pub mod files;
 pub mod interrupt;
 pub(crate) mod periodic;
 pub mod population;
+pub(crate) mod record;
 pub mod train;

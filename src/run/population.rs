@@ -29,7 +29,8 @@ use normrl_agents::replay::{Batch, ReplayBuffer};
 use crate::config::{Keep, TrainConfig};
 use crate::run::checkpoint;
 use crate::run::interrupt::{self, Interrupted};
-use crate::run::train::{finished_summary, mean, Clock, Periodic, RunSummary, Trainer};
+use crate::run::periodic::{mean, Clock, Periodic};
+use crate::run::train::{finished_summary, RunSummary, Trainer};
 
 /// What may differ between the members of one population: their seed and name, and
 /// the hyperparameters a population holds per agent (exploration, gamma, learning

@@ -1,14 +1,12 @@
 //! The training loop: acting, replay, updates, evaluation, logging and checkpoints.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use normrl_agents::dqn::{epsilon_greedy, Dqn, UpdateInfo};
+use normrl_agents::dqn::{epsilon_greedy, Dqn};
 use normrl_agents::replay::{Batch, FrameEncoding, ReplayBuffer};
-use normrl_agents::Metric;
 use normrl_envs::{make, Env};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -16,17 +14,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::validate::MemoryEstimate;
 use crate::config::{parse_device_spec, select_device, Keep, TrainConfig};
-use crate::logging::hparams;
-use crate::logging::tensorboard::TensorBoard;
 use crate::run::checkpoint::{self, CheckpointFiles};
 use crate::run::diagnostics::{Diagnostics, Evaluation};
 pub use crate::run::evaluate::{evaluate, evaluate_in};
-use crate::run::files::{
-    host_name, unix_seconds, Heartbeat, RunResult, HEARTBEAT_FILE, RESULT_FILE, SUMMARY_FILE,
-};
+use crate::run::files::SUMMARY_FILE;
 pub use crate::run::files::{Divergence, RunSummary};
 use crate::run::interrupt::{self, Interrupted};
-pub(crate) use crate::run::periodic::{mean, Clock, Periodic};
+use crate::run::periodic::{Clock, Periodic};
+use crate::run::record::Recorder;
 
 /// Everything besides the networks that a checkpoint must hold to resume exactly.
 #[derive(Serialize, Deserialize)]
@@ -60,31 +55,17 @@ pub struct Trainer {
     act_rng: Xoshiro256PlusPlus,
     replay_rng: Xoshiro256PlusPlus,
     step: u64,
-    episodes: u64,
-    eval_curve: Vec<(u64, f64)>,
-    train_curve: Vec<(u64, f64)>,
-    recent_returns: VecDeque<f64>,
-    /// Sums of loss, mean Q and gradient norm since the last log, and their count.
-    update_sums: Option<[Metric; 3]>,
-    updates_since_log: u64,
+    /// Seconds the run trained before this process (a resumed run's earlier sessions).
     wall_before: f64,
-    tb: TensorBoard,
+    /// TensorBoard, curves, divergence, heartbeat and the files written at the end.
+    record: Recorder,
     /// Kept between evaluations: outside environments are costly to start.
     eval_env: Option<Box<dyn Env>>,
-    /// Set when a loss, Q-value or parameter stopped being finite; the loop then ends.
-    diverged: Option<Divergence>,
     diagnostics: Diagnostics,
-    /// The comparison's label of this run, for `result.json`.
-    variant: Option<String>,
-    /// When the heartbeat was last written.
-    last_beat: Option<Instant>,
     /// A population member keeps its older checkpoints until every member has written
     /// its new one (see `population.rs`).
     defer_pruning: bool,
 }
-
-/// Seconds between heartbeats, at the most.
-const HEARTBEAT_SECONDS: f64 = 5.0;
 
 /// The summary of a finished run in `run_dir`, if it has one.
 pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
@@ -148,7 +129,7 @@ impl Trainer {
         let mut obs = vec![0.0; space.len()];
         env.reset(Some(seed), &mut obs)?;
         replay.start_episode(&obs);
-        let tb = TensorBoard::new(run_dir)?;
+        let record = Recorder::new(run_dir)?;
         Ok(Self {
             batch: Batch::new(config.replay.batch_size, space.len()),
             next_obs: obs.clone(),
@@ -156,24 +137,15 @@ impl Trainer {
             act_rng: Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(1)),
             replay_rng: Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(2)),
             step: 0,
-            episodes: 0,
-            eval_curve: vec![],
-            train_curve: vec![],
-            recent_returns: VecDeque::new(),
-            update_sums: None,
-            updates_since_log: 0,
             wall_before: 0.0,
             run_dir: run_dir.to_path_buf(),
             config,
             env,
             agent,
             replay,
-            tb,
+            record,
             eval_env: None,
-            diverged: None,
             diagnostics: Diagnostics::default(),
-            variant: None,
-            last_beat: None,
             defer_pruning: false,
         })
     }
@@ -231,7 +203,7 @@ impl Trainer {
             t.env.load_state(&env_state)?;
         }
         t.step = state.step;
-        t.episodes = state.episodes;
+        t.record.episodes = state.episodes;
         t.act_rng = state.act_rng;
         t.replay_rng = state.replay_rng;
         t.obs = state.obs;
@@ -248,8 +220,8 @@ impl Trainer {
                 .wrapping_add(t.step.wrapping_mul(0x9e37_79b9));
             t.env.reset(Some(seed), &mut t.obs)?;
         }
-        t.eval_curve = state.eval_curve;
-        t.train_curve = state.train_curve;
+        t.record.eval_curve = state.eval_curve;
+        t.record.train_curve = state.train_curve;
         t.wall_before = state.wall_seconds;
         t.diagnostics = state.diagnostics.into_owned();
         match state.replay {
@@ -278,7 +250,7 @@ impl Trainer {
         let state = LoopState {
             config_toml: self.config.to_toml(),
             step: self.step,
-            episodes: self.episodes,
+            episodes: self.record.episodes,
             updates: self.agent.updates(),
             initialized: self.agent.is_initialized(),
             act_rng: self.act_rng.clone(),
@@ -296,8 +268,8 @@ impl Trainer {
                 .checkpoint
                 .replay
                 .then_some(Cow::Borrowed(&self.replay)),
-            eval_curve: self.eval_curve.clone(),
-            train_curve: self.train_curve.clone(),
+            eval_curve: self.record.eval_curve.clone(),
+            train_curve: self.record.train_curve.clone(),
             wall_seconds: self.wall_before + elapsed,
             diagnostics: Cow::Borrowed(&self.diagnostics),
         };
@@ -327,16 +299,6 @@ impl Trainer {
         evaluate_in(env.as_mut(), &self.agent, &self.config, index)
     }
 
-    /// Records the first divergence (the loop stops after this step).
-    fn diverge(&mut self, what: String) {
-        if self.diverged.is_none() {
-            self.diverged = Some(Divergence {
-                step: self.step,
-                what,
-            });
-        }
-    }
-
     /// Diverges on the first non-finite trainable value of the online network.
     fn check_parameters(&mut self) -> Result<()> {
         let mut bad = None;
@@ -348,67 +310,8 @@ impl Trainer {
             }
         }
         if let Some(what) = bad {
-            self.diverge(what);
+            self.record.diverge(self.step, what);
         }
-        Ok(())
-    }
-
-    fn log_updates(&mut self) -> Result<()> {
-        let Some([loss, q, g]) = self.update_sums.take() else {
-            return Ok(());
-        };
-        let n = self.updates_since_log.max(1) as f64;
-        self.updates_since_log = 0;
-        // One read of each sum (on a GPU, each waits for the device).
-        let means = [loss.value()? / n, q.value()? / n, g.value()? / n];
-        self.log_update_means(means);
-        Ok(())
-    }
-
-    /// The updates' mean TD loss, Q-value and gradient norm since the last log.
-    pub(crate) fn log_update_means(&mut self, means: [f64; 3]) {
-        let logged = [
-            ("td_loss", "losses/td_loss"),
-            ("q_mean", "losses/q_values"),
-            ("grad_norm", "losses/grad_norm"),
-        ];
-        for ((name, tag), v) in logged.into_iter().zip(means) {
-            if !v.is_finite() {
-                self.diverge(format!("{name} = {v} (mean since the last log)"));
-            }
-            self.tb.scalar(tag, v, self.step);
-        }
-    }
-
-    /// Adds an update's numbers to the sums logged next (on a GPU without waiting).
-    /// Values already on the host are checked at once; a device's at the next log.
-    fn record_update(&mut self, info: &UpdateInfo) -> Result<()> {
-        let named = [
-            ("td_loss", &info.td_loss),
-            ("q_mean", &info.q_mean),
-            ("grad_norm", &info.grad_norm),
-        ];
-        let bad = named.into_iter().find_map(|(name, metric)| match metric {
-            Metric::Host(v) if !v.is_finite() => Some(format!("{name} = {v}")),
-            _ => None,
-        });
-        if let Some(what) = bad {
-            self.diverge(what);
-        }
-        let next = match self.update_sums.take() {
-            None => [
-                info.td_loss.clone(),
-                info.q_mean.clone(),
-                info.grad_norm.clone(),
-            ],
-            Some([l, q, g]) => [
-                l.add(&info.td_loss)?,
-                q.add(&info.q_mean)?,
-                g.add(&info.grad_norm)?,
-            ],
-        };
-        self.update_sums = Some(next);
-        self.updates_since_log += 1;
         Ok(())
     }
 
@@ -417,8 +320,8 @@ impl Trainer {
         let svd = self.config.norm.kind.uses_svb();
         for stats in self.agent.online().stats(svd)? {
             for (name, value) in stats.values {
-                self.tb
-                    .scalar(&format!("layers/{}/{name}", stats.layer), value, self.step);
+                let tag = format!("layers/{}/{name}", stats.layer);
+                self.record.tb.scalar(&tag, value, self.step);
             }
         }
         if self.step > self.config.replay.learning_starts {
@@ -428,7 +331,7 @@ impl Trainer {
                 &self.replay,
                 seed,
                 self.step,
-                &mut self.tb,
+                &mut self.record.tb,
             )?;
         }
         Ok(())
@@ -441,7 +344,7 @@ impl Trainer {
         let end = stop_at.unwrap_or(total).min(total);
         self.begin();
         let mut clock = Clock::new(&self.config, self.step);
-        while self.step < end && self.diverged.is_none() {
+        while self.step < end && !self.is_diverged() {
             if let Some(signal) = interrupt::requested() {
                 return Err(self.interrupt(signal, &clock)?.into());
             }
@@ -449,7 +352,7 @@ impl Trainer {
             self.env_step(epsilon)?;
             for task in Periodic::ALL {
                 // A diverged run evaluates and checkpoints nothing more.
-                if self.diverged.is_none() && task.due(&self.config, self.step) {
+                if !self.is_diverged() && task.due(&self.config, self.step) {
                     self.run_task(task, epsilon, &mut clock)?;
                 }
             }
@@ -459,24 +362,14 @@ impl Trainer {
 
     /// The session's start in TensorBoard, or where a resumed run picks it up.
     pub(crate) fn begin(&mut self) {
-        if self.step == 0 {
-            let config = format!("```toml\n{}\n```", self.config.to_toml());
-            self.tb.text("config", &config, 0);
-            let start = hparams::session_start(&self.config, unix_seconds());
-            self.tb
-                .plugin_summary(hparams::SESSION_START_TAG, "hparams", start, 0);
-        } else {
-            // Events from after the checkpoint (steps > `self.step`) were lost with the
-            // interrupted process's replay state; TensorBoard drops them from here on.
-            self.tb.restart(self.step + 1);
-        }
+        self.record.begin(&self.config, self.step);
     }
 
     /// After the loop: a diverged run's summary; a checkpoint when stopped early
     /// (`None`); else the final evaluation, checkpoint and summary.
     pub(crate) fn conclude(&mut self, clock: &mut Clock) -> Result<Option<RunSummary>> {
         let total = self.config.run.total_steps;
-        if let Some(divergence) = self.diverged.clone() {
+        if let Some(divergence) = self.record.divergence().cloned() {
             return self.finish_diverged(clock, divergence).map(Some);
         }
         if self.step < total {
@@ -491,10 +384,10 @@ impl Trainer {
     /// A stop request: a checkpoint at this step, the logs flushed.
     pub(crate) fn interrupt(&mut self, signal: i32, clock: &Clock) -> Result<Interrupted> {
         self.save_checkpoint(clock.elapsed())?;
-        self.tb.flush()?;
+        self.record.tb.flush()?;
         clock.progress.finish();
         // Not running any more: `normrl status` says interrupted.
-        let _ = std::fs::remove_file(self.run_dir.join(HEARTBEAT_FILE));
+        self.record.stop_beating();
         Ok(Interrupted {
             signal,
             step: self.step,
@@ -552,15 +445,8 @@ impl Trainer {
     fn log_game(&mut self) {
         let stats = self.env.episode_stats().unwrap_or_default();
         let ret = stats.last_return.unwrap_or(0.0);
-        self.episodes += 1;
-        self.train_curve.push((self.step, ret));
-        self.tb.scalar("charts/episodic_return", ret, self.step);
         let length = stats.last_length.unwrap_or(0) as f64;
-        self.tb.scalar("charts/episodic_length", length, self.step);
-        self.recent_returns.push_back(ret);
-        if self.recent_returns.len() > 20 {
-            self.recent_returns.pop_front();
-        }
+        self.record.game(self.step, ret, length);
     }
 
     pub(crate) fn run_task(
@@ -573,20 +459,21 @@ impl Trainer {
             Periodic::Train => self.train(),
             Periodic::Log => {
                 self.check_parameters()?;
-                self.beat()?;
+                self.record.beat(self.step)?;
                 let sps = clock.lap(self.step);
-                self.tb.scalar("charts/SPS", sps, self.step);
-                self.tb.scalar("charts/epsilon", epsilon, self.step);
-                self.log_updates()?;
-                let recent = mean(self.recent_returns.iter().copied());
-                clock.progress.update(self.step, sps, recent);
+                self.record.tb.scalar("charts/SPS", sps, self.step);
+                self.record.tb.scalar("charts/epsilon", epsilon, self.step);
+                self.record.log_updates(self.step)?;
+                clock
+                    .progress
+                    .update(self.step, sps, self.record.recent_return());
                 Ok(())
             }
             Periodic::LayerStats => self.log_layer_stats(),
             Periodic::Evaluate => self.evaluate_and_log().map(|_| ()),
             Periodic::Checkpoint => {
                 self.save_checkpoint(clock.elapsed())?;
-                self.tb.flush()
+                self.record.tb.flush()
             }
         }
     }
@@ -596,7 +483,7 @@ impl Trainer {
         for _ in 0..self.config.replay.gradient_steps {
             self.sample()?;
             let info = self.agent.update(&self.batch)?;
-            self.record_update(&info)?;
+            self.record.update(self.step, &info)?;
             self.after_update()?;
         }
         Ok(())
@@ -604,27 +491,20 @@ impl Trainer {
 
     /// An evaluation, added to the curve and logged.
     fn evaluate_and_log(&mut self) -> Result<f64> {
-        let index = self.eval_curve.len() as u64;
-        let eval = self.evaluate(index)?;
+        let eval = self.evaluate(self.record.evaluations())?;
         let ret = eval.mean_return;
-        self.eval_curve.push((self.step, ret));
-        self.tb.scalar("eval/episodic_return", ret, self.step);
+        self.record.evaluation(self.step, ret);
         self.diagnostics
-            .at_evaluation(&eval, self.step, &mut self.tb);
+            .at_evaluation(&eval, self.step, &mut self.record.tb);
         Ok(ret)
     }
 
     /// A diverged run's end: no evaluation (its policy is not finite), a summary that
     /// says where it diverged and holds the curves so far, no checkpoint to resume.
     fn finish_diverged(&mut self, clock: &Clock, divergence: Divergence) -> Result<RunSummary> {
-        eprintln!("diverged at step {}: {}", divergence.step, divergence.what);
-        self.tb.text(
-            "diverged",
-            &format!("diverged at step {}: {}", divergence.step, divergence.what),
-            self.step,
-        );
+        self.record.diverged_at(self.step, &divergence);
         clock.progress.finish();
-        let last = self.eval_curve.last().map_or(f64::NAN, |(_, r)| *r);
+        let last = self.record.eval_curve.last().map_or(f64::NAN, |(_, r)| *r);
         let summary = self.summary(clock, last, Some(divergence));
         self.write_summary(&summary)?;
         Ok(summary)
@@ -635,12 +515,17 @@ impl Trainer {
     /// already: it only writes what is missing, with the saved results.
     fn finish(&mut self, clock: &Clock) -> Result<RunSummary> {
         let step = self.step;
-        let saved_final = self.eval_curve.last().filter(|(s, _)| *s == step).copied();
+        let saved_final = self
+            .record
+            .eval_curve
+            .last()
+            .filter(|(s, _)| *s == step)
+            .copied();
         let final_return = match saved_final {
             Some((_, ret)) => ret,
             None => {
                 let ret = self.evaluate_and_log()?;
-                self.log_updates()?;
+                self.record.log_updates(self.step)?;
                 self.save_checkpoint(clock.elapsed())?;
                 ret
             }
@@ -665,10 +550,10 @@ impl Trainer {
             norm: cfg.norm.kind.name().to_string(),
             seed: cfg.run.seed,
             steps: self.step,
-            episodes: self.episodes,
+            episodes: self.record.episodes,
             updates: self.agent.updates(),
-            eval_curve: self.eval_curve.clone(),
-            train_curve: self.train_curve.clone(),
+            eval_curve: self.record.eval_curve.clone(),
+            train_curve: self.record.train_curve.clone(),
             // JSON has no NaN: a diverged run without evaluations reports 0, and
             // reports never average a diverged run in.
             final_eval_return: if final_return.is_finite() {
@@ -684,57 +569,13 @@ impl Trainer {
         }
     }
 
-    /// `summary.json`, `result.json` and the session's end; then, with
-    /// `checkpoint.keep = "none"`, the checkpoints go.
     fn write_summary(&mut self, summary: &RunSummary) -> Result<()> {
-        let end = hparams::session_end(summary.diverged.is_none(), unix_seconds());
-        self.tb
-            .plugin_summary(hparams::SESSION_END_TAG, "hparams", end, self.step);
-        let result = RunResult::new(&self.config, self.variant.clone(), summary.clone());
-        checkpoint::write_atomic(
-            &self.run_dir.join(RESULT_FILE),
-            serde_json::to_string(&result)?.as_bytes(),
-        )?;
-        checkpoint::write_atomic(
-            &self.run_dir.join(SUMMARY_FILE),
-            serde_json::to_string_pretty(summary)?.as_bytes(),
-        )?;
-        self.tb.flush()?;
-        let _ = std::fs::remove_file(self.run_dir.join(HEARTBEAT_FILE));
-        if self.config.checkpoint.keep == Keep::None {
-            let dir = self.run_dir.join("checkpoints");
-            std::fs::remove_dir_all(&dir)
-                .with_context(|| format!("cannot remove {}", dir.display()))?;
-        }
-        Ok(())
+        self.record.write_end(&self.config, summary, self.step)
     }
 
     /// Names the run's variant in its `result.json` (a comparison's label).
     pub fn set_variant(&mut self, variant: &str) {
-        self.variant = Some(variant.to_string());
-    }
-
-    /// `heartbeat`: when the run last logged, on which host and process, for
-    /// `normrl status`; at most every few seconds (a fast run logs hundreds of times a
-    /// minute).
-    fn beat(&mut self) -> Result<()> {
-        if self
-            .last_beat
-            .is_some_and(|t| t.elapsed().as_secs_f64() < HEARTBEAT_SECONDS)
-        {
-            return Ok(());
-        }
-        self.last_beat = Some(Instant::now());
-        let beat = Heartbeat {
-            unix_seconds: unix_seconds(),
-            host: host_name(),
-            pid: std::process::id(),
-            step: self.step,
-        };
-        checkpoint::write_atomic(
-            &self.run_dir.join(HEARTBEAT_FILE),
-            serde_json::to_string(&beat)?.as_bytes(),
-        )
+        self.record.set_variant(variant);
     }
 }
 
@@ -756,7 +597,7 @@ impl Trainer {
     }
 
     pub(crate) fn is_diverged(&self) -> bool {
-        self.diverged.is_some()
+        self.record.divergence().is_some()
     }
 
     /// Keeps older checkpoints when writing a new one; the population prunes them once
@@ -796,10 +637,15 @@ impl Trainer {
     /// The diagnostics after an update, the agent written in.
     pub(crate) fn after_update(&mut self) -> Result<()> {
         self.diagnostics
-            .after_update(&self.agent, self.step, &mut self.tb)
+            .after_update(&self.agent, self.step, &mut self.record.tb)
     }
 
     pub(crate) fn recent_return(&self) -> Option<f64> {
-        mean(self.recent_returns.iter().copied())
+        self.record.recent_return()
+    }
+
+    /// The updates' mean TD loss, Q-value and gradient norm since the last log.
+    pub(crate) fn log_update_means(&mut self, means: [f64; 3]) {
+        self.record.log_update_means(self.step, means);
     }
 }

@@ -18,7 +18,7 @@
 use candle_core::{CustomOp1, Result, Shape, Tensor};
 
 use super::Loss;
-use crate::kernels::fused::with_values;
+use crate::kernels::with_values;
 use crate::kernels::{cpu_forward, gradient_like};
 use crate::Metric;
 

@@ -1,6 +1,6 @@
 //! Batch norm's forward and backward (training and evaluation mode) as fused CPU ops
 //! (candle's broadcasting reductions made them several passes and allocations each way).
-//! Mean-only batch norm's are in `mean_only_bn_op`.
+//! Mean-only batch norm's are in `kernels/mean_only_bn.rs`.
 //!
 //! Forward, per unit `u` over its `n` values: `y = gamma_u * (t - mean_u) * inv_std_u +
 //! beta_u` with `inv_std_u = 1 / sqrt(var_u + eps)` (population variance). Backward:
@@ -15,9 +15,11 @@ use std::borrow::Cow;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Tensor, Var};
 
+use super::bias_relu::{gradient_through_relu, relu_in_place};
 use super::dense::f32_slice_mut;
 use super::feature_pass::{affine_features, affine_in_place, block, Affine, BLOCK};
-use super::fused::{gradient_through_relu, relu_in_place, with_values, Units};
+use super::units::Units;
+use super::with_values;
 use super::{cpu_forward, gradient_like, Grads3};
 
 /// Per-unit batch mean and population variance of host values laid out as `units`

@@ -18,8 +18,8 @@
 use candle_core::{CustomOp2, Result, Shape, Tensor};
 
 use super::dense::{product, transposed, Order, View};
-use super::fused::with_values;
 use super::product::Product;
+use super::with_values;
 use super::{cpu_forward, gradient_like, Grads2};
 
 /// Shape parameters of one convolution.

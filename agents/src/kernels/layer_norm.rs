@@ -7,8 +7,9 @@
 
 use candle_core::{CustomOp3, Result, Shape, Tensor};
 
+use super::bias_relu::gradient_through_relu;
 use super::dense::lane_sum;
-use super::fused::{gradient_through_relu, with_values};
+use super::with_values;
 use super::{cpu_forward, gradient_like, Grads3};
 
 /// Host values `t` of whole rows of `gamma.len()` features (layer, group and RMS norm).

@@ -3,7 +3,9 @@
 
 use candle_core::{CustomOp1, CustomOp2, Result, Tensor};
 
-use super::fused::{bias_relu_gradients, bias_relu_values, unit_bias_fits, with_values, Units};
+use super::bias_relu::{bias_relu_gradients, bias_relu_values, unit_bias_fits};
+use super::units::Units;
+use super::with_values;
 use super::{cpu_forward, gradient_like, Grads2};
 
 /// Each unit's mean from its sum over `per_unit` values.

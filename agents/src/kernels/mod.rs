@@ -5,18 +5,31 @@
 
 pub mod avx2;
 pub(crate) mod batch_norm;
+pub mod bias_relu;
 pub(crate) mod conv;
 pub(crate) mod dense;
 pub(crate) mod feature_pass;
-pub mod fused;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod mean_only_bn;
 pub(crate) mod product;
 pub(crate) mod rms_norm;
+pub(crate) mod units;
 pub(crate) mod weight_norm;
 
-use candle_core::Tensor;
+use candle_core::{Result, Storage, Tensor};
+
+use dense::f32_slice;
+
+/// Runs `f` on a CPU tensor's values (every op here reads its inputs this way).
+#[inline]
+pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+    let (s, l) = t.storage_and_layout();
+    match &*s {
+        Storage::Cpu(c) => f(f32_slice(c, l)?),
+        _ => candle_core::bail!("fused ops run on the CPU only"),
+    }
+}
 
 /// A custom op's gradient of one input: `values` in the shape and on the device of
 /// `like`.

@@ -7,9 +7,10 @@
 
 use candle_core::{CustomOp2, Tensor};
 
+use super::bias_relu::gradient_through_relu;
 use super::dense::lane_sum;
-use super::fused::{gradient_through_relu, with_values};
 use super::layer_norm::features_per_sample;
+use super::with_values;
 use super::{cpu_forward, gradient_like, Grads2};
 
 pub(crate) struct FusedRmsNorm {

@@ -15,8 +15,9 @@
 use candle_core::{CustomOp2, CustomOp3, Result, Shape, Storage, Tensor};
 
 use super::dense::{dot, f32_slice, lane_sum};
-use super::fused::{with_values, Units};
 use super::product::Product;
+use super::units::Units;
+use super::with_values;
 use super::{cpu_forward, gradient_like, Grads2, Grads3};
 
 /// The units of an output of `shape`, checked against the gains and inverse norms.

@@ -1,8 +1,9 @@
 //! What every activation normalization provides to the layer around it: the part of a
 //! hidden layer between its kernel (`t = W x`, or weight norm's `v x` scaled) and its
 //! output `relu(norm(t) + b)`. Each method implements [`ActivationNorm`] in its own
-//! file (batch norm, mean-only BN, layer norm); [`Identity`], here, is the layer
-//! without one (`none`, weight norm, SVB).
+//! file (batch norm with batch renormalization's correction, mean-only BN, layer norm,
+//! group norm, RMSNorm); [`Identity`], here, is the layer without one (`none`, weight
+//! norm, SVB, BBN).
 //!
 //! Two paths compute the same values: candle's graph (any device, CNNs) and the host
 //! path of CPU MLPs, which runs on plain buffers and keeps what its backward needs on a
@@ -14,11 +15,12 @@ use candle_core::{Result, Tensor, TensorId, Var};
 
 use super::BnStats;
 use crate::kernels::batch_norm::BatchNormOp;
+use crate::kernels::bias_relu::{self, relu_mask};
 use crate::kernels::feature_pass::{
     affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
 };
-use crate::kernels::fused::{self, relu_mask, with_values};
 use crate::kernels::layer_norm::RowStatistics;
+use crate::kernels::with_values;
 
 /// Each trainable variable's gradient from the host path, by the variable's id.
 pub type HostGradients = Vec<(TensorId, Vec<f32>)>;
@@ -191,13 +193,15 @@ pub(crate) fn mean_of(values: &[f32]) -> f64 {
     values.iter().map(|&x| f64::from(x)).sum::<f64>() / values.len().max(1) as f64
 }
 
-/// Pushes `var`'s gradient.
+/// Pushes `var`'s gradient (keyed by id: the optimizer matches gradients to its state
+/// that way).
 #[inline]
 pub(crate) fn push(grads: &mut HostGradients, var: &Var, grad: Vec<f32>) {
     grads.push((var.id(), grad));
 }
 
-/// Runs `f` with the bias's values, if the layer has one.
+/// Runs `f` with the bias's values, if the layer has one (the host path's loops take
+/// the bias as an optional slice, not a tensor).
 #[inline]
 pub(crate) fn with_bias<R>(
     bias: Option<&Var>,
@@ -220,9 +224,9 @@ impl ActivationNorm for Identity {
 
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         match (layer.bias, layer.relu) {
-            (Some(b), true) => fused::bias_relu(t, b),
-            (Some(b), false) => fused::add_unit_bias(t, b),
-            (None, true) => fused::relu(t),
+            (Some(b), true) => bias_relu::bias_relu(t, b),
+            (Some(b), false) => bias_relu::add_unit_bias(t, b),
+            (None, true) => bias_relu::relu(t),
             (None, false) => Ok(t.clone()),
         }
     }

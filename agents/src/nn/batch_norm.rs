@@ -37,7 +37,8 @@ use super::params::StoreVersion;
 use super::{svb, BnStats, ParamStore, Role};
 use crate::kernels::batch_norm::{self as batch_norm_op, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
-use crate::kernels::fused::{with_values, Units};
+use crate::kernels::units::Units;
+use crate::kernels::with_values;
 
 pub struct BatchNorm {
     pub(crate) gamma: Var,

@@ -40,9 +40,9 @@ use super::activation_norm::{ActivationNorm, Identity};
 use super::layer::{with_method, Norm, WeightParam};
 use super::weight_norm::UnitNorms;
 use super::{BnStats, Layer, LinearMap, QNetwork};
-use crate::kernels::fused::with_values;
 use crate::kernels::linear::LinearCore;
 use crate::kernels::product::Product;
+use crate::kernels::with_values;
 
 /// What a training forward keeps for the backward, layer by layer.
 #[derive(Default)]

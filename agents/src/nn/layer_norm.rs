@@ -27,10 +27,10 @@ use super::activation_norm::{
 };
 use super::linear_map::sample_moments;
 use super::{ParamStore, Role};
-use crate::kernels::fused::with_values;
 use crate::kernels::layer_norm::{
     check_rows, normalize_rows, row_gradients, row_statistics, FusedLayerNorm,
 };
+use crate::kernels::with_values;
 
 pub struct LayerNorm {
     gamma: Var,

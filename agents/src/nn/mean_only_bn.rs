@@ -25,11 +25,13 @@ use super::linear_map::unit_mean;
 use super::params::StoreVersion;
 use super::{BnStats, ParamStore, Role};
 use crate::kernels::batch_norm as batch_norm_op;
+use crate::kernels::bias_relu;
 use crate::kernels::feature_pass::{
     affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
 };
-use crate::kernels::fused::{self, with_values, Units};
 use crate::kernels::mean_only_bn::{self as mean_only_bn_op, batch_means, mean_shift};
+use crate::kernels::units::Units;
+use crate::kernels::with_values;
 
 pub struct MeanOnlyBn {
     running_mean: Var,
@@ -100,7 +102,7 @@ impl MeanOnlyBn {
     /// `relu(forward(t) + bias)` with `bias` one value per unit, in one op on the CPU.
     pub fn forward_bias_relu(&self, t: &Tensor, bias: &Tensor, stats: BnStats) -> Result<Tensor> {
         if !t.device().is_cpu() {
-            return crate::kernels::fused::add_unit_bias_reference(
+            return crate::kernels::bias_relu::add_unit_bias_reference(
                 &self.forward_reference(t, stats)?,
                 bias,
             )?
@@ -150,11 +152,11 @@ impl ActivationNorm for MeanOnlyBn {
         }
         let y = self.forward(t, layer.stats)?;
         let y = match layer.bias {
-            Some(b) => fused::add_unit_bias(&y, b)?,
+            Some(b) => bias_relu::add_unit_bias(&y, b)?,
             None => y,
         };
         if layer.relu {
-            fused::relu(&y)
+            bias_relu::relu(&y)
         } else {
             Ok(y)
         }

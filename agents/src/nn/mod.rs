@@ -2,8 +2,9 @@
 //! Linear and Conv2d layers alike.
 //!
 //! A layer ([`Layer`]) is a kernel, plain or weight-normed ([`WeightNorm`]), an
-//! activation normalization ([`BatchNorm`], [`MeanOnlyBn`], [`LayerNorm`], [`RmsNorm`] or none, each
-//! implementing one trait in its own file), a bias and a ReLU. Each method's file holds
+//! activation normalization ([`BatchNorm`] with or without batch renormalization,
+//! [`MeanOnlyBn`], [`LayerNorm`], [`GroupNorm`], [`RmsNorm`] or none, each implementing
+//! one trait in its own file), a bias and a ReLU. Each method's file holds
 //! its parameters, init, graph forward and the host path's forward and backward; the
 //! CPU loops they call are in [`crate::kernels`].
 

@@ -140,7 +140,6 @@ impl QNetwork {
         Ok(h)
     }
 
-    /// True when weight norm's data-dependent init is due (before the first update).
     /// Each hidden layer's output (after its ReLU) on `x`, by layer name: what the
     /// diagnostics read.
     pub fn hidden_outputs(&self, x: &Tensor, pass: Pass) -> Result<Vec<(String, Tensor)>> {
@@ -159,6 +158,7 @@ impl QNetwork {
         Ok(outputs)
     }
 
+    /// True when weight norm's data-dependent init is due (before the first update).
     pub fn wants_data_dependent_init(&self) -> bool {
         self.norm.kind.uses_weight_norm() && self.norm.data_dependent_init
     }

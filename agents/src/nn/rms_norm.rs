@@ -26,9 +26,9 @@ use super::activation_norm::{
     HostOutput, KernelGradient, NormTape, Saved,
 };
 use super::{ParamStore, Role};
-use crate::kernels::fused::with_values;
 use crate::kernels::layer_norm::check_rows;
 use crate::kernels::rms_norm::{inverse_rms, rms_gradients, scale_rows, FusedRmsNorm};
+use crate::kernels::with_values;
 
 pub struct RmsNorm {
     gamma: Var,

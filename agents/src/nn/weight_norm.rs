@@ -33,13 +33,13 @@ use super::activation_norm::{push, HostGradients};
 use super::params::StoreVersion;
 use super::{LinearMap, ParamStore, Role};
 use crate::kernels::conv::DataConv2d;
-use crate::kernels::fused::with_values;
 use crate::kernels::linear::LinearCore;
 use crate::kernels::product::Product;
 use crate::kernels::weight_norm::{
     add_norm_gradient, gain_gradient_from_sums, inverse_norms, unit_scales, FusedWeightNorm,
     NormedKernel, ScaleByGain,
 };
+use crate::kernels::with_values;
 
 /// How many more values than the weight an output must have before forming `w` (one
 /// more graph node, about a microsecond) pays for the per-output scaling it saves.

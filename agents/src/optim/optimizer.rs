@@ -143,7 +143,8 @@ crate::kernels::avx2::dispatch! {
     }
 }
 
-/// Runs `f` on a CPU tensor's `f32` values.
+/// Runs `f` on a CPU tensor's `f32` values; `None` on other devices, where the
+/// update falls back to tensor ops (unlike `kernels::with_values`, which refuses them).
 fn with_cpu_slice<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R>> {
     let (storage, layout) = t.storage_and_layout();
     match (&*storage, layout.contiguous_offsets()) {

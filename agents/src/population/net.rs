@@ -78,8 +78,8 @@ struct Settings {
     g_lr_scale: f64,
 }
 
-/// P agents' Q-networks, with the methods the module's page lists (`stack` refuses the
-/// others).
+/// P agents' Q-networks, of any method (each method's stacked form is in its `nn/`
+/// file, found through `nn::stack`).
 pub struct PopulationNet {
     layers: Vec<PopulationLayer>,
     /// Every variable's (buffers too) single-network name, role and layout, in the

@@ -5,6 +5,7 @@ use candle_core::{Device, Tensor};
 use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{LinearMap, NormConfig, NormKind};
+use normrl_agents::replay::Batch;
 
 pub const DEV: Device = Device::Cpu;
 
@@ -103,4 +104,38 @@ pub const BATCH_NORM_OUTPUTS: [&str; 6] = [
 pub fn distance(a: &[f32], b: &[f32]) -> f64 {
     let squares = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2));
     squares.sum::<f64>().sqrt()
+}
+
+/// Agent `agent`'s batch of `size` for update `step`, observations of `obs` values
+/// (binary frames where `binary`) and actions below `actions`: random, yet the same for
+/// the same arguments, so a population's member and its agent alone see one batch.
+pub fn batch(
+    size: usize,
+    obs: usize,
+    binary: bool,
+    agent: u64,
+    step: u64,
+    actions: usize,
+) -> Batch {
+    let mut rng = InitRng::new(1_000 * agent + step);
+    let mut b = Batch::new(size, obs);
+    let mut normal =
+        |n: usize| -> Vec<f32> { rng.normal(n, 1.0, &Device::Cpu).unwrap().to_vec1().unwrap() };
+    // Frames of a binary observation (MinAtar's) are 0 or 1; rewards stay normal.
+    let frames = |v: Vec<f32>| match binary {
+        true => v
+            .into_iter()
+            .map(|x| f32::from(u8::from(x > 1.0)))
+            .collect(),
+        false => v,
+    };
+    b.obs = frames(normal(size * obs));
+    b.next_obs = frames(normal(size * obs));
+    b.rewards = normal(size);
+    for i in 0..size {
+        let k = i as u64 + step;
+        b.actions[i] = ((k + agent) % actions as u64) as u32;
+        b.terminated[i] = if k.is_multiple_of(5) { 1.0 } else { 0.0 };
+    }
+    b
 }

@@ -39,7 +39,12 @@ fn worker_script() -> Result<std::path::PathBuf, EnvError> {
     if std::fs::read_to_string(&path).ok().as_deref() == Some(WORKER_SOURCE) {
         return Ok(path);
     }
-    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    // Unique per writer, threads included: runs in one process (a comparison's jobs,
+    // parallel tests) may write the script at once, and a shared temporary name let one
+    // writer's rename take the file from under another's.
+    static WRITERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let writer = WRITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("{}-{writer}.tmp", std::process::id()));
     std::fs::write(&tmp, WORKER_SOURCE)
         .and_then(|_| std::fs::rename(&tmp, &path))
         .map_err(|e| {

@@ -1,33 +1,23 @@
-//! Fused CPU ops for the hot path of a layer, each with a one-pass backward: adding a
+//! A layer's bias and ReLU as CPU ops, each with a one-pass backward: adding a
 //! per-unit bias (candle's broadcast-add backward is a slow general reduction) and
 //! ReLU. On other devices, and as the tested reference, the same results come from
 //! candle's tensor ops.
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
-//! use normrl_agents::kernels::fused;
+//! use normrl_agents::kernels::bias_relu;
 //!
 //! let t = Tensor::new(&[[-1.0f32, 2.0], [3.0, -4.0]], &Device::Cpu).unwrap();
 //! let b = Tensor::new(&[1.0f32, 1.0], &Device::Cpu).unwrap();
-//! let y = fused::relu(&fused::add_unit_bias(&t, &b).unwrap()).unwrap();
+//! let y = bias_relu::relu(&bias_relu::add_unit_bias(&t, &b).unwrap()).unwrap();
 //! assert_eq!(y.to_vec2::<f32>().unwrap(), vec![vec![0.0, 3.0], vec![4.0, 0.0]]);
 //! ```
 
-use candle_core::{CustomOp1, CustomOp2, Result, Shape, Storage, Tensor};
+use candle_core::{CustomOp1, CustomOp2, Result, Shape, Tensor};
 
-use super::dense::{f32_slice, lane_sum};
 use super::feature_pass::{affine_features, output_gradient, Affine, SavedOutput};
-use super::{cpu_forward, gradient_like, Grads2};
-
-/// Runs `f` on a CPU tensor's values.
-#[inline]
-pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
-    let (s, l) = t.storage_and_layout();
-    match &*s {
-        Storage::Cpu(c) => f(f32_slice(c, l)?),
-        _ => candle_core::bail!("fused ops run on the CPU only"),
-    }
-}
+use super::units::Units;
+use super::{cpu_forward, gradient_like, with_values, Grads2};
 
 /// `t + b` with `b` one value per unit (dim 1 of `t`: features or channels).
 pub fn add_unit_bias(t: &Tensor, b: &Tensor) -> Result<Tensor> {
@@ -63,135 +53,6 @@ pub fn relu(t: &Tensor) -> Result<Tensor> {
 }
 
 struct UnitBias;
-
-/// How a contiguous tensor's values group around dim 1 (the units: features or
-/// channels): `outer` blocks, each of `units` runs of `inner` values.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Units {
-    pub outer: usize,
-    pub units: usize,
-    pub inner: usize,
-}
-
-impl Units {
-    pub(crate) fn of(shape: &Shape) -> Result<Self> {
-        let dims = shape.dims();
-        if dims.len() < 2 {
-            candle_core::bail!("per-unit ops need a batch and a unit dimension, got {dims:?}");
-        }
-        Ok(Self {
-            outer: dims[0],
-            units: dims[1],
-            inner: dims[2..].iter().product(),
-        })
-    }
-
-    /// Values per unit.
-    pub(crate) fn per_unit(&self) -> usize {
-        self.outer * self.inner
-    }
-
-    /// Calls `f(unit, run)` for each run of one unit's indices, in memory order.
-    #[inline(always)]
-    pub(crate) fn runs(&self, mut f: impl FnMut(usize, std::ops::Range<usize>)) {
-        for o in 0..self.outer {
-            for u in 0..self.units {
-                let start = (o * self.units + u) * self.inner;
-                f(u, start..start + self.inner);
-            }
-        }
-    }
-
-    /// `x` and `y` cut to this layout's values and `per_unit` to its units (which also
-    /// checks, once, that they hold that many).
-    #[inline(always)]
-    fn views<'a, P>(
-        &self,
-        x: &'a [f32],
-        y: &'a [f32],
-        per_unit: &'a [P],
-    ) -> (&'a [f32], &'a [f32], &'a [P]) {
-        let len = self.outer * self.units * self.inner;
-        (&x[..len], &y[..len], &per_unit[..self.units])
-    }
-
-    /// `f(x, per_unit[u])` for every value `x` (of unit `u`), in memory order.
-    #[inline]
-    pub(crate) fn map<P: Copy>(
-        &self,
-        x: &[f32],
-        per_unit: &[P],
-        f: impl Fn(f32, P) -> f32,
-    ) -> Vec<f32> {
-        self.map2(x, x, per_unit, |x, _, p| f(x, p))
-    }
-
-    /// `f(x, y, per_unit[u])` for every pair of values of `x` and `y` (of unit `u`).
-    #[inline]
-    pub(crate) fn map2<P: Copy>(
-        &self,
-        x: &[f32],
-        y: &[f32],
-        per_unit: &[P],
-        f: impl Fn(f32, f32, P) -> f32,
-    ) -> Vec<f32> {
-        let (x, y, per_unit) = self.views(x, y, per_unit);
-        let units = self.units;
-        let mut out = Vec::with_capacity(x.len());
-        if self.inner == 1 {
-            // Runs of one value: a whole row of units at a time.
-            for (xs, ys) in x.chunks_exact(units).zip(y.chunks_exact(units)) {
-                out.extend(
-                    xs.iter()
-                        .zip(ys)
-                        .zip(per_unit)
-                        .map(|((&x, &y), &p)| f(x, y, p)),
-                );
-            }
-        } else {
-            self.runs(|u, run| {
-                let p = per_unit[u];
-                let (xs, ys) = (&x[run.clone()], &y[run]);
-                out.extend(xs.iter().zip(ys).map(|(&x, &y)| f(x, y, p)));
-            });
-        }
-        out
-    }
-
-    /// Per-unit sums of `f(x, y, per_unit[u])` over the values of `x` and `y`.
-    #[inline]
-    pub(crate) fn sums2<P: Copy>(
-        &self,
-        x: &[f32],
-        y: &[f32],
-        per_unit: &[P],
-        f: impl Fn(f32, f32, P) -> f32,
-    ) -> Vec<f32> {
-        let (x, y, per_unit) = self.views(x, y, per_unit);
-        let units = self.units;
-        let mut sums = vec![0f32; units];
-        if self.inner == 1 {
-            for (xs, ys) in x.chunks_exact(units).zip(y.chunks_exact(units)) {
-                for (((s, &x), &y), &p) in sums.iter_mut().zip(xs).zip(ys).zip(per_unit) {
-                    *s += f(x, y, p);
-                }
-            }
-        } else {
-            self.runs(|u, run| {
-                let p = per_unit[u];
-                let (xs, ys) = (&x[run.clone()], &y[run]);
-                sums[u] += lane_sum(xs, ys, |x, y| f(x, y, p));
-            });
-        }
-        sums
-    }
-
-    /// Per-unit sums of the values of `x`.
-    #[inline]
-    pub(crate) fn sums(&self, x: &[f32]) -> Vec<f32> {
-        self.sums2(x, x, &vec![(); self.units], |x, _, _| x)
-    }
-}
 
 /// The units of `t`, checked against a bias of one value per unit.
 pub(crate) fn unit_bias_fits(t: &Shape, bias: &[f32]) -> Result<Units> {
