@@ -61,8 +61,9 @@ fn assert_report_files(report: &Path) {
         "summary.csv",
         "curves-classic_cartpole.png",
         "curves-classic_cartpole.svg",
-        "aggregate_iqm.png",
-        "aggregate_iqm.svg",
+        "aggregate.png",
+        "aggregate.svg",
+        "improvement.svg",
         "performance_profile.png",
         "performance_profile.svg",
         "train-curves-classic_cartpole.png",
@@ -114,7 +115,7 @@ fn tiny_comparison_reports_and_skips_finished_runs() {
     assert_report_files(&report);
     assert_eq!(csv_rows(&report.join("runs.csv")), 4);
     assert_eq!(csv_rows(&report.join("summary.csv")), 2);
-    let png = std::fs::read(report.join("aggregate_iqm.png")).unwrap();
+    let png = std::fs::read(report.join("aggregate.png")).unwrap();
     assert_eq!(&png[..4], b"\x89PNG");
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(report.join("report.json")).unwrap()).unwrap();
@@ -124,10 +125,14 @@ fn tiny_comparison_reports_and_skips_finished_runs() {
         .iter()
         .find(|a| a["variant"] == "weight_norm")
         .unwrap();
-    let p = wn["probability_of_improvement_over_baseline"]
-        .as_f64()
-        .unwrap();
-    assert!((0.0..=1.0).contains(&p));
+    let p = &wn["improvement"];
+    let [value, low, high] = ["value", "low", "high"].map(|k| p[k].as_f64().unwrap());
+    assert!(
+        (0.0..=1.0).contains(&value) && low <= value && value <= high,
+        "{p}"
+    );
+    assert_eq!(wn["method"], "weight_norm");
+    assert_eq!(wn["setting"]["batch_size"], 64); // CartPole's config
 
     // Re-running skips every finished run.
     let (code, _, err) = normrl(&args);
@@ -193,7 +198,7 @@ fn shards_split_the_grid_and_report_merges_them() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(csv_rows(&out_dir.join("runs.csv")), 4);
-    assert!(out.contains("P(improvement over none)"));
+    assert!(out.contains("P(improvement over none's method)"), "{out}");
     let (code, _, err) = normrl(&[
         "report",
         dir.join("shard-0").to_str().unwrap(),

@@ -1,61 +1,418 @@
-//! The report's charts: per environment the evaluation curves, the smoothed training
-//! returns and one chart per diagnostic (variants overlaid, mean over seeds with a 95%
-//! bootstrap band over seeds); across environments the aggregate bars and the
-//! performance profile.
+//! Which figures a report draws, from its numbers. One color per method in all of
+//! them (`grid::color_of`); a grid's other axes (batch size, sampler) are panels and
+//! environments are files, never colors:
+//! - `batch_size[-<env>]`: the headline, IQM against batch size, a line per method and
+//!   a panel per sampler (when the grid has two batch sizes or more);
+//! - `aggregate`: median, IQM, mean and optimality gap as interval plots, a row of
+//!   panels per setting;
+//! - `improvement`: each method's probability of improving on the baseline method in
+//!   the same setting;
+//! - `performance_profile`: a panel per setting, bands from the bootstrap;
+//! - per environment `curves`, `train-curves` and `diagnostics-*`: a panel per setting.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::Result;
 
-use super::records::{group, Report, RunRecord};
-use crate::report::plots::{bar_chart, line_chart, Axes, Bar, Series};
-use crate::report::stats::{mean, stratified_bootstrap_ci};
+use super::aggregate::{AggregateStats, BatchPoint, Estimate};
+use super::grid::{color_of, Setting};
+use super::plots::{self, Content, Figure, Line, Panel, Row};
+use super::records::{Report, RunRecord};
+use super::stats::{mean, stratified_bootstrap_ci};
 use crate::run::diagnostics::REPORTED;
 use crate::study::compare::sanitize;
+
+/// Points `(x, y, low, high)` of a curve with its band, from some runs.
+type Series<'a> = dyn Fn(&[&RunRecord]) -> Vec<(f64, f64, f64, f64)> + 'a;
 
 /// Bootstrap resamples of each band point (a band of a few seeds needs few).
 const BAND_REPS: usize = 500;
 /// Points of a smoothed training curve.
 const TRAIN_POINTS: u64 = 50;
 
+/// Every figure of the report into `out`.
+pub fn write(report: &Report, out: &Path) -> Result<()> {
+    let methods = Methods::of(report);
+    headline(report, &methods, out)?;
+    aggregate(report, &methods, out)?;
+    improvement(report, &methods, out)?;
+    profiles(report, &methods, out)?;
+    let mut envs: Vec<&str> = report.runs.iter().map(|r| r.env.as_str()).collect();
+    envs.dedup();
+    for env in envs {
+        environment(report, env, &methods, out)?;
+    }
+    Ok(())
+}
+
+/// The report's methods in a fixed order (the baseline's first), and its settings.
+struct Methods {
+    names: Vec<String>,
+    settings: Vec<Setting>,
+}
+
+impl Methods {
+    fn of(report: &Report) -> Self {
+        let base = report
+            .baseline
+            .as_ref()
+            .and_then(|b| report.runs.iter().find(|r| &r.variant == b))
+            .map(|r| r.axes.method.clone());
+        let mut names: Vec<String> = report.runs.iter().map(|r| r.axes.method.clone()).collect();
+        names.sort_by_key(|m| (Some(m) != base.as_ref(), m.clone()));
+        names.dedup();
+        let set: BTreeSet<Setting> = report.runs.iter().map(|r| r.axes.setting.clone()).collect();
+        let mut settings: Vec<Setting> = set.into_iter().collect();
+        // Larger batches first: the small-batch end of a row is on the right.
+        settings.sort_by_key(|s| (s.sampler.clone(), std::cmp::Reverse(s.batch_size)));
+        Self { names, settings }
+    }
+
+    fn legend(&self) -> Vec<(String, (u8, u8, u8))> {
+        self.names
+            .iter()
+            .map(|m| (m.clone(), color_of(m)))
+            .collect()
+    }
+
+    /// Two columns of setting panels at most beside each other, else one.
+    fn columns(&self) -> usize {
+        self.settings.len().clamp(1, 2)
+    }
+}
+
+fn panel_title(what: &str, setting: &Setting) -> String {
+    match setting.title() {
+        t if t.is_empty() => what.to_string(),
+        t => format!("{what}, {t}"),
+    }
+}
+
+/// The headline: IQM against batch size, over environments and per environment.
+fn headline(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
+    let sizes: BTreeSet<usize> = report.by_batch_size.iter().map(|p| p.batch_size).collect();
+    if sizes.len() < 2 {
+        return Ok(());
+    }
+    // Batch sizes shrink from left to right, evenly on a log scale.
+    let x = |b: usize| -(b as f64).log2();
+    let ticks: Vec<(f64, String)> = sizes.iter().map(|&b| (x(b), b.to_string())).collect();
+    let mut envs: Vec<Option<&str>> = vec![None];
+    let named: BTreeSet<&str> = report
+        .by_batch_size
+        .iter()
+        .filter_map(|p| p.env.as_deref())
+        .collect();
+    envs.extend(named.into_iter().map(Some));
+    for env in envs {
+        let points: Vec<&BatchPoint> = report
+            .by_batch_size
+            .iter()
+            .filter(|p| p.env.as_deref() == env)
+            .collect();
+        let samplers: BTreeSet<Option<&str>> =
+            points.iter().map(|p| p.sampler.as_deref()).collect();
+        let panels = samplers
+            .iter()
+            .map(|sampler| {
+                let lines = methods
+                    .names
+                    .iter()
+                    .filter_map(|m| {
+                        let mut pts: Vec<(f64, f64, f64, f64)> = points
+                            .iter()
+                            .filter(|p| &p.method == m && p.sampler.as_deref() == *sampler)
+                            .map(|p| (x(p.batch_size), p.iqm.value, p.iqm.low, p.iqm.high))
+                            .collect();
+                        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        (!pts.is_empty()).then(|| Line {
+                            color: color_of(m),
+                            points: pts,
+                        })
+                    })
+                    .collect();
+                Panel {
+                    title: sampler.map_or("all samplers".into(), |s| format!("{s} sampler")),
+                    x_label: "batch size".into(),
+                    y_label: match env {
+                        None => "IQM normalized final return".into(),
+                        Some(_) => "IQM final return".into(),
+                    },
+                    content: Content::Lines {
+                        lines,
+                        x_ticks: Some(ticks.clone()),
+                    },
+                }
+            })
+            .collect::<Vec<_>>();
+        let (title, stem) = match env {
+            None => (
+                "Return against batch size, all environments (IQM, 95% CI)".to_string(),
+                "batch_size".to_string(),
+            ),
+            Some(e) => (
+                format!("Return against batch size, {e} (IQM, 95% CI)"),
+                format!("batch_size-{}", sanitize(e)),
+            ),
+        };
+        let figure = Figure {
+            title,
+            columns: panels.len().clamp(1, 2),
+            panels,
+            legend: methods.legend(),
+        };
+        plots::write(&out.join(stem), &figure)?;
+    }
+    Ok(())
+}
+
+/// The rows of an interval panel: each method's estimate in `setting`.
+fn rows(
+    report: &Report,
+    methods: &Methods,
+    setting: &Setting,
+    pick: impl Fn(&AggregateStats) -> Option<Estimate>,
+) -> Vec<Row> {
+    methods
+        .names
+        .iter()
+        .filter_map(|m| {
+            let a = report
+                .aggregate
+                .iter()
+                .find(|a| &a.method == m && &a.setting == setting)?;
+            let e = pick(a)?;
+            Some(Row {
+                label: m.clone(),
+                color: color_of(m),
+                value: e.value,
+                low: e.low,
+                high: e.high,
+            })
+        })
+        .collect()
+}
+
+/// rliable's four aggregate metrics, a row of panels per setting.
+fn aggregate(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
+    type Metric = fn(&AggregateStats) -> Estimate;
+    let metrics: [(&str, Metric); 4] = [
+        ("Median", |a| a.median),
+        ("IQM", |a| a.iqm),
+        ("Mean", |a| a.mean),
+        ("Optimality gap (lower is better)", |a| a.optimality_gap),
+    ];
+    let mut panels = vec![];
+    for setting in &methods.settings {
+        for (name, metric) in metrics {
+            panels.push(Panel {
+                title: panel_title(name, setting),
+                x_label: "normalized score".into(),
+                y_label: String::new(),
+                content: Content::Intervals {
+                    rows: rows(report, methods, setting, |a| Some(metric(a))),
+                    mark: None,
+                },
+            });
+        }
+    }
+    let figure = Figure {
+        title: "Normalized final scores over all environments (95% stratified-bootstrap CIs)"
+            .into(),
+        columns: 4,
+        panels,
+        legend: methods.legend(),
+    };
+    plots::write(&out.join("aggregate"), &figure)
+}
+
+/// Each method's probability of improvement on the baseline method, per setting.
+fn improvement(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
+    let Some(baseline) = &report.baseline else {
+        return Ok(());
+    };
+    let base = report
+        .runs
+        .iter()
+        .find(|r| &r.variant == baseline)
+        .map_or(baseline.as_str(), |r| r.axes.method.as_str());
+    let panels: Vec<Panel> = methods
+        .settings
+        .iter()
+        .map(|setting| Panel {
+            title: panel_title(&format!("P(method > {base})"), setting),
+            x_label: "probability of improvement".into(),
+            y_label: String::new(),
+            content: Content::Intervals {
+                rows: rows(report, methods, setting, |a| a.improvement),
+                mark: Some(0.5),
+            },
+        })
+        .collect();
+    let figure = Figure {
+        title: format!("Probability of improvement over {base} in the same setting (95% CIs)"),
+        columns: methods.columns(),
+        panels,
+        legend: methods.legend(),
+    };
+    plots::write(&out.join("improvement"), &figure)
+}
+
+/// Performance profiles with bootstrap bands, a panel per setting.
+fn profiles(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
+    let taus = &report.performance_profile_taus;
+    let panels: Vec<Panel> = methods
+        .settings
+        .iter()
+        .map(|setting| {
+            let lines = methods
+                .names
+                .iter()
+                .filter_map(|m| {
+                    let a = report
+                        .aggregate
+                        .iter()
+                        .find(|a| &a.method == m && &a.setting == setting)?;
+                    let points = taus
+                        .iter()
+                        .zip(&a.profile)
+                        .map(|(&t, e)| (t, e.value, e.low, e.high))
+                        .collect();
+                    Some(Line {
+                        color: color_of(m),
+                        points,
+                    })
+                })
+                .collect();
+            Panel {
+                title: panel_title("Performance profile", setting),
+                x_label: "normalized score τ".into(),
+                y_label: "fraction of runs > τ".into(),
+                content: Content::Lines {
+                    lines,
+                    x_ticks: None,
+                },
+            }
+        })
+        .collect();
+    let figure = Figure {
+        title: "Performance profiles over all environments (95% CIs)".into(),
+        columns: methods.columns(),
+        panels,
+        legend: methods.legend(),
+    };
+    plots::write(&out.join("performance_profile"), &figure)
+}
+
+/// One environment's evaluation curves, training returns and diagnostics, each a
+/// figure with a panel per setting.
+fn environment(report: &Report, env: &str, methods: &Methods, out: &Path) -> Result<()> {
+    let runs: Vec<&RunRecord> = report.runs.iter().filter(|r| r.env == env).collect();
+    let stem = |what: &str| out.join(format!("{what}-{}", sanitize(env)));
+    let figure = |title: String, y_label: &str, series: &Series| {
+        let panels = methods
+            .settings
+            .iter()
+            .map(|setting| {
+                let lines = methods
+                    .names
+                    .iter()
+                    .filter_map(|m| {
+                        let rs: Vec<&RunRecord> = runs
+                            .iter()
+                            .copied()
+                            .filter(|r| &r.axes.method == m && &r.axes.setting == setting)
+                            .collect();
+                        let points = series(&rs);
+                        (!points.is_empty()).then(|| Line {
+                            color: color_of(m),
+                            points,
+                        })
+                    })
+                    .collect();
+                Panel {
+                    title: panel_title(env, setting),
+                    x_label: "environment steps".into(),
+                    y_label: y_label.to_string(),
+                    content: Content::Lines {
+                        lines,
+                        x_ticks: None,
+                    },
+                }
+            })
+            .collect();
+        Figure {
+            title,
+            columns: methods.columns(),
+            panels,
+            legend: methods.legend(),
+        }
+    };
+    let eval = |rs: &[&RunRecord]| curve(rs, |r| Some(&r.eval_curve));
+    let title = format!("{env}: evaluation return (mean over seeds, 95% CI)");
+    plots::write(&stem("curves"), &figure(title, "evaluation return", &eval))?;
+    let title = format!("{env}: training episodes (smoothed, mean over seeds, 95% CI)");
+    plots::write(
+        &stem("train-curves"),
+        &figure(title, "training return", &training),
+    )?;
+    for (name, label) in REPORTED {
+        let diag = |rs: &[&RunRecord]| curve(rs, |r| r.diagnostics.get(name).map(Vec::as_slice));
+        if runs
+            .iter()
+            .any(|r| r.diagnostics.get(name).is_some_and(|c| !c.is_empty()))
+        {
+            let file = format!("diagnostics-{}", name.replace('/', "-").replace('.', "_"));
+            let title = format!("{env}: {label} (mean over seeds, 95% CI)");
+            plots::write(&stem(&file), &figure(title, short(label), &diag))?;
+        }
+    }
+    Ok(())
+}
+
+/// A diagnostic's label short enough for an axis ("effective rank of the penultimate
+/// features" is "effective rank"); the figure's title says it in full.
+fn short(label: &str) -> &str {
+    [" (", " of ", " ||"]
+        .iter()
+        .filter_map(|cut| label.find(cut))
+        .min()
+        .map_or(label, |end| &label[..end])
+}
+
 /// Mean over runs of values that share a step, with a band over the runs.
-fn band(by_step: BTreeMap<u64, Vec<f64>>, name: &str) -> Series {
-    let points = by_step
+fn band(by_step: BTreeMap<u64, Vec<f64>>) -> Vec<(f64, f64, f64, f64)> {
+    by_step
         .iter()
         .map(|(&s, vals)| {
             let one = std::slice::from_ref(vals);
             let (lo, hi) = stratified_bootstrap_ci(one, |t| mean(&t[0]), BAND_REPS, 0.95, s);
             (s as f64, mean(vals), lo, hi)
         })
-        .collect();
-    Series {
-        name: name.to_string(),
-        points,
-    }
+        .collect()
 }
 
 /// A curve the runs sample at the same steps (evaluations, diagnostics).
-fn curve_series<'a>(
+fn curve<'a>(
     runs: &[&'a RunRecord],
-    name: &str,
-    curve: impl Fn(&'a RunRecord) -> Option<&'a [(u64, f64)]>,
-) -> Series {
+    of: impl Fn(&'a RunRecord) -> Option<&'a [(u64, f64)]>,
+) -> Vec<(f64, f64, f64, f64)> {
     let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     for r in runs {
-        for &(s, v) in curve(r).unwrap_or_default() {
+        for &(s, v) in of(r).unwrap_or_default() {
             if v.is_finite() {
                 by_step.entry(s).or_default().push(v);
             }
         }
     }
-    band(by_step, name)
+    band(by_step)
 }
 
 /// Training returns, which each run has at its own steps (episode ends): per run, the
 /// mean return of the episodes ending in the last `window` steps before each of
 /// [`TRAIN_POINTS`] evenly spaced steps (none there: no point); then across runs.
-fn training_series(runs: &[&RunRecord], name: &str) -> Series {
+fn training(runs: &[&RunRecord]) -> Vec<(f64, f64, f64, f64)> {
     let last = runs
         .iter()
         .filter_map(|r| r.train_curve.last().map(|p| p.0))
@@ -78,91 +435,5 @@ fn training_series(runs: &[&RunRecord], name: &str) -> Series {
             }
         }
     }
-    band(by_step, name)
-}
-
-/// Every chart of the report into `out`.
-pub fn write(report: &Report, out: &Path) -> Result<()> {
-    let groups = group(&report.runs);
-    let mut envs: Vec<&str> = report.runs.iter().map(|r| r.env.as_str()).collect();
-    envs.dedup();
-    for env in envs {
-        let runs: Vec<(&str, &Vec<&RunRecord>)> = groups
-            .iter()
-            .filter(|((e, _), _)| *e == env)
-            .map(|((_, v), rs)| (*v, rs))
-            .collect();
-        environment_charts(env, &runs, out)?;
-    }
-    aggregate_charts(report, out)
-}
-
-/// One environment's curves, training returns and diagnostics.
-fn environment_charts(env: &str, runs: &[(&str, &Vec<&RunRecord>)], out: &Path) -> Result<()> {
-    let stem = |what: &str| out.join(format!("{what}-{}", sanitize(env)));
-    let eval: Vec<Series> = runs
-        .iter()
-        .map(|(v, rs)| curve_series(rs, v, |r| Some(&r.eval_curve)))
-        .collect();
-    let steps = |y_label| Axes::over_steps(env, y_label);
-    line_chart(&stem("curves"), &steps("evaluation return"), &eval)?;
-    let train: Vec<Series> = runs.iter().map(|(v, rs)| training_series(rs, v)).collect();
-    let title = format!("{env}: training episodes (smoothed)");
-    line_chart(
-        &stem("train-curves"),
-        &Axes::over_steps(&title, "training return"),
-        &train,
-    )?;
-    for (name, label) in REPORTED {
-        let series: Vec<Series> = runs
-            .iter()
-            .map(|(v, rs)| curve_series(rs, v, |r| r.diagnostics.get(name).map(Vec::as_slice)))
-            .filter(|s| !s.points.is_empty())
-            .collect();
-        if !series.is_empty() {
-            let file = format!("diagnostics-{}", name.replace('/', "-").replace('.', "_"));
-            line_chart(&stem(&file), &steps(label), &series)?;
-        }
-    }
-    Ok(())
-}
-
-/// The aggregate bars and the performance profile.
-fn aggregate_charts(report: &Report, out: &Path) -> Result<()> {
-    let bars: Vec<Bar> = report
-        .aggregate
-        .iter()
-        .map(|a| Bar {
-            name: a.variant.clone(),
-            value: a.normalized_iqm,
-            low: a.normalized_ci.0,
-            high: a.normalized_ci.1,
-        })
-        .collect();
-    bar_chart(
-        &out.join("aggregate_iqm"),
-        "normalized score IQM (95% CI)",
-        "normalized IQM",
-        &bars,
-    )?;
-    let profiles: Vec<Series> = report
-        .performance_profiles
-        .iter()
-        .map(|(v, fr)| Series {
-            name: v.clone(),
-            points: report
-                .performance_profile_taus
-                .iter()
-                .zip(fr)
-                .map(|(&t, &f)| (t, f, f, f))
-                .collect(),
-        })
-        .collect();
-    let axes = Axes {
-        title: "performance profile".into(),
-        x_label: "normalized score tau".into(),
-        y_label: "fraction of runs > tau".into(),
-        x_steps: false,
-    };
-    line_chart(&out.join("performance_profile"), &axes, &profiles)
+    band(by_step)
 }

@@ -1,8 +1,13 @@
 //! `normrl report`: aggregate statistics of finished runs (per environment and variant,
 //! and across environments on normalized scores), written as Markdown, CSV and JSON,
-//! with learning-curve, IQM and performance-profile charts.
+//! with rliable's figures and the study's own (return against batch size).
 
+pub mod aggregate;
 mod charts;
+pub mod grid;
+#[cfg(test)]
+mod layout_tests;
+mod markdown;
 mod plots;
 mod records;
 pub mod stats;
@@ -12,7 +17,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::run::checkpoint::write_atomic;
-pub use records::{build, load_runs, markdown, AggregateStats, Report, RunRecord, VariantStats};
+pub use aggregate::{AggregateStats, BatchPoint, Estimate};
+pub use markdown::markdown;
+pub use records::{build, load_runs, Report, RunRecord, VariantStats};
 
 /// Writes `report` into `out`: `report.md`, `runs.csv`, `summary.csv`, `report.json`
 /// and the charts.

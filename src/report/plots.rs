@@ -1,59 +1,72 @@
-//! Charts for comparison reports, as PNG and SVG, drawn with plotters and an embedded
-//! font (DejaVu Sans) so that no system font is needed.
+//! The report's figures as PNG and SVG, drawn with plotters and an embedded font
+//! (DejaVu Sans) so that no system font is needed. A figure is a grid of panels that
+//! share one legend, drawn outside the data on the right: line panels (curves with
+//! bands) and interval panels (rliable's horizontal intervals, one row per method).
+//! Labels are placed so that none overlap whatever the number of variants (a test
+//! checks the SVG), and every number is written as people write it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+/// Pixels of one panel, and of the legend beside the panels.
+const PANEL: (u32, u32) = (430, 320);
+const LEGEND_WIDTH: u32 = 190;
+const TITLE_HEIGHT: u32 = 40;
+/// Font sizes (pixels): the figure's title, a panel's title, axis labels and ticks.
+const TITLE_FONT: u32 = 22;
+const PANEL_FONT: u32 = 16;
+const LABEL_FONT: u32 = 14;
+const TICK_FONT: u32 = 12;
+/// A legend entry's height: more than its font, so entries never touch.
+const LEGEND_ROW: i32 = 22;
+
+/// A color as the palette gives it.
+pub type Rgb = (u8, u8, u8);
 
 /// One line with a band: `(x, y, low, high)` points.
-pub struct Series {
-    pub name: String,
+pub struct Line {
+    pub color: Rgb,
     pub points: Vec<(f64, f64, f64, f64)>,
 }
 
-/// A line chart's title and axes. `x_steps`: the x axis counts environment steps,
-/// labelled 50k / 1.5M rather than 50000.0.
-pub struct Axes {
-    pub title: String,
-    pub x_label: String,
-    pub y_label: String,
-    pub x_steps: bool,
-}
-
-impl Axes {
-    /// A chart over environment steps.
-    pub fn over_steps(title: &str, y_label: &str) -> Self {
-        Self {
-            title: title.to_string(),
-            x_label: "environment steps".into(),
-            y_label: y_label.to_string(),
-            x_steps: true,
-        }
-    }
-}
-
-/// A step count as people write it: 0, 500, 50k, 1.5M.
-pub fn step_label(x: f64) -> String {
-    let trim = |v: f64, unit: &str| {
-        let text = format!("{v:.1}");
-        format!("{}{unit}", text.trim_end_matches(".0"))
-    };
-    match x.abs() {
-        a if a >= 1e6 => trim(x / 1e6, "M"),
-        a if a >= 1e3 => trim(x / 1e3, "k"),
-        _ => format!("{x:.0}"),
-    }
-}
-
-/// One bar with an interval.
-pub struct Bar {
-    pub name: String,
+/// One row of an interval panel: a label, its color and the estimate with its interval.
+pub struct Row {
+    pub label: String,
+    pub color: Rgb,
     pub value: f64,
     pub low: f64,
     pub high: f64,
+}
+
+/// What a panel draws.
+pub enum Content {
+    /// Curves over `x`, with named ticks where the axis is categorical (batch sizes).
+    Lines {
+        lines: Vec<Line>,
+        x_ticks: Option<Vec<(f64, String)>>,
+    },
+    /// Horizontal intervals, one row per label, with a dashed reference line at `mark`.
+    Intervals { rows: Vec<Row>, mark: Option<f64> },
+}
+
+pub struct Panel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub content: Content,
+}
+
+/// A grid of panels (`columns` wide) with one legend.
+pub struct Figure {
+    pub title: String,
+    pub columns: usize,
+    pub panels: Vec<Panel>,
+    pub legend: Vec<(String, Rgb)>,
 }
 
 static FONT: Once = Once::new();
@@ -70,197 +83,338 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("plotting failed: {e:?}")
 }
 
+fn rgb(c: Rgb) -> RGBColor {
+    RGBColor(c.0, c.1, c.2)
+}
+
+/// A number as people write it: at most 4 significant digits (3 before a unit), no
+/// trailing zeros, and thousands and millions as k and M (0.6, 12.5, 1.2k, 50k, 1.5M).
+pub fn tick_label(x: f64) -> String {
+    if !x.is_finite() {
+        return String::new();
+    }
+    let a = x.abs();
+    if a >= 1e6 {
+        return format!("{}M", significant(x / 1e6, 3));
+    }
+    if a >= 1e3 {
+        return format!("{}k", significant(x / 1e3, 3));
+    }
+    significant(x, 4)
+}
+
+/// `x` with at most `digits` significant digits, trailing zeros dropped.
+fn significant(x: f64, digits: i32) -> String {
+    if x == 0.0 {
+        return "0".into();
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    let decimals = (digits - 1 - magnitude).max(0) as usize;
+    let text = format!("{x:.decimals$}");
+    let text = match text.contains('.') {
+        true => text.trim_end_matches('0').trim_end_matches('.').to_string(),
+        false => text,
+    };
+    if text == "-0" {
+        "0".into()
+    } else {
+        text
+    }
+}
+
 fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-        (a.min(v), b.max(v))
-    });
+    let (lo, hi) = values
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
-    let pad = ((hi - lo) * 0.05).max(1e-6);
+    let pad = ((hi - lo) * 0.06).max(1e-6);
     (lo - pad, hi + pad)
 }
 
-fn draw_lines<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    axes: &Axes,
-    series: &[Series],
-) -> Result<()>
+fn font(size: u32) -> TextStyle<'static> {
+    ("sans-serif", size).into_font().color(&BLACK)
+}
+
+fn draw_figure<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, figure: &Figure) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(err)?;
-    let (x0, x1) = bounds(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)));
-    let (y0, y1) = bounds(
-        series
-            .iter()
-            .flat_map(|s| s.points.iter().flat_map(|p| [p.2, p.3])),
-    );
-    let mut chart = ChartBuilder::on(root)
-        .caption(&axes.title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(err)?;
-    let plain = |x: &f64| format!("{x}");
-    let steps = |x: &f64| step_label(*x);
-    chart
-        .configure_mesh()
-        .x_desc(&axes.x_label)
-        .y_desc(&axes.y_label)
-        .x_label_formatter(if axes.x_steps { &steps } else { &plain })
-        .draw()
-        .map_err(err)?;
-    for (i, s) in series.iter().enumerate() {
-        let color = Palette99::pick(i);
-        let mut band: Vec<(f64, f64)> = s.points.iter().map(|p| (p.0, p.3)).collect();
-        band.extend(s.points.iter().rev().map(|p| (p.0, p.2)));
-        chart
-            .draw_series(std::iter::once(Polygon::new(band, color.mix(0.2))))
-            .map_err(err)?;
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().map(|p| (p.0, p.1)),
-                color.stroke_width(2),
-            ))
-            .map_err(err)?
-            .label(s.name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+    let (width, _) = root.dim_in_pixel();
+    let centered = font(TITLE_FONT).pos(Pos::new(HPos::Center, VPos::Center));
+    root.draw_text(
+        &figure.title,
+        &centered,
+        ((width / 2) as i32, (TITLE_HEIGHT / 2) as i32),
+    )
+    .map_err(err)?;
+    let body = root.margin(TITLE_HEIGHT, 0, 0, 0);
+    let columns = figure.columns.max(1);
+    let (panels, legend) = body.split_horizontally(columns as u32 * PANEL.0);
+    let rows = figure.panels.len().div_ceil(columns).max(1);
+    // Panels share their value axis (a figure's curves one y range, each column of
+    // intervals one x range), so that a method reads the same across settings.
+    let y_range = bounds(figure.panels.iter().flat_map(|p| {
+        match &p.content {
+            Content::Lines { lines, .. } => lines
+                .iter()
+                .flat_map(|l| l.points.iter().flat_map(|p| [p.1, p.2, p.3]))
+                .collect(),
+            Content::Intervals { .. } => vec![],
+        }
+    }));
+    let x_range = |column: usize| {
+        bounds(
+            figure
+                .panels
+                .iter()
+                .skip(column)
+                .step_by(columns)
+                .flat_map(|p| match &p.content {
+                    Content::Intervals { rows, mark } => rows
+                        .iter()
+                        .flat_map(|r| [r.low, r.high, r.value])
+                        .chain(*mark)
+                        .collect(),
+                    Content::Lines { .. } => vec![],
+                }),
+        )
+    };
+    let areas = panels.split_evenly((rows, columns));
+    for (i, (area, panel)) in areas.iter().zip(&figure.panels).enumerate() {
+        match &panel.content {
+            Content::Lines { lines, x_ticks } => {
+                draw_lines(area, panel, lines, x_ticks.as_deref(), y_range)?
+            }
+            Content::Intervals { rows, mark } => {
+                draw_intervals(area, panel, rows, *mark, x_range(i % columns))?
+            }
+        }
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&legend, &figure.legend)?;
     root.present().map_err(err)?;
     Ok(())
 }
 
-fn draw_bars<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    title: &str,
-    y_label: &str,
-    bars: &[Bar],
+/// The legend, one entry a row, outside every panel.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, Rgb)],
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err)?;
-    let (y0, y1) = bounds(bars.iter().flat_map(|b| [b.low, b.high, 0.0]));
-    let n = bars.len() as f64;
-    let names: Vec<String> = bars.iter().map(|b| b.name.clone()).collect();
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(70)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.5..n - 0.5, y0..y1)
+    let style = font(LABEL_FONT).pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, (name, color)) in entries.iter().enumerate() {
+        let y = 30 + i as i32 * LEGEND_ROW;
+        area.draw(&PathElement::new(
+            vec![(8, y), (30, y)],
+            rgb(*color).stroke_width(3),
+        ))
         .map_err(err)?;
+        area.draw_text(name, &style, (38, y)).map_err(err)?;
+    }
+    Ok(())
+}
+
+fn draw_lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    lines: &[Line],
+    x_ticks: Option<&[(f64, String)]>,
+    (y0, y1): (f64, f64),
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let tick_xs = x_ticks.unwrap_or_default().iter().map(|t| t.0);
+    let xs = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .chain(tick_xs);
+    let (x0, x1) = bounds(xs);
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, font(PANEL_FONT))
+        .margin(10)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(err)?;
+    let label = |v: &f64| tick_label(*v);
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(bars.len().max(1))
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
-                names[i as usize].clone()
-            } else {
-                String::new()
-            }
-        })
-        .y_desc(y_label)
+        .x_desc(&panel.x_label)
+        .y_desc(&panel.y_label)
+        .axis_desc_style(font(LABEL_FONT))
+        .label_style(font(TICK_FONT))
+        .x_labels(if x_ticks.is_some() { 0 } else { 5 })
+        .y_labels(5)
+        .x_label_formatter(&label)
+        .y_label_formatter(&label)
+        .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(err)?;
-    for (i, b) in bars.iter().enumerate() {
-        let x = i as f64;
-        let color = Palette99::pick(i);
+    if let Some(ticks) = x_ticks {
+        let style = font(TICK_FONT).pos(Pos::new(HPos::Center, VPos::Top));
+        let base = area.get_base_pixel();
+        for (x, text) in ticks {
+            let (px, py) = chart.backend_coord(&(*x, y0));
+            area.draw_text(text, &style, (px - base.0, py - base.1 + 6))
+                .map_err(err)?;
+        }
+    }
+    for line in lines {
+        let color = rgb(line.color);
+        let mut band: Vec<(f64, f64)> = line.points.iter().map(|p| (p.0, p.3)).collect();
+        band.extend(line.points.iter().rev().map(|p| (p.0, p.2)));
         chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(x - 0.35, 0.0), (x + 0.35, b.value)],
-                color.mix(0.7).filled(),
-            )))
+            .draw_series(std::iter::once(Polygon::new(band, color.mix(0.15))))
             .map_err(err)?;
         chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(x, b.low), (x, b.high)],
-                BLACK.stroke_width(2),
-            )))
+            .draw_series(LineSeries::new(
+                line.points.iter().map(|p| (p.0, p.1)),
+                color.stroke_width(2),
+            ))
+            .map_err(err)?;
+        if line.points.len() <= 8 {
+            let marks = line
+                .points
+                .iter()
+                .map(|p| Circle::new((p.0, p.1), 3, color.filled()));
+            chart.draw_series(marks).map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+/// rliable's interval plot: a box from low to high per row, a black tick at the value;
+/// row labels left of the axis, written by hand so that each sits at its row.
+fn draw_intervals<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    rows: &[Row],
+    mark: Option<f64>,
+    (x0, x1): (f64, f64),
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let n = rows.len().max(1) as f64;
+    let label_width = 12
+        + rows
+            .iter()
+            .map(|r| text_width(&r.label, TICK_FONT))
+            .max()
+            .unwrap_or(0);
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, font(PANEL_FONT))
+        .margin(10)
+        .x_label_area_size(44)
+        .y_label_area_size(label_width)
+        .build_cartesian_2d(x0..x1, -0.5..n - 0.5)
+        .map_err(err)?;
+    let label = |v: &f64| tick_label(*v);
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_labels(5)
+        .x_desc(&panel.x_label)
+        .axis_desc_style(font(LABEL_FONT))
+        .label_style(font(TICK_FONT))
+        .x_label_formatter(&label)
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(err)?;
+    if let Some(m) = mark {
+        let dashed = (0..20).map(|k| {
+            let y = -0.5 + n * f64::from(k) / 20.0;
+            PathElement::new(vec![(m, y), (m, y + n / 40.0)], BLACK.mix(0.5))
+        });
+        chart.draw_series(dashed).map_err(err)?;
+    }
+    let style = font(TICK_FONT).pos(Pos::new(HPos::Right, VPos::Center));
+    let base = area.get_base_pixel();
+    // The first row at the top, as a table reads.
+    for (i, row) in rows.iter().enumerate() {
+        let y = n - 1.0 - i as f64;
+        let color = rgb(row.color);
+        let boxed = Rectangle::new(
+            [(row.low, y - 0.3), (row.high, y + 0.3)],
+            color.mix(0.7).filled(),
+        );
+        chart.draw_series(std::iter::once(boxed)).map_err(err)?;
+        let tick = PathElement::new(
+            vec![(row.value, y - 0.3), (row.value, y + 0.3)],
+            BLACK.stroke_width(2),
+        );
+        chart.draw_series(std::iter::once(tick)).map_err(err)?;
+        let (px, py) = chart.backend_coord(&(x0, y));
+        area.draw_text(&row.label, &style, (px - base.0 - 6, py - base.1))
             .map_err(err)?;
     }
-    root.present().map_err(err)?;
     Ok(())
+}
+
+/// A generous estimate of a label's width in pixels (DejaVu Sans averages about 0.55
+/// of its size a character).
+pub fn text_width(text: &str, size: u32) -> u32 {
+    (text.chars().count() as f64 * size as f64 * 0.62).ceil() as u32
 }
 
 /// `<stem>.<ext>`, whatever dots the stem holds (`Path::with_extension` would replace
 /// what follows the last one).
-fn with_suffix(stem: &Path, ext: &str) -> std::path::PathBuf {
+fn with_suffix(stem: &Path, ext: &str) -> PathBuf {
     let mut name = stem.as_os_str().to_owned();
     name.push(".");
     name.push(ext);
     name.into()
 }
 
-/// Writes `<stem>.png` and `<stem>.svg` with lines and bands.
-pub fn line_chart(stem: &Path, axes: &Axes, series: &[Series]) -> Result<()> {
+/// Writes `<stem>.png` and `<stem>.svg`.
+pub fn write(stem: &Path, figure: &Figure) -> Result<()> {
     register_font();
+    let columns = figure.columns.max(1);
+    let rows = figure.panels.len().div_ceil(columns).max(1) as u32;
+    let legend_rows = figure.legend.len() as u32 * LEGEND_ROW as u32 + 40;
+    let size = (
+        columns as u32 * PANEL.0 + LEGEND_WIDTH,
+        TITLE_HEIGHT + (rows * PANEL.1).max(legend_rows),
+    );
     let png = with_suffix(stem, "png");
+    draw_figure(&BitMapBackend::new(&png, size).into_drawing_area(), figure)?;
     let svg = with_suffix(stem, "svg");
-    draw_lines(
-        &BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
-        axes,
-        series,
-    )?;
-    draw_lines(
-        &SVGBackend::new(&svg, (900, 560)).into_drawing_area(),
-        axes,
-        series,
-    )?;
-    Ok(())
-}
-
-/// Writes `<stem>.png` and `<stem>.svg` with bars and interval whiskers.
-pub fn bar_chart(stem: &Path, title: &str, y_label: &str, bars: &[Bar]) -> Result<()> {
-    register_font();
-    let png = with_suffix(stem, "png");
-    let svg = with_suffix(stem, "svg");
-    draw_bars(
-        &BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
-        title,
-        y_label,
-        bars,
-    )?;
-    draw_bars(
-        &SVGBackend::new(&svg, (900, 560)).into_drawing_area(),
-        title,
-        y_label,
-        bars,
-    )?;
+    draw_figure(&SVGBackend::new(&svg, size).into_drawing_area(), figure)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::step_label;
+    use super::tick_label;
 
     #[test]
-    fn steps_read_as_people_write_them() {
-        let labels: Vec<String> = [
-            0.0,
-            500.0,
-            1000.0,
-            1200.0,
-            50_000.0,
-            1_000_000.0,
-            2_500_000.0,
-        ]
-        .into_iter()
-        .map(step_label)
-        .collect();
-        assert_eq!(labels, ["0", "500", "1k", "1.2k", "50k", "1M", "2.5M"]);
+    fn numbers_read_as_people_write_them() {
+        let cases = [
+            (0.0, "0"),
+            (0.6000000000000001, "0.6"),
+            (0.05, "0.05"),
+            (12.5, "12.5"),
+            (-0.25, "-0.25"),
+            (500.0, "500"),
+            (1000.0, "1k"),
+            (1234.5, "1.23k"),
+            (1200.0, "1.2k"),
+            (50_000.0, "50k"),
+            (1_000_000.0, "1M"),
+            (2_500_000.0, "2.5M"),
+            (0.123456, "0.1235"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(tick_label(x), want, "{x}");
+        }
     }
 }

@@ -9,22 +9,24 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::report::stats::{
-    aggregate_iqm, iqm, mean, normalize, performance_profile, probability_of_improvement,
-    stratified_bootstrap_ci,
-};
+use crate::report::aggregate::{self, AggregateStats, BatchChange, BatchPoint, Scores};
+use crate::report::grid::RunAxes;
+use crate::report::stats::{aggregate_iqm, iqm, mean, stratified_bootstrap_ci};
 use crate::run::checkpoint::read_json;
 use crate::run::files::{RunResult, RESULT_FILE};
 use crate::run::train::RunSummary;
 use crate::study::compare::{ReportConfig, ScoreRange};
 
-const BOOTSTRAP_REPS: usize = 2_000;
+pub(crate) const BOOTSTRAP_REPS: usize = 2_000;
 
 /// One finished run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRecord {
     pub env: String,
     pub variant: String,
+    /// The variant's method, batch size and sampler.
+    #[serde(flatten)]
+    pub axes: RunAxes,
     pub seed: u64,
     pub final_return: f64,
     /// Mean of the evaluation curve: the normalized area under it.
@@ -63,21 +65,16 @@ pub struct VariantStats {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct AggregateStats {
-    pub variant: String,
-    pub normalized_iqm: f64,
-    pub normalized_ci: (f64, f64),
-    pub probability_of_improvement_over_baseline: Option<f64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub baseline: Option<String>,
     pub score_ranges: BTreeMap<String, ScoreRange>,
     pub per_env: Vec<VariantStats>,
     pub aggregate: Vec<AggregateStats>,
     pub performance_profile_taus: Vec<f64>,
-    pub performance_profiles: BTreeMap<String, Vec<f64>>,
+    /// The headline figure's points: IQM against batch size.
+    pub by_batch_size: Vec<BatchPoint>,
+    /// Each method's change from its largest batch to its smallest.
+    pub batch_changes: Vec<BatchChange>,
     pub runs: Vec<RunRecord>,
 }
 
@@ -102,16 +99,17 @@ pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Resul
                 stack.push(path);
             }
         }
-        if let Some((summary, variant)) = finished_run(&dir)? {
-            runs.push(record(summary, variant, thresholds));
+        if let Some((summary, variant, config)) = finished_run(&dir)? {
+            runs.push(record(summary, variant, config, thresholds));
         }
     }
     runs.sort_by(|a, b| (&a.env, &a.variant, a.seed).cmp(&(&b.env, &b.variant, b.seed)));
     Ok(runs)
 }
 
-/// The summary and variant of the run in `dir`, if it finished.
-fn finished_run(dir: &Path) -> Result<Option<(RunSummary, String)>> {
+/// The summary, variant and (where it wrote one) config of the run in `dir`, if it
+/// finished.
+fn finished_run(dir: &Path) -> Result<Option<(RunSummary, String, Option<String>)>> {
     let from_path = || {
         dir.parent()
             .and_then(Path::file_name)
@@ -122,16 +120,21 @@ fn finished_run(dir: &Path) -> Result<Option<(RunSummary, String)>> {
             .variant
             .or_else(from_path)
             .unwrap_or_else(|| r.summary.norm.clone());
-        return Ok(Some((r.summary, variant)));
+        return Ok(Some((r.summary, variant, Some(r.config))));
     }
     let Some(s) = crate::run::train::finished_summary(dir)? else {
         return Ok(None);
     };
     let variant = from_path().unwrap_or_else(|| s.norm.clone());
-    Ok(Some((s, variant)))
+    Ok(Some((s, variant, None)))
 }
 
-fn record(s: RunSummary, variant: String, thresholds: &BTreeMap<String, f64>) -> RunRecord {
+fn record(
+    s: RunSummary,
+    variant: String,
+    config: Option<String>,
+    thresholds: &BTreeMap<String, f64>,
+) -> RunRecord {
     let threshold = thresholds.get(&s.env).copied();
     let steps_to_threshold = threshold.and_then(|t| {
         s.eval_curve
@@ -142,6 +145,7 @@ fn record(s: RunSummary, variant: String, thresholds: &BTreeMap<String, f64>) ->
     let returns: Vec<f64> = s.eval_curve.iter().map(|(_, r)| *r).collect();
     RunRecord {
         env: s.env.clone(),
+        axes: RunAxes::of(&variant, config.as_deref(), &s.norm),
         variant,
         seed: s.seed,
         final_return: s.final_eval_return,
@@ -200,35 +204,17 @@ pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
         groups: &groups,
         ranges: &ranges,
     };
-    let taus: Vec<f64> = (0..=30).map(|i| i as f64 * 0.05).collect();
-    let mut aggregate = vec![];
-    let mut profiles = BTreeMap::new();
-    for v in &variants {
-        let tasks: Vec<Vec<f64>> = scores
-            .of(v, true)
-            .into_iter()
-            .filter(|t| !t.is_empty())
-            .collect();
-        let poi = config
-            .baseline
-            .as_ref()
-            .filter(|b| *b != v)
-            .map(|b| probability_of_improvement(&scores.of(v, false), &scores.of(b, false)));
-        aggregate.push(AggregateStats {
-            variant: v.clone(),
-            normalized_iqm: aggregate_iqm(&tasks),
-            normalized_ci: stratified_bootstrap_ci(&tasks, aggregate_iqm, BOOTSTRAP_REPS, 0.95, 3),
-            probability_of_improvement_over_baseline: poi,
-        });
-        profiles.insert(v.clone(), performance_profile(&tasks, &taus));
-    }
+    let aggregate = aggregate::aggregates(&scores, &variants, config.baseline.as_deref());
+    let by_batch_size = aggregate::by_batch_size(&scores);
+    let batch_changes = aggregate::batch_changes(&scores, &variants);
     Ok(Report {
         baseline: config.baseline.clone(),
+        aggregate,
+        performance_profile_taus: aggregate::taus(),
+        by_batch_size,
+        batch_changes,
         score_ranges: ranges,
         per_env,
-        aggregate,
-        performance_profile_taus: taus,
-        performance_profiles: profiles,
         runs,
     })
 }
@@ -292,94 +278,6 @@ fn score_ranges(
         ranges.insert(env.to_string(), range);
     }
     ranges
-}
-
-/// Final returns by environment (tasks) and variant.
-struct Scores<'a> {
-    envs: &'a [&'a str],
-    groups: &'a BTreeMap<(&'a str, &'a str), Vec<&'a RunRecord>>,
-    ranges: &'a BTreeMap<String, ScoreRange>,
-}
-
-impl Scores<'_> {
-    /// One list per environment of `variant`'s final returns, normalized to the
-    /// environment's score range if asked.
-    fn of(&self, variant: &str, normalized: bool) -> Vec<Vec<f64>> {
-        let one = |env: &str| -> Vec<f64> {
-            let r = self.ranges[env];
-            let Some(rs) = self.groups.get(&(env, variant)) else {
-                return vec![];
-            };
-            rs.iter()
-                .filter(|x| !x.diverged)
-                .map(|x| match normalized {
-                    true => normalize(x.final_return, r.random, r.reference),
-                    false => x.final_return,
-                })
-                .collect()
-        };
-        self.envs.iter().map(|env| one(env)).collect()
-    }
-}
-
-fn fmt_ci(v: f64, ci: (f64, f64)) -> String {
-    format!("{v:.2} [{:.2}, {:.2}]", ci.0, ci.1)
-}
-
-pub fn markdown(report: &Report) -> String {
-    let mut md = String::from("# Comparison report\n\n");
-    let _ = writeln!(
-        md,
-        "IQM = interquartile mean over seeds; intervals are 95% stratified-bootstrap confidence intervals ({BOOTSTRAP_REPS} resamples). Final = the last evaluation; AUC = the mean of the evaluation curve.\n"
-    );
-    md.push_str("## Per environment\n\n| env | variant | runs | diverged | final IQM [95% CI] | final mean | AUC IQM [95% CI] | steps to threshold (median) | wall s | steps/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    for s in &report.per_env {
-        let steps = s
-            .median_steps_to_threshold
-            .map(|v| format!("{v} ({}/{} runs)", s.solved_runs, s.runs))
-            .unwrap_or_else(|| format!("- ({}/{} runs)", s.solved_runs, s.runs));
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {:.2} | {} | {} | {:.0} | {:.0} |",
-            s.env,
-            s.variant,
-            s.runs,
-            s.diverged_runs,
-            fmt_ci(s.final_iqm, s.final_ci),
-            s.final_mean,
-            fmt_ci(s.auc_iqm, s.auc_ci),
-            steps,
-            s.mean_wall_seconds,
-            s.mean_steps_per_second
-        );
-    }
-    md.push_str("\n## Across environments (normalized scores)\n\nScore ranges (normalized = (score - random) / (reference - random)):\n\n");
-    for (env, r) in &report.score_ranges {
-        let _ = writeln!(
-            md,
-            "- {env}: random {:.2}, reference {:.2}",
-            r.random, r.reference
-        );
-    }
-    let baseline = report.baseline.clone().unwrap_or_else(|| "-".into());
-    let _ = write!(
-        md,
-        "\n| variant | normalized IQM [95% CI] | P(improvement over {baseline}) |\n|---|---|---|\n"
-    );
-    for a in &report.aggregate {
-        let poi = a
-            .probability_of_improvement_over_baseline
-            .map(|p| format!("{p:.2}"))
-            .unwrap_or_else(|| "-".into());
-        let _ = writeln!(
-            md,
-            "| {} | {} | {poi} |",
-            a.variant,
-            fmt_ci(a.normalized_iqm, a.normalized_ci)
-        );
-    }
-    md.push_str("\n## Plots\n\n- `aggregate_iqm.png`: normalized IQM per variant with 95% CIs\n- `performance_profile.png`: fraction of runs above each normalized score\n- `curves-<env>.png`: evaluation return over training, mean over seeds with a 95% bootstrap band\n- `train-curves-<env>.png`: training episode returns, smoothed per seed (mean over the last 5% of the run's steps), mean over seeds with a 95% bootstrap band\n- `diagnostics-<name>-<env>.png`: each diagnostic (dead and dormant units, effective rank, parameter norm, effective step, Q overestimation) over training, mean over seeds with a 95% bootstrap band\n");
-    md
 }
 
 /// `runs.csv`: one row per run.

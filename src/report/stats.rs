@@ -33,6 +33,50 @@ pub fn aggregate_iqm(tasks: &[Vec<f64>]) -> f64 {
     iqm(&tasks.concat())
 }
 
+/// rliable's aggregate median: the median over tasks of each task's mean score.
+pub fn aggregate_median(tasks: &[Vec<f64>]) -> f64 {
+    let mut means: Vec<f64> = tasks.iter().map(|t| mean(t)).collect();
+    if means.is_empty() {
+        return f64::NAN;
+    }
+    means.sort_by(f64::total_cmp);
+    let n = means.len();
+    match n % 2 {
+        1 => means[n / 2],
+        _ => (means[n / 2 - 1] + means[n / 2]) / 2.0,
+    }
+}
+
+/// rliable's aggregate mean: the mean over tasks of each task's mean score.
+pub fn aggregate_mean(tasks: &[Vec<f64>]) -> f64 {
+    mean(&tasks.iter().map(|t| mean(t)).collect::<Vec<_>>())
+}
+
+/// rliable's optimality gap: how far runs fall short of a normalized score of 1 on
+/// average (scores above 1 count as 1), all runs together; lower is better.
+pub fn optimality_gap(tasks: &[Vec<f64>]) -> f64 {
+    let all = tasks.concat();
+    1.0 - mean(&all.iter().map(|s| s.min(1.0)).collect::<Vec<_>>())
+}
+
+/// `stat(x, y)` of two independent samples of tasks, with a stratified-bootstrap
+/// interval: every task of `x` and of `y` is a stratum, resampled on its own.
+pub fn paired_ci(
+    x: &[Vec<f64>],
+    y: &[Vec<f64>],
+    stat: impl Fn(&[Vec<f64>], &[Vec<f64>]) -> f64,
+    reps: usize,
+    seed: u64,
+) -> (f64, (f64, f64)) {
+    let both: Vec<Vec<f64>> = x.iter().chain(y).cloned().collect();
+    let n = x.len();
+    let split = |t: &[Vec<f64>]| stat(&t[..n], &t[n..]);
+    (
+        split(&both),
+        stratified_bootstrap_ci(&both, split, reps, 0.95, seed),
+    )
+}
+
 /// A percentile confidence interval of `stat` by the stratified bootstrap: runs are
 /// resampled with replacement within each task (stratum), `reps` times.
 pub fn stratified_bootstrap_ci(

@@ -1,0 +1,150 @@
+//! Where a run sits in a comparison's grid, as the figures need it: its method (what
+//! gets a color), and the batch size and sampler it trained with (what become panels
+//! and the headline figure's x axis). One color per method, fixed by name, so that a
+//! method looks the same in every figure of every report.
+
+use serde::Serialize;
+
+/// A run's method and setting.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct RunAxes {
+    pub method: String,
+    pub setting: Setting,
+}
+
+/// The axes besides the method that a figure splits into panels.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Setting {
+    pub sampler: Option<String>,
+    pub batch_size: Option<usize>,
+}
+
+impl Setting {
+    /// A panel's title: "batch 32", "sequential, batch 4"; empty when the run's config
+    /// is unknown.
+    pub fn title(&self) -> String {
+        let batch = self.batch_size.map(|b| format!("batch {b}"));
+        [self.sampler.clone(), batch]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl RunAxes {
+    /// A run's axes from its comparison label (`b32-uniform-batch_norm`) and, where the
+    /// run wrote one, its resolved config (TOML). The method is the label less its
+    /// batch-size and sampler parts (the named variant or the norm, with any other axis
+    /// of the grid); a label of nothing else is the run's norm.
+    pub fn of(variant: &str, config: Option<&str>, norm: &str) -> Self {
+        let table: Option<toml::Table> = config.and_then(|c| toml::from_str(c).ok());
+        let replay = table.as_ref().and_then(|t| t.get("replay"));
+        let mut batch_size = replay
+            .and_then(|r| r.get("batch_size"))
+            .and_then(toml::Value::as_integer)
+            .and_then(|b| usize::try_from(b).ok());
+        let mut sampler = replay
+            .and_then(|r| r.get("sampler"))
+            .and_then(|s| s.get("type"))
+            .and_then(toml::Value::as_str)
+            .map(str::to_string);
+        let mut rest = vec![];
+        for part in variant.split('-') {
+            let as_batch = part.strip_prefix('b').and_then(|n| n.parse::<usize>().ok());
+            if as_batch.is_some() && (batch_size.is_none() || batch_size == as_batch) {
+                batch_size = as_batch;
+            } else if SAMPLERS.contains(&part) && sampler.as_deref().is_none_or(|s| s == part) {
+                sampler = Some(part.to_string());
+            } else {
+                rest.push(part);
+            }
+        }
+        let method = match rest.join("-") {
+            m if m.is_empty() => norm.to_string(),
+            m => m,
+        };
+        Self {
+            method,
+            setting: Setting {
+                sampler,
+                batch_size,
+            },
+        }
+    }
+}
+
+/// The replay's samplers by name, as a comparison's labels write them.
+const SAMPLERS: [&str; 4] = ["uniform", "recent", "sequential", "online"];
+
+/// The palette: the methods' colors (Okabe-Ito's and Tol's colorblind-safe sets), the
+/// baseline in black.
+const KNOWN: [(&str, (u8, u8, u8)); 11] = [
+    ("none", (0, 0, 0)),
+    ("weight_norm", (0, 114, 178)),
+    ("batch_norm", (213, 94, 0)),
+    ("batch_renorm", (230, 159, 0)),
+    ("crossq", (204, 121, 167)),
+    ("layer_norm", (0, 158, 115)),
+    ("group_norm", (86, 180, 233)),
+    ("rms_norm", (51, 34, 136)),
+    ("wn_mean_only_bn", (136, 34, 85)),
+    ("svb", (68, 170, 153)),
+    ("bbn", (170, 68, 153)),
+];
+
+/// Colors for methods the palette does not name, picked by a hash of the name (the
+/// same name, the same color, in every report).
+const OTHERS: [(u8, u8, u8); 6] = [
+    (102, 102, 102),
+    (221, 204, 119),
+    (17, 119, 51),
+    (136, 204, 238),
+    (204, 102, 119),
+    (68, 119, 170),
+];
+
+/// A method's color as RGB.
+pub fn color_of(method: &str) -> (u8, u8, u8) {
+    if let Some((_, c)) = KNOWN.iter().find(|(name, _)| *name == method) {
+        return *c;
+    }
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let hash = method.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    OTHERS[(hash % OTHERS.len() as u64) as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_label_splits_into_method_and_setting() {
+        let config = "[replay]\nbatch_size = 4\n[replay.sampler]\ntype = \"sequential\"\n";
+        let axes = RunAxes::of("b4-sequential-batch_norm", Some(config), "batch_norm");
+        assert_eq!(axes.method, "batch_norm");
+        assert_eq!(axes.setting.batch_size, Some(4));
+        assert_eq!(axes.setting.sampler.as_deref(), Some("sequential"));
+        assert_eq!(axes.setting.title(), "sequential, batch 4");
+        // Without a config (a run from before result files), from the label alone.
+        let old = RunAxes::of("b32-crossq", None, "batch_renorm");
+        assert_eq!(
+            (old.method.as_str(), old.setting.batch_size),
+            ("crossq", Some(32))
+        );
+        // A label with nothing but the setting is the run's norm; a name with dashes
+        // keeps them.
+        assert_eq!(RunAxes::of("b4", None, "svb").method, "svb");
+        assert_eq!(RunAxes::of("b4-my-method", None, "svb").method, "my-method");
+    }
+
+    #[test]
+    fn every_method_keeps_its_color_and_known_ones_differ() {
+        let known: std::collections::BTreeSet<_> = KNOWN.iter().map(|(_, c)| *c).collect();
+        assert_eq!(known.len(), KNOWN.len());
+        assert_eq!(color_of("weight_norm"), (0, 114, 178));
+        assert_eq!(color_of("my_method"), color_of("my_method"));
+    }
+}

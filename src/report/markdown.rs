@@ -1,0 +1,324 @@
+//! `report.md`: the figures first (the headline, when the grid has batch sizes to
+//! compare), each with one sentence under it that says what it shows, written from the
+//! numbers; then the tables.
+
+use std::fmt::Write as _;
+
+use super::aggregate::{AggregateStats, Estimate};
+use super::records::{Report, VariantStats, BOOTSTRAP_REPS};
+use crate::run::diagnostics::REPORTED;
+use crate::study::compare::sanitize;
+
+fn fmt_ci(v: f64, ci: (f64, f64)) -> String {
+    format!("{v:.2} [{:.2}, {:.2}]", ci.0, ci.1)
+}
+
+fn est(e: &Estimate) -> String {
+    fmt_ci(e.value, (e.low, e.high))
+}
+
+/// A variant's name as a caption says it: "batch_norm at batch 4".
+fn named(a: &AggregateStats) -> String {
+    match a.setting.title() {
+        t if t.is_empty() => a.method.clone(),
+        t => format!("{} ({t})", a.method),
+    }
+}
+
+pub fn markdown(report: &Report) -> String {
+    let mut md = String::from("# Comparison report\n\n");
+    let _ = writeln!(
+        md,
+        "IQM = interquartile mean over seeds; intervals are 95% stratified-bootstrap confidence intervals ({BOOTSTRAP_REPS} resamples). Final = the last evaluation; AUC = the mean of the evaluation curve; normalized = (score - random) / (reference - random), ranges below. One color per method in every figure.\n"
+    );
+    headline(report, &mut md);
+    aggregates(report, &mut md);
+    environments(report, &mut md);
+    ranges(report, &mut md);
+    md
+}
+
+fn figure(md: &mut String, file: &str, alt: &str, caption: &str) {
+    let _ = writeln!(md, "![{alt}]({file})\n\n{caption}\n");
+}
+
+/// The study's figure and what it says: which method loses most from its largest batch
+/// to its smallest, and which least.
+fn headline(report: &Report, md: &mut String) {
+    let changes = &report.batch_changes;
+    let (Some(worst), Some(best)) = (
+        changes
+            .iter()
+            .min_by(|a, b| a.change.value.total_cmp(&b.change.value)),
+        changes
+            .iter()
+            .max_by(|a, b| a.change.value.total_cmp(&b.change.value)),
+    ) else {
+        return;
+    };
+    md.push_str("## Return against batch size\n\n");
+    let sampler = |s: &Option<String>| {
+        s.as_ref()
+            .map(|s| format!(", {s} sampler"))
+            .unwrap_or_default()
+    };
+    let caption = format!(
+        "IQM of the normalized final return over all environments against batch size, one line per method. From batch {} to batch {}, **{}** changes most ({} in normalized IQM{}); **{}** least ({}{}).",
+        worst.from,
+        worst.to,
+        worst.method,
+        est(&worst.change),
+        sampler(&worst.sampler),
+        best.method,
+        est(&best.change),
+        sampler(&best.sampler),
+    );
+    figure(md, "batch_size.png", "IQM against batch size", &caption);
+    let envs: std::collections::BTreeSet<&str> = report
+        .by_batch_size
+        .iter()
+        .filter_map(|p| p.env.as_deref())
+        .collect();
+    let links: Vec<String> = envs
+        .iter()
+        .map(|e| format!("[{e}](batch_size-{}.png)", sanitize(e)))
+        .collect();
+    let _ = writeln!(md, "Per environment (raw returns): {}.\n", links.join(", "));
+}
+
+/// The aggregate figures, their captions and table.
+fn aggregates(report: &Report, md: &mut String) {
+    md.push_str("## Across environments\n\n");
+    let mut leaders = vec![];
+    for a in &report.aggregate {
+        let better = |b: &&AggregateStats| b.setting == a.setting && b.iqm.value > a.iqm.value;
+        if !report.aggregate.iter().any(|b| better(&b)) {
+            leaders.push(format!("{} {}", named(a), est(&a.iqm)));
+        }
+    }
+    let caption = format!(
+        "Median, IQM, mean and optimality gap of normalized final scores per method, a row per setting. Highest IQM: {}.",
+        leaders.join("; ")
+    );
+    figure(md, "aggregate.png", "aggregate metrics", &caption);
+    improvement(report, md);
+    profile(report, md);
+    let baseline = report.baseline.clone().unwrap_or_else(|| "-".into());
+    let _ = write!(
+        md,
+        "| variant | median | IQM | mean | optimality gap | P(improvement over {baseline}'s method) |\n|---|---|---|---|---|---|\n"
+    );
+    for a in &report.aggregate {
+        let poi = a
+            .improvement
+            .as_ref()
+            .map(est)
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {poi} |",
+            a.variant,
+            est(&a.median),
+            est(&a.iqm),
+            est(&a.mean),
+            est(&a.optimality_gap)
+        );
+    }
+    md.push('\n');
+}
+
+fn improvement(report: &Report, md: &mut String) {
+    let with: Vec<&AggregateStats> = report
+        .aggregate
+        .iter()
+        .filter(|a| a.improvement.is_some())
+        .collect();
+    let value = |a: &&AggregateStats| a.improvement.map_or(f64::NAN, |e| e.value);
+    let Some(top) = with.iter().max_by(|a, b| value(a).total_cmp(&value(b))) else {
+        return;
+    };
+    let above = with
+        .iter()
+        .filter(|a| a.improvement.is_some_and(|e| e.low > 0.5))
+        .count();
+    let below = with
+        .iter()
+        .filter(|a| a.improvement.is_some_and(|e| e.high < 0.5))
+        .count();
+    let caption = format!(
+        "Probability that a run of each method scores above a run of the baseline method in the same setting. Likeliest to improve: {} ({}). {above} of {} intervals lie above 0.5, {below} below.",
+        named(top),
+        est(&top.improvement.expect("filtered")),
+        with.len()
+    );
+    figure(
+        md,
+        "improvement.png",
+        "probability of improvement",
+        &caption,
+    );
+}
+
+fn profile(report: &Report, md: &mut String) {
+    // At tau = 0.5: how often each variant's runs get halfway to the reference.
+    let Some(k) = report
+        .performance_profile_taus
+        .iter()
+        .position(|&t| (t - 0.5).abs() < 1e-9)
+    else {
+        return;
+    };
+    let at = |a: &&AggregateStats| a.profile.get(k).map_or(f64::NAN, |e| e.value);
+    let (Some(most), Some(least)) = (
+        report
+            .aggregate
+            .iter()
+            .max_by(|a, b| at(a).total_cmp(&at(b))),
+        report
+            .aggregate
+            .iter()
+            .min_by(|a, b| at(a).total_cmp(&at(b))),
+    ) else {
+        return;
+    };
+    let caption = format!(
+        "Fraction of runs whose normalized score exceeds each threshold, a panel per setting. Above 0.5: most often {} ({:.2} of runs), least often {} ({:.2}).",
+        named(most),
+        at(&most),
+        named(least),
+        at(&least)
+    );
+    figure(
+        md,
+        "performance_profile.png",
+        "performance profiles",
+        &caption,
+    );
+}
+
+/// The per-environment table, then each environment's curves and diagnostics.
+fn environments(report: &Report, md: &mut String) {
+    md.push_str("## Per environment\n\n| env | variant | runs | diverged | final IQM [95% CI] | final mean | AUC IQM [95% CI] | steps to threshold (median) | wall s | steps/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for s in &report.per_env {
+        let steps = s
+            .median_steps_to_threshold
+            .map(|v| format!("{v} ({}/{} runs)", s.solved_runs, s.runs))
+            .unwrap_or_else(|| format!("- ({}/{} runs)", s.solved_runs, s.runs));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {:.2} | {} | {} | {:.0} | {:.0} |",
+            s.env,
+            s.variant,
+            s.runs,
+            s.diverged_runs,
+            fmt_ci(s.final_iqm, s.final_ci),
+            s.final_mean,
+            fmt_ci(s.auc_iqm, s.auc_ci),
+            steps,
+            s.mean_wall_seconds,
+            s.mean_steps_per_second
+        );
+    }
+    md.push('\n');
+    let mut envs: Vec<&str> = report.per_env.iter().map(|s| s.env.as_str()).collect();
+    envs.dedup();
+    for env in envs {
+        environment(report, env, md);
+    }
+}
+
+fn environment(report: &Report, env: &str, md: &mut String) {
+    let stats: Vec<&VariantStats> = report.per_env.iter().filter(|s| s.env == env).collect();
+    let by = |f: fn(&VariantStats) -> f64| {
+        let key = |s: &&&VariantStats| f(s);
+        let max = stats.iter().max_by(|a, b| key(a).total_cmp(&key(b)));
+        let min = stats.iter().min_by(|a, b| key(a).total_cmp(&key(b)));
+        max.zip(min)
+    };
+    let _ = writeln!(md, "### {env}\n");
+    let file = sanitize(env);
+    if let Some((hi, lo)) = by(|s| s.final_iqm) {
+        let caption = format!(
+            "Evaluation return over training, mean over seeds with a 95% band, a panel per setting. Highest at the end: {} ({}); lowest: {} ({}).",
+            hi.variant,
+            fmt_ci(hi.final_iqm, hi.final_ci),
+            lo.variant,
+            fmt_ci(lo.final_iqm, lo.final_ci)
+        );
+        figure(
+            md,
+            &format!("curves-{file}.png"),
+            &format!("{env} evaluation curves"),
+            &caption,
+        );
+    }
+    if let Some((hi, lo)) = by(|s| s.auc_iqm) {
+        let caption = format!(
+            "Training episodes' returns, smoothed per seed. Largest area under the evaluation curve: {} ({}); smallest: {} ({}).",
+            hi.variant,
+            fmt_ci(hi.auc_iqm, hi.auc_ci),
+            lo.variant,
+            fmt_ci(lo.auc_iqm, lo.auc_ci)
+        );
+        figure(
+            md,
+            &format!("train-curves-{file}.png"),
+            &format!("{env} training curves"),
+            &caption,
+        );
+    }
+    diagnostics(report, env, md);
+}
+
+/// A line per diagnostic: its figure and which variant ends highest and lowest.
+fn diagnostics(report: &Report, env: &str, md: &mut String) {
+    let mut lines = vec![];
+    for (name, label) in REPORTED {
+        let mut last: Vec<(&str, f64)> = vec![];
+        for s in report.per_env.iter().filter(|s| s.env == env) {
+            let values: Vec<f64> = report
+                .runs
+                .iter()
+                .filter(|r| r.env == env && r.variant == s.variant)
+                .filter_map(|r| r.diagnostics.get(name)?.last().map(|p| p.1))
+                .filter(|v| v.is_finite())
+                .collect();
+            if !values.is_empty() {
+                last.push((&s.variant, super::stats::mean(&values)));
+            }
+        }
+        let (Some(hi), Some(lo)) = (
+            last.iter().max_by(|a, b| a.1.total_cmp(&b.1)),
+            last.iter().min_by(|a, b| a.1.total_cmp(&b.1)),
+        ) else {
+            continue;
+        };
+        let file = format!(
+            "diagnostics-{}-{}.png",
+            name.replace('/', "-").replace('.', "_"),
+            sanitize(env)
+        );
+        lines.push(format!(
+            "- [{label}]({file}): at the end highest for {} ({:.3}), lowest for {} ({:.3}).",
+            hi.0, hi.1, lo.0, lo.1
+        ));
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(
+            md,
+            "Diagnostics over training (mean over seeds, 95% bands):\n\n{}\n",
+            lines.join("\n")
+        );
+    }
+}
+
+fn ranges(report: &Report, md: &mut String) {
+    md.push_str("## Score ranges\n\n");
+    for (env, r) in &report.score_ranges {
+        let _ = writeln!(
+            md,
+            "- {env}: random {:.2}, reference {:.2}",
+            r.random, r.reference
+        );
+    }
+}
