@@ -153,11 +153,13 @@ fn with_cpu_slice<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R
     }
 }
 
-/// The in-place update of one variable from its gradient and host state.
+/// The in-place update of one variable from its gradient and host state: one set of
+/// coefficients for a single network, or one per agent for a population's variable
+/// (its values are the agents' in turn, each a contiguous run).
 struct FusedUpdate<'a> {
     grad: &'a [f32],
     state: RefCell<&'a mut [Staggered; 2]>,
-    coefficients: Coefficients,
+    coefficients: &'a [Coefficients],
 }
 
 impl candle_core::InplaceOp1 for FusedUpdate<'_> {
@@ -169,13 +171,23 @@ impl candle_core::InplaceOp1 for FusedUpdate<'_> {
         let p = f32_slice_mut(storage, layout)?;
         let mut state = self.state.borrow_mut();
         let [s0, s1] = &mut **state;
-        update(
-            &self.coefficients,
-            p,
-            self.grad,
-            s0.as_mut_slice(),
-            s1.as_mut_slice(),
-        );
+        let n = p.len() / self.coefficients.len().max(1);
+        if n * self.coefficients.len() != p.len() || self.grad.len() != p.len() {
+            candle_core::bail!(
+                "fused optimizer: {} values, {} gradients, {} agents",
+                p.len(),
+                self.grad.len(),
+                self.coefficients.len()
+            );
+        }
+        let runs = p.chunks_mut(n).zip(self.grad.chunks(n));
+        let states = s0
+            .as_mut_slice()
+            .chunks_mut(n)
+            .zip(s1.as_mut_slice().chunks_mut(n));
+        for ((c, (p, g)), (s0, s1)) in self.coefficients.iter().zip(runs).zip(states) {
+            update(c, p, g, s0, s1);
+        }
         Ok(())
     }
 }
@@ -400,6 +412,70 @@ impl Optimizer {
         Ok(Metric::Host(norm))
     }
 
+    /// One step of P agents' optimizers at once, over variables stacked on a leading
+    /// population axis (agent `i`'s values the `i`-th run of each): each agent's
+    /// gradients clipped to `max_grad_norm` by its own global norm, and its learning
+    /// rate `lr * lr_ratios[i]`, exactly as its optimizer alone would step. In place on
+    /// the host state, creating no tensor; `None` (nothing done) when the state lives on
+    /// a device. Returns each agent's gradient norm before clipping.
+    pub fn step_agents(
+        &mut self,
+        grads: &GradStore,
+        agents: usize,
+        max_grad_norm: f64,
+        lr_ratios: Option<&[f64]>,
+    ) -> Result<Option<Vec<f64>>> {
+        if !self.slots.iter().all(|s| matches!(s.state, State::Host(_))) {
+            return Ok(None);
+        }
+        let grads: Vec<Option<Tensor>> = self
+            .slots
+            .iter()
+            .map(|s| {
+                grads
+                    .get(s.var.as_tensor())
+                    .map(Tensor::contiguous)
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        let mut sums = vec![0f64; agents];
+        for g in grads.iter().flatten() {
+            let per_agent = |v: &[f32]| {
+                for (sum, run) in sums.iter_mut().zip(v.chunks(v.len() / agents.max(1))) {
+                    *sum += sum_of_squares(run);
+                }
+            };
+            if with_cpu_slice(g, per_agent)?.is_none() {
+                candle_core::bail!("fused optimizer: gradient is not on the CPU");
+            }
+        }
+        let norms: Vec<f64> = sums.iter().map(|s| s.sqrt()).collect();
+        let base = self.next_coefficients(1.0);
+        let lr = self.config.lr;
+        for (slot, grad) in self.slots.iter_mut().zip(&grads) {
+            let (Some(grad), State::Host(state)) = (grad, &mut slot.state) else {
+                continue;
+            };
+            let coefficients: Vec<Coefficients> = (0..agents)
+                .map(|i| Coefficients {
+                    lr: (lr * slot.lr_scale * lr_ratios.map_or(1.0, |r| r[i])) as f32,
+                    grad_scale: super::clip::scale(norms[i], max_grad_norm) as f32,
+                    ..base
+                })
+                .collect();
+            let update = |g: &[f32]| {
+                slot.var.as_tensor().inplace_op1(&FusedUpdate {
+                    grad: g,
+                    state: RefCell::new(state),
+                    coefficients: &coefficients,
+                })
+            };
+            with_cpu_slice(grad, update)?.transpose()?;
+        }
+        self.store.bump_version();
+        Ok(Some(norms))
+    }
+
     /// The factor clipping gradients of global norm `norm` to `max_grad_norm`.
     fn clipping_scale(&self, norm: f64) -> f64 {
         super::clip::scale(norm, self.config.max_grad_norm)
@@ -487,7 +563,7 @@ fn update_host(
     var.as_tensor().inplace_op1(&FusedUpdate {
         grad,
         state: RefCell::new(state),
-        coefficients,
+        coefficients: std::slice::from_ref(&coefficients),
     })
 }
 

@@ -32,9 +32,9 @@ pub struct PopulationDqn {
     /// Each agent's discount `[P, 1]` where they differ (a per-agent hyperparameter);
     /// `None` when all share `config.gamma`.
     gammas: Option<Tensor>,
-    /// Each agent's learning rate over the optimizer's (agent 0's), `[P]`, where they
-    /// differ; `None` when all share one.
-    lr_ratios: Option<Tensor>,
+    /// Each agent's learning rate over the optimizer's (agent 0's), where they differ;
+    /// `None` when all share one.
+    lr_ratios: Option<Vec<f64>>,
     updates: u64,
     /// The first update's data-dependent init and target sync are done.
     initialized: bool,
@@ -100,9 +100,11 @@ impl PopulationDqn {
             }
         }
         held.extend(self.optimizer.held_tensors());
-        for (name, t) in [("gammas", &self.gammas), ("lr_ratios", &self.lr_ratios)] {
-            held.extend(t.iter().map(|t| (name.to_string(), t.clone())));
-        }
+        held.extend(
+            self.gammas
+                .iter()
+                .map(|t| ("gammas".to_string(), t.clone())),
+        );
         held
     }
 
@@ -149,9 +151,9 @@ impl PopulationDqn {
             population.gammas = Some(Tensor::from_vec(gammas, (p, 1), &population.device())?);
         }
         let lr = |a: &&Dqn| a.optimizer().config().lr;
-        let ratios: Vec<f32> = agents.iter().map(|a| (lr(a) / lr(first)) as f32).collect();
+        let ratios: Vec<f64> = agents.iter().map(|a| lr(a) / lr(first)).collect();
         if ratios.iter().any(|&r| r != 1.0) {
-            population.lr_ratios = Some(Tensor::from_vec(ratios, p, &population.device())?);
+            population.lr_ratios = Some(ratios);
         }
         Ok(population)
     }
@@ -276,8 +278,21 @@ impl PopulationDqn {
         self.initialize_once(&stacked)?;
         let (per_agent, q_mean) = self.losses(&stacked)?;
         let mut grads = per_agent.sum_all()?.backward()?;
-        let grad_norm = self.clip_per_agent(&mut grads)?;
-        self.optimizer_step(&grads)?;
+        let (agents, max) = (self.online.agents(), self.max_grad_norm);
+        let ratios = self.lr_ratios.as_deref();
+        // On the CPU one fused loop clips and steps every agent in place; on a device,
+        // tensor ops.
+        let grad_norm = match self.optimizer.step_agents(&grads, agents, max, ratios)? {
+            Some(norms) => {
+                let norms = norms.into_iter().map(|n| n as f32).collect();
+                Tensor::from_vec(norms, agents, &self.device())?
+            }
+            None => {
+                let norm = self.clip_per_agent(&mut grads)?;
+                self.optimizer_step(&grads)?;
+                norm
+            }
+        };
         self.updates += 1;
         self.online.after_optimizer_step(self.updates)?;
         match self.config.target_update.after(self.updates) {
@@ -379,6 +394,8 @@ impl PopulationDqn {
             self.optimizer.step(grads)?;
             return Ok(());
         };
+        let ratios: Vec<f32> = ratios.iter().map(|&r| r as f32).collect();
+        let ratios = Tensor::from_vec(ratios, self.online.agents(), &self.device())?;
         let vars: Vec<Var> = self
             .online
             .vars()
@@ -447,6 +464,11 @@ impl PopulationInfo {
     /// Each agent's TD loss, read to the host.
     pub fn td_losses(&self) -> Result<Vec<f32>> {
         read_to_host(&self.metrics.get(0)?)
+    }
+
+    /// Each agent's gradient norm before clipping, read to the host.
+    pub fn grad_norms(&self) -> Result<Vec<f32>> {
+        read_to_host(&self.metrics.get(2)?)
     }
 }
 
