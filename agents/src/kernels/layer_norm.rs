@@ -117,6 +117,55 @@ impl CustomOp3 for FusedLayerNorm {
     }
 }
 
+/// Layer and group norm in a population: the same loops on each agent's values.
+impl super::per_agent::AgentKernel<2> for FusedLayerNorm {
+    fn name(&self) -> &'static str {
+        "layer-norm-per-agent"
+    }
+
+    fn forward(&self, t: &[f32], [gamma, beta]: [&[f32]; 2]) -> Result<Vec<f32>> {
+        self.check(t, gamma)?;
+        Ok(self.forward_values(t, gamma, beta))
+    }
+
+    fn backward(
+        &self,
+        t: &[f32],
+        [gamma, _]: [&[f32]; 2],
+        out: &[f32],
+        dy: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+        self.check(t, gamma)?;
+        let masked;
+        let dy = match self.relu {
+            true => {
+                masked = super::bias_relu::relu_mask(out, dy);
+                &masked[..]
+            }
+            false => dy,
+        };
+        let (dt, dg, db) = self.gradients(t, gamma, dy);
+        Ok((dt, [dg, db]))
+    }
+}
+
+impl FusedLayerNorm {
+    /// One agent's (or network's) values: whole samples of the parameters' features,
+    /// in whole groups.
+    fn check(&self, t: &[f32], gamma: &[f32]) -> Result<()> {
+        let n = gamma.len() * self.spatial;
+        if n == 0 || !t.len().is_multiple_of(n) || !n.is_multiple_of(self.groups.max(1)) {
+            candle_core::bail!(
+                "layer/group norm: {} values do not fit {} groups of {} parameters",
+                t.len(),
+                self.groups,
+                gamma.len()
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Each sample's (row's) mean and `1 / sqrt(var + eps)`.
 pub(crate) struct RowStatistics {
     means: Vec<f32>,

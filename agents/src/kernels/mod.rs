@@ -12,6 +12,7 @@ pub(crate) mod feature_pass;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod mean_only_bn;
+pub(crate) mod per_agent;
 pub(crate) mod product;
 pub(crate) mod rms_norm;
 pub(crate) mod units;

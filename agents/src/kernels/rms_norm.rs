@@ -40,6 +40,40 @@ impl CustomOp2 for FusedRmsNorm {
     }
 }
 
+/// RMSNorm in a population: the same loops on each agent's values.
+impl super::per_agent::AgentKernel<1> for FusedRmsNorm {
+    fn name(&self) -> &'static str {
+        "rms-norm-per-agent"
+    }
+
+    fn forward(&self, t: &[f32], [gamma]: [&[f32]; 1]) -> candle_core::Result<Vec<f32>> {
+        super::layer_norm::check_rows(t, gamma)?;
+        let inv = inverse_rms(t, gamma.len(), self.eps);
+        Ok(scale_rows(t, &inv, gamma, self.relu))
+    }
+
+    fn backward(
+        &self,
+        t: &[f32],
+        [gamma]: [&[f32]; 1],
+        out: &[f32],
+        dy: &[f32],
+    ) -> candle_core::Result<(Vec<f32>, [Vec<f32>; 1])> {
+        super::layer_norm::check_rows(t, gamma)?;
+        let masked;
+        let dy = match self.relu {
+            true => {
+                masked = super::bias_relu::relu_mask(out, dy);
+                &masked[..]
+            }
+            false => dy,
+        };
+        let inv = inverse_rms(t, gamma.len(), self.eps);
+        let (dt, dgamma) = rms_gradients(t, &inv, gamma, dy);
+        Ok((dt, [dgamma]))
+    }
+}
+
 crate::kernels::avx2::dispatch! {
     /// `1 / sqrt(mean(t²) + eps)` of each sample (row of `n` values); the sums first for
     /// all rows, then the roots.

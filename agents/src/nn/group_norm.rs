@@ -154,6 +154,26 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
         Ok(Box::new(Self::new(gamma, beta, self.groups, self.eps)))
     }
 
+    fn forward_relu(&self, h: &Tensor, _stats: super::BnStats) -> Result<Option<Tensor>> {
+        if !h.device().is_cpu() {
+            return Ok(None);
+        }
+        // Group norm's parameters are per channel, each over its positions; layer
+        // norm's per feature.
+        let (agents, rows) = (h.dim(0)?, h.dim(1)?);
+        let per_sample = h.elem_count() / (agents * rows).max(1);
+        let positions = per_sample / (self.gamma.elem_count() / agents).max(1);
+        let kernel = crate::kernels::layer_norm::FusedLayerNorm {
+            eps: self.eps,
+            relu: true,
+            groups: self.groups,
+            spatial: positions,
+        };
+        let op = crate::kernels::per_agent::PerAgent { kernel, agents };
+        op.forward2(h, self.gamma.as_tensor(), self.beta.as_tensor())
+            .map(Some)
+    }
+
     fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
         let (p, b) = (h.dim(0)?, h.dim(1)?);
         let per_group = h.elem_count() / (p * b * self.groups);

@@ -119,10 +119,11 @@ impl StackedRmsNorm {
         config: &super::NormConfig,
     ) -> Result<Self> {
         let gamma = take("rms.gamma", super::Role::Weight)?;
-        Ok(Self {
-            gamma,
-            eps: config.ln_eps,
-        })
+        Ok(Self::new(gamma, config.ln_eps))
+    }
+
+    pub(crate) fn new(gamma: Var, eps: f64) -> Self {
+        Self { gamma, eps }
     }
 }
 
@@ -136,6 +137,21 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
             gamma: super::stacked::copy_var(&self.gamma)?,
             eps: self.eps,
         }))
+    }
+
+    fn forward_relu(&self, h: &Tensor, _stats: super::BnStats) -> Result<Option<Tensor>> {
+        // Per feature gains only: the loops take a sample's features as one row.
+        let (agents, rows) = (h.dim(0)?, h.dim(1)?);
+        let per_sample = h.elem_count() / (agents * rows).max(1);
+        if !h.device().is_cpu() || self.gamma.elem_count() != agents * per_sample {
+            return Ok(None);
+        }
+        let kernel = crate::kernels::rms_norm::FusedRmsNorm {
+            eps: self.eps,
+            relu: true,
+        };
+        let op = crate::kernels::per_agent::PerAgent { kernel, agents };
+        op.forward1(h, self.gamma.as_tensor()).map(Some)
     }
 
     fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {

@@ -21,6 +21,13 @@ pub(crate) trait StackedNorm: Send + Sync {
     /// running statistics updates them as a single network's training forward does.
     fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor>;
 
+    /// `relu(forward(h))` as one fused op, where the method has one for `h`'s device
+    /// (its kernel's loops run per agent: `kernels::per_agent`); `None` otherwise, and
+    /// the layer applies the ReLU itself.
+    fn forward_relu(&self, _h: &Tensor, _stats: BnStats) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
     /// Weight norm's data-dependent init met this layer, whose scaled batch mean per
     /// unit is `mean`: whether the method took it (mean-only batch norm starts its
     /// running mean there, and the bias at 0), else the bias starts at `-mean`.
@@ -87,4 +94,100 @@ pub(crate) fn affine(x_hat: Tensor, gamma: &Var, beta: &Var) -> Result<Tensor> {
     x_hat
         .broadcast_mul(gamma.as_tensor())?
         .broadcast_add(beta.as_tensor())
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor, Var};
+
+    use super::StackedNorm;
+    use crate::nn::group_norm::StackedGroupNorm;
+    use crate::nn::init::InitRng;
+    use crate::nn::rms_norm::StackedRmsNorm;
+    use crate::nn::BnStats;
+
+    fn random(rng: &mut InitRng, dims: &[usize]) -> Tensor {
+        let n: usize = dims.iter().product();
+        rng.normal(n, 1.0, &Device::Cpu)
+            .unwrap()
+            .reshape(dims)
+            .unwrap()
+    }
+
+    fn max_relative(a: &Tensor, b: &Tensor) -> f32 {
+        let diff = (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap();
+        let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        diff.to_scalar::<f32>().unwrap() / scale.to_scalar::<f32>().unwrap().max(1e-6)
+    }
+
+    /// A method's fused per-agent op against its tensor-op form with a ReLU after it:
+    /// the same outputs and the same gradients of `h` and of every variable.
+    fn fused_equals_reference(norm: &dyn StackedNorm, h: &Var, what: &str) {
+        let mut rng = InitRng::new(7);
+        let weights = random(&mut rng, h.dims());
+        let fused = norm.forward_relu(h.as_tensor(), BnStats::Batch).unwrap();
+        let fused = fused.unwrap_or_else(|| panic!("{what}: no fused op on the CPU"));
+        let reference = norm
+            .forward(h.as_tensor().clone(), BnStats::Batch)
+            .unwrap()
+            .relu()
+            .unwrap();
+        assert!(
+            max_relative(&fused, &reference) < 1e-5,
+            "{what}: outputs differ"
+        );
+        let grads = |y: &Tensor| {
+            (y * &weights)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap()
+        };
+        let (gf, gr) = (grads(&fused), grads(&reference));
+        let mut vars = vec![h];
+        vars.extend(norm.vars().0);
+        for v in vars {
+            let (a, b) = (
+                gf.get(v.as_tensor()).unwrap(),
+                gr.get(v.as_tensor()).unwrap(),
+            );
+            let err = max_relative(a, b);
+            assert!(
+                err < 1e-4,
+                "{what}: gradient of {:?} differs by {err:e}",
+                v.dims()
+            );
+        }
+    }
+
+    #[test]
+    fn fused_population_norms_equal_their_tensor_form() {
+        let mut rng = InitRng::new(3);
+        let mut var = |dims: &[usize]| Var::from_tensor(&random(&mut rng, dims)).unwrap();
+        // Three agents; MLP pre-activations [P, B, units] and feature maps [P, B, C, positions].
+        for (h, gain, groups, what) in [
+            (vec![3, 5, 8], vec![3, 1, 8], 1, "layer norm, MLP"),
+            (vec![3, 5, 8], vec![3, 1, 8], 2, "group norm, MLP"),
+            (vec![3, 5, 4, 6], vec![3, 1, 4, 6], 1, "layer norm, CNN"),
+            (vec![3, 5, 4, 6], vec![3, 1, 4, 1], 2, "group norm, CNN"),
+        ] {
+            let norm = StackedGroupNorm::new(var(&gain), var(&gain), groups, 1e-5);
+            fused_equals_reference(&norm, &var(&h), what);
+        }
+        for (h, gain, what) in [
+            (vec![3, 5, 8], vec![3, 1, 8], "RMSNorm, MLP"),
+            (vec![3, 5, 4, 6], vec![3, 1, 4, 6], "RMSNorm, CNN"),
+        ] {
+            let norm = StackedRmsNorm::new(var(&gain), 1e-5);
+            fused_equals_reference(&norm, &var(&h), what);
+        }
+    }
 }

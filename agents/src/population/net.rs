@@ -277,6 +277,11 @@ impl PopulationNet {
     /// mean-only BN has both), the ReLU.
     fn layer_output(&self, layer: &PopulationLayer, x: &Tensor, stats: BnStats) -> Result<Tensor> {
         let h = layer.product(x, &layer.effective_weight(false)?)?;
+        if let (Some(norm), None, true) = (&layer.norm, &layer.bias, layer.relu) {
+            if let Some(out) = norm.forward_relu(&h, stats)? {
+                return Ok(out);
+            }
+        }
         let mut h = match &layer.norm {
             Some(norm) => norm.forward(h, stats)?,
             None => h,
