@@ -174,3 +174,62 @@ pub(crate) fn relu_mask(y: &[f32], dy: &[f32]) -> Vec<f32> {
         .map(|(y, g)| if *y > 0.0 { *g } else { 0.0 })
         .collect()
 }
+
+/// A population layer's bias (one value per unit) and, where it has one, its ReLU, on
+/// one agent's values laid out as `units` says (see `kernels::per_agent`).
+pub(crate) struct AgentBias {
+    pub units: Units,
+    pub relu: bool,
+}
+
+impl AgentBias {
+    /// For a population's `[P, B, units]` or `[P, B, channels, positions]`.
+    pub(crate) fn of(h: &Shape, relu: bool) -> Result<Self> {
+        let dims = h.dims();
+        if dims.len() < 3 {
+            candle_core::bail!("a population's bias needs [P, B, units, ...], got {dims:?}");
+        }
+        let units = Units::of(&Shape::from(&dims[1..]))?;
+        Ok(Self { units, relu })
+    }
+}
+
+impl super::per_agent::AgentKernel<1> for AgentBias {
+    fn name(&self) -> &'static str {
+        "unit-bias-per-agent"
+    }
+
+    fn forward(&self, t: &[f32], [b]: [&[f32]; 1]) -> Result<Vec<f32>> {
+        let Units {
+            outer,
+            units,
+            inner,
+        } = self.units;
+        if t.len() != outer * units * inner || b.len() != units {
+            candle_core::bail!(
+                "a bias of {} for {} values of {units} units",
+                b.len(),
+                t.len()
+            );
+        }
+        Ok(match self.relu {
+            true => bias_relu_values(&self.units, t, b),
+            false => self.units.map(t, b, |t, b| t + b),
+        })
+    }
+
+    fn backward(
+        &self,
+        _t: &[f32],
+        _b: [&[f32]; 1],
+        out: &[f32],
+        dy: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        let dt = match self.relu {
+            true => relu_mask(out, dy),
+            false => dy.to_vec(),
+        };
+        let db = self.units.sums(&dt);
+        Ok((dt, [db]))
+    }
+}

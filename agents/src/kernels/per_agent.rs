@@ -180,3 +180,81 @@ impl<K: AgentKernel<2>> CustomOp3 for PerAgent<K> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor, Var};
+
+    use super::PerAgent;
+    use crate::kernels::bias_relu::AgentBias;
+    use crate::nn::init::InitRng;
+
+    fn max_relative(a: &Tensor, b: &Tensor) -> f32 {
+        let diff = (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap();
+        let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        diff.to_scalar::<f32>().unwrap() / scale.to_scalar::<f32>().unwrap().max(1e-6)
+    }
+
+    /// A population's bias (and ReLU) per agent equals candle's broadcast add (and
+    /// ReLU): values and both gradients, for dense and convolutional layouts.
+    #[test]
+    fn a_population_bias_equals_the_tensor_form() {
+        let mut rng = InitRng::new(5);
+        let mut random = |dims: &[usize]| {
+            let n: usize = dims.iter().product();
+            rng.normal(n, 1.0, &Device::Cpu)
+                .unwrap()
+                .reshape(dims)
+                .unwrap()
+        };
+        let shapes = [
+            (vec![3, 5, 8], vec![3, 1, 8]),
+            (vec![3, 5, 4, 6], vec![3, 1, 4, 1]),
+        ];
+        for (h, b) in shapes {
+            for relu in [false, true] {
+                let (t, bias) = (
+                    Var::from_tensor(&random(&h)).unwrap(),
+                    Var::from_tensor(&random(&b)).unwrap(),
+                );
+                let weights = random(&h);
+                let kernel = AgentBias::of(t.shape(), relu).unwrap();
+                let fused = PerAgent { kernel, agents: 3 }
+                    .forward1(t.as_tensor(), bias.as_tensor())
+                    .unwrap();
+                let mut reference = t.as_tensor().broadcast_add(bias.as_tensor()).unwrap();
+                if relu {
+                    reference = reference.relu().unwrap();
+                }
+                assert!(max_relative(&fused, &reference) < 1e-6, "{h:?} relu {relu}");
+                let grads = |y: &Tensor| {
+                    (y * &weights)
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .backward()
+                        .unwrap()
+                };
+                let (gf, gr) = (grads(&fused), grads(&reference));
+                for v in [&t, &bias] {
+                    let (a, r) = (
+                        gf.get(v.as_tensor()).unwrap(),
+                        gr.get(v.as_tensor()).unwrap(),
+                    );
+                    assert!(
+                        max_relative(a, r) < 1e-5,
+                        "{h:?} relu {relu}: gradient of {:?}",
+                        v.dims()
+                    );
+                }
+            }
+        }
+    }
+}

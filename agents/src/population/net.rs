@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use candle_core::{Result, Tensor, Var};
 
 use super::conv::Im2col;
+use crate::kernels::bias_relu::AgentBias;
+use crate::kernels::per_agent::PerAgent;
 use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
 use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight};
@@ -287,6 +289,15 @@ impl PopulationNet {
             None => h,
         };
         if let Some(b) = &layer.bias {
+            if h.device().is_cpu() {
+                // Bias and ReLU in one op with a one-pass backward, per agent.
+                let kernel = AgentBias::of(h.shape(), layer.relu)?;
+                let op = PerAgent {
+                    kernel,
+                    agents: self.settings.agents,
+                };
+                return op.forward1(&h, b.as_tensor());
+            }
             h = h.broadcast_add(b.as_tensor())?;
         }
         if layer.relu {
