@@ -10,5 +10,6 @@ mod td_loss;
 pub use agent::{epsilon_greedy, Dqn, Engine, UpdateInfo};
 pub use config::{DqnConfig, Loss, TargetUpdate};
 pub use schedule::LinearSchedule;
-pub(crate) use td_loss::loss_of_errors;
-pub use td_loss::{mean_taken, td_loss, td_loss_tensor_ops};
+pub use td_loss::{
+    mean_taken, population_mean_taken, population_td_loss, td_loss, td_loss_tensor_ops,
+};

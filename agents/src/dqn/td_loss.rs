@@ -240,3 +240,252 @@ impl TdLoss {
         dq
     }
 }
+
+/// Each agent's mean TD loss, `[P]`, of a population's Q-values `q [P, B, A]` at the
+/// taken `actions [P, B, 1]` (`u32`) against `targets [P, B]` (constants); on the CPU
+/// one op with the single agent's closed-form backward per agent, elsewhere tensor ops.
+pub fn population_td_loss(
+    q: &Tensor,
+    actions: &Tensor,
+    targets: &Tensor,
+    loss: Loss,
+) -> Result<Tensor> {
+    if !q.device().is_cpu() {
+        let diff = (q.gather(actions, 2)?.squeeze(2)? - targets)?;
+        return loss_of_errors(&diff, loss)?.mean(1);
+    }
+    let targets = targets.detach().contiguous()?;
+    q.contiguous()?
+        .apply_op3(&actions.contiguous()?, &targets, PopulationTdLoss { loss })
+}
+
+/// Each agent's mean Q-value at its taken actions, `[P]`, detached.
+pub fn population_mean_taken(q: &Tensor, actions: &Tensor) -> Result<Tensor> {
+    if !q.device().is_cpu() {
+        return q.detach().gather(actions, 2)?.squeeze(2)?.mean(1);
+    }
+    q.detach().contiguous()?.apply_op2_no_bwd(
+        &actions.contiguous()?,
+        &PopulationTdLoss { loss: Loss::Mse },
+    )
+}
+
+/// [`TdLoss`] of each agent of a population.
+struct PopulationTdLoss {
+    loss: Loss,
+}
+
+/// A CPU tensor's `u32` values.
+fn u32_values(
+    storage: &candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+) -> Result<Vec<usize>> {
+    match (storage, layout.contiguous_offsets()) {
+        (candle_core::CpuStorage::U32(v), Some((a, b))) => {
+            Ok(v[a..b].iter().map(|&x| x as usize).collect())
+        }
+        _ => candle_core::bail!("population TD loss: actions must be contiguous u32"),
+    }
+}
+
+impl PopulationTdLoss {
+    /// Agent `i`'s single-agent loss: its actions and targets, and its Q-values' rows.
+    fn agent(&self, actions: &[usize], targets: &[f32], i: usize, b: usize) -> TdLoss {
+        TdLoss {
+            actions: actions[i * b..(i + 1) * b].to_vec(),
+            targets: targets[i * b..(i + 1) * b].to_vec(),
+            loss: self.loss,
+        }
+    }
+}
+
+/// `[P, B, A]`, checked against `n` actions (or targets).
+fn population_dims(q: &Shape, n: usize) -> Result<(usize, usize, usize)> {
+    let (p, b, a) = q.dims3()?;
+    if n != p * b {
+        candle_core::bail!(
+            "population TD loss: {n} actions or targets for {p} agents' batches of {b}"
+        );
+    }
+    Ok((p, b, a))
+}
+
+impl candle_core::CustomOp3 for PopulationTdLoss {
+    fn name(&self) -> &'static str {
+        "population-td-loss"
+    }
+
+    fn cpu_fwd(
+        &self,
+        q: &candle_core::CpuStorage,
+        lq: &candle_core::Layout,
+        actions: &candle_core::CpuStorage,
+        la: &candle_core::Layout,
+        targets: &candle_core::CpuStorage,
+        lt: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, Shape)> {
+        let (q, targets) = (
+            crate::kernels::dense::f32_slice(q, lq)?,
+            crate::kernels::dense::f32_slice(targets, lt)?,
+        );
+        let actions = u32_values(actions, la)?;
+        let (p, b, a) = population_dims(lq.shape(), actions.len())?;
+        population_dims(lq.shape(), targets.len())?;
+        let mut losses = Vec::with_capacity(p);
+        for i in 0..p {
+            let op = self.agent(&actions, targets, i, b);
+            op.dims(&Shape::from((b, a)))?;
+            losses.push(op.value(&q[i * b * a..(i + 1) * b * a], b, a));
+        }
+        Ok((candle_core::CpuStorage::F32(losses), Shape::from(p)))
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        actions: &Tensor,
+        targets: &Tensor,
+        _out: &Tensor,
+        grad: &Tensor,
+    ) -> crate::kernels::Grads3 {
+        let (p, b, a) = q.dims3()?;
+        let actions: Vec<usize> = actions
+            .flatten_all()?
+            .to_vec1::<u32>()?
+            .into_iter()
+            .map(|x| x as usize)
+            .collect();
+        let targets: Vec<f32> = targets.flatten_all()?.to_vec1()?;
+        let upstream: Vec<f32> = grad.to_vec1()?;
+        let dq = with_values(q, |q| {
+            let mut dq = Vec::with_capacity(q.len());
+            for i in 0..p {
+                let op = self.agent(&actions, &targets, i, b);
+                dq.extend(op.gradient(&q[i * b * a..(i + 1) * b * a], b, a, upstream[i]));
+            }
+            Ok(dq)
+        })?;
+        Ok((gradient_like(dq, q)?, None, None))
+    }
+}
+
+/// The mean Q-value at the taken actions, per agent (no gradient).
+impl candle_core::CustomOp2 for PopulationTdLoss {
+    fn name(&self) -> &'static str {
+        "population-mean-taken"
+    }
+
+    fn cpu_fwd(
+        &self,
+        q: &candle_core::CpuStorage,
+        lq: &candle_core::Layout,
+        actions: &candle_core::CpuStorage,
+        la: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, Shape)> {
+        let q = crate::kernels::dense::f32_slice(q, lq)?;
+        let actions: Vec<u32> = u32_values(actions, la)?
+            .into_iter()
+            .map(|x| x as u32)
+            .collect();
+        let (p, b, a) = population_dims(lq.shape(), actions.len())?;
+        let means = (0..p)
+            .map(|i| {
+                let rows = &q[i * b * a..(i + 1) * b * a];
+                mean_taken_values(rows, a, &actions[i * b..(i + 1) * b]).map(|m| m as f32)
+            })
+            .collect::<Result<Vec<f32>>>()?;
+        Ok((candle_core::CpuStorage::F32(means), Shape::from(p)))
+    }
+}
+
+#[cfg(test)]
+mod population_tests {
+    use candle_core::{Device, Tensor, Var};
+
+    use super::*;
+    use crate::nn::init::InitRng;
+
+    /// The population's fused TD loss equals the tensor-op form per agent, value and
+    /// gradient, for both losses, with errors inside and beyond Huber's kink; and the
+    /// mean taken Q-value equals gather and mean.
+    #[test]
+    fn the_population_td_loss_equals_the_tensor_form() {
+        let (p, b, a) = (3, 6, 4);
+        let mut rng = InitRng::new(11);
+        let q = Var::from_tensor(
+            &(rng
+                .normal(p * b * a, 2.0, &Device::Cpu)
+                .unwrap()
+                .reshape((p, b, a))
+                .unwrap()),
+        )
+        .unwrap();
+        let targets = rng
+            .normal(p * b, 2.0, &Device::Cpu)
+            .unwrap()
+            .reshape((p, b))
+            .unwrap();
+        let actions: Vec<u32> = (0..p * b).map(|i| (i * 7 % a) as u32).collect();
+        let actions = Tensor::from_vec(actions, (p, b, 1), &Device::Cpu).unwrap();
+        let upstream = Tensor::new(&[1.0f32, -2.0, 0.5], &Device::Cpu).unwrap();
+        for loss in [Loss::Huber, Loss::Mse] {
+            let fused = population_td_loss(q.as_tensor(), &actions, &targets, loss).unwrap();
+            let taken = q
+                .as_tensor()
+                .gather(&actions, 2)
+                .unwrap()
+                .squeeze(2)
+                .unwrap();
+            let reference = loss_of_errors(&(taken - &targets).unwrap(), loss)
+                .unwrap()
+                .mean(1)
+                .unwrap();
+            let (f, r): (Vec<f32>, Vec<f32>) =
+                (fused.to_vec1().unwrap(), reference.to_vec1().unwrap());
+            for (f, r) in f.iter().zip(&r) {
+                assert!(
+                    (f - r).abs() <= 1e-6 * r.abs().max(1.0),
+                    "{loss:?}: {f} against {r}"
+                );
+            }
+            let grad = |l: &Tensor| {
+                (l * &upstream)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap()
+            };
+            let (gf, gr) = (grad(&fused), grad(&reference));
+            let (gf, gr) = (
+                gf.get(q.as_tensor()).unwrap(),
+                gr.get(q.as_tensor()).unwrap(),
+            );
+            let diff: f32 = (gf - gr)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            assert!(diff <= 1e-6, "{loss:?}: gradients differ by {diff}");
+        }
+        let mean = population_mean_taken(q.as_tensor(), &actions)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let taken = q
+            .as_tensor()
+            .gather(&actions, 2)
+            .unwrap()
+            .squeeze(2)
+            .unwrap();
+        let expected = taken.mean(1).unwrap().to_vec1::<f32>().unwrap();
+        for (m, e) in mean.iter().zip(&expected) {
+            assert!((m - e).abs() <= 1e-6 * e.abs().max(1.0), "{m} against {e}");
+        }
+    }
+}

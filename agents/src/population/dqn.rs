@@ -13,9 +13,9 @@ use rand::Rng;
 
 use super::count::read_to_host;
 use super::{DeviceFrames, PopulationNet};
-use crate::dqn::loss_of_errors;
 use crate::dqn::td::{self, TargetSync};
 use crate::dqn::{epsilon_greedy, Dqn, DqnConfig};
+use crate::dqn::{population_mean_taken, population_td_loss};
 use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::replay::Batch;
@@ -329,11 +329,9 @@ impl PopulationDqn {
             }
             true => self.joint_forward(stacked)?,
         };
-        let taken = q.gather(&stacked.actions, 2)?.squeeze(2)?;
-        let q_mean = taken.detach().mean(1)?;
         // Each agent's mean over its own batch: `[P]`.
-        let losses = loss_of_errors(&(taken - targets)?, self.config.loss)?.mean(1)?;
-        Ok((losses, q_mean))
+        let losses = population_td_loss(&q, &stacked.actions, &targets, self.config.loss)?;
+        Ok((losses, population_mean_taken(&q, &stacked.actions)?))
     }
 
     /// The operations the backward of an update on `batches` goes through: the nodes of
