@@ -213,6 +213,7 @@ fn aggregate(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
                 content: Content::Intervals {
                     rows: rows(report, methods, setting, |a| Some(metric(a))),
                     mark: None,
+                    range: None,
                 },
             });
         }
@@ -247,6 +248,7 @@ fn improvement(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
             content: Content::Intervals {
                 rows: rows(report, methods, setting, |a| a.improvement),
                 mark: Some(0.5),
+                range: Some((0.0, 1.0)),
             },
         })
         .collect();

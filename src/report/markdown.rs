@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::aggregate::{AggregateStats, Estimate};
+use super::plots::tick_label;
 use super::records::{Report, VariantStats, BOOTSTRAP_REPS};
 use crate::run::diagnostics::REPORTED;
 use crate::study::compare::sanitize;
@@ -17,11 +18,20 @@ fn est(e: &Estimate) -> String {
     fmt_ci(e.value, (e.low, e.high))
 }
 
-/// A variant's name as a caption says it: "batch_norm at batch 4".
+/// A variant's name as a caption says it: "batch_norm at uniform, batch 4".
 fn named(a: &AggregateStats) -> String {
     match a.setting.title() {
         t if t.is_empty() => a.method.clone(),
-        t => format!("{} ({t})", a.method),
+        t => format!("{} at {t}", a.method),
+    }
+}
+
+/// "loses" or "gains", as a change's sign says.
+fn verb(change: f64) -> &'static str {
+    if change < 0.0 {
+        "loses"
+    } else {
+        "gains"
     }
 }
 
@@ -63,13 +73,15 @@ fn headline(report: &Report, md: &mut String) {
             .unwrap_or_default()
     };
     let caption = format!(
-        "IQM of the normalized final return over all environments against batch size, one line per method. From batch {} to batch {}, **{}** changes most ({} in normalized IQM{}); **{}** least ({}{}).",
+        "IQM of the normalized final return over all environments against batch size, one line per method. From batch {} to batch {}, **{}** {} most ({} in normalized IQM{}); **{}** {} least ({}{}).",
         worst.from,
         worst.to,
         worst.method,
+        verb(worst.change.value),
         est(&worst.change),
         sampler(&worst.sampler),
         best.method,
+        verb(best.change.value),
         est(&best.change),
         sampler(&best.sampler),
     );
@@ -93,7 +105,7 @@ fn aggregates(report: &Report, md: &mut String) {
     for a in &report.aggregate {
         let better = |b: &&AggregateStats| b.setting == a.setting && b.iqm.value > a.iqm.value;
         if !report.aggregate.iter().any(|b| better(&b)) {
-            leaders.push(format!("{} {}", named(a), est(&a.iqm)));
+            leaders.push(format!("{} ({})", named(a), est(&a.iqm)));
         }
     }
     let caption = format!(
@@ -299,8 +311,11 @@ fn diagnostics(report: &Report, env: &str, md: &mut String) {
             sanitize(env)
         );
         lines.push(format!(
-            "- [{label}]({file}): at the end highest for {} ({:.3}), lowest for {} ({:.3}).",
-            hi.0, hi.1, lo.0, lo.1
+            "- [{label}]({file}): at the end highest for {} ({}), lowest for {} ({}).",
+            hi.0,
+            tick_label(hi.1),
+            lo.0,
+            tick_label(lo.1)
         ));
     }
     if !lines.is_empty() {

@@ -50,8 +50,13 @@ pub enum Content {
         lines: Vec<Line>,
         x_ticks: Option<Vec<(f64, String)>>,
     },
-    /// Horizontal intervals, one row per label, with a dashed reference line at `mark`.
-    Intervals { rows: Vec<Row>, mark: Option<f64> },
+    /// Horizontal intervals, one row per label, with a dashed reference line at `mark`;
+    /// `range` fixes the axis where the quantity has one (a probability's [0, 1]).
+    Intervals {
+        rows: Vec<Row>,
+        mark: Option<f64>,
+        range: Option<(f64, f64)>,
+    },
 }
 
 pub struct Panel {
@@ -175,10 +180,11 @@ where
                 .skip(column)
                 .step_by(columns)
                 .flat_map(|p| match &p.content {
-                    Content::Intervals { rows, mark } => rows
+                    Content::Intervals { rows, mark, range } => rows
                         .iter()
                         .flat_map(|r| [r.low, r.high, r.value])
                         .chain(*mark)
+                        .chain(range.iter().flat_map(|r| [r.0, r.1]))
                         .collect(),
                     Content::Lines { .. } => vec![],
                 }),
@@ -190,7 +196,7 @@ where
             Content::Lines { lines, x_ticks } => {
                 draw_lines(area, panel, lines, x_ticks.as_deref(), y_range)?
             }
-            Content::Intervals { rows, mark } => {
+            Content::Intervals { rows, mark, .. } => {
                 draw_intervals(area, panel, rows, *mark, x_range(i % columns))?
             }
         }
