@@ -299,3 +299,83 @@ impl CustomOp2 for FusedWeightNorm {
         Ok((Some(dv), Some(dg)))
     }
 }
+
+/// Weight norm's effective weight in a population, one agent at a time: `v` `[in,
+/// out]` (a population stores weights transposed) and gains `g` `[out]` make `w = g
+/// v / ||v||`, each unit's norm over its inputs. With `s = g / ||v||` and `c = Σ_i dw v
+/// / ||v||` per unit: `dg = c` and `dv = s (dw - v c / (g ||v||))`, written below
+/// without the division by `g` (a gain may be 0).
+pub(crate) struct AgentWeight;
+
+impl AgentWeight {
+    /// `1 / ||v_u||` of each unit (column) of `v` `[in, out]`, summed in `f64`.
+    fn inverse_norms(v: &[f32], out: usize) -> Vec<f64> {
+        let mut sums = vec![0f64; out];
+        for row in v.chunks_exact(out) {
+            for (s, &x) in sums.iter_mut().zip(row) {
+                *s += f64::from(x) * f64::from(x);
+            }
+        }
+        sums.into_iter().map(|s| 1.0 / s.sqrt()).collect()
+    }
+
+    fn check(v: &[f32], g: &[f32]) -> Result<()> {
+        if g.is_empty() || !v.len().is_multiple_of(g.len()) {
+            candle_core::bail!("weight norm: {} weights for {} gains", v.len(), g.len());
+        }
+        Ok(())
+    }
+}
+
+impl super::per_agent::AgentKernel<1> for AgentWeight {
+    fn name(&self) -> &'static str {
+        "weight-norm-weight-per-agent"
+    }
+
+    fn forward(&self, v: &[f32], [g]: [&[f32]; 1]) -> Result<Vec<f32>> {
+        Self::check(v, g)?;
+        let inv = Self::inverse_norms(v, g.len());
+        let scales: Vec<f32> = g
+            .iter()
+            .zip(&inv)
+            .map(|(&g, &i)| (f64::from(g) * i) as f32)
+            .collect();
+        let mut w = v.to_vec();
+        for row in w.chunks_exact_mut(g.len()) {
+            for (x, s) in row.iter_mut().zip(&scales) {
+                *x *= s;
+            }
+        }
+        Ok(w)
+    }
+
+    fn backward(
+        &self,
+        v: &[f32],
+        [g]: [&[f32]; 1],
+        _w: &[f32],
+        dw: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        Self::check(v, g)?;
+        let out = g.len();
+        let inv = Self::inverse_norms(v, out);
+        // Σ_i dw v per unit.
+        let mut dots = vec![0f64; out];
+        for (row, drow) in v.chunks_exact(out).zip(dw.chunks_exact(out)) {
+            for ((d, &x), &dx) in dots.iter_mut().zip(row).zip(drow) {
+                *d += f64::from(x) * f64::from(dx);
+            }
+        }
+        let dg: Vec<f32> = dots.iter().zip(&inv).map(|(d, i)| (d * i) as f32).collect();
+        // dv = g/||v|| dw - g dot / ||v||^3 v.
+        let a: Vec<f64> = g.iter().zip(&inv).map(|(&g, i)| f64::from(g) * i).collect();
+        let b: Vec<f64> = (0..out).map(|u| a[u] * dots[u] * inv[u] * inv[u]).collect();
+        let mut dv = Vec::with_capacity(v.len());
+        for (row, drow) in v.chunks_exact(out).zip(dw.chunks_exact(out)) {
+            for u in 0..out {
+                dv.push((a[u] * f64::from(drow[u]) - b[u] * f64::from(row[u])) as f32);
+            }
+        }
+        Ok((dv, [dg]))
+    }
+}

@@ -320,6 +320,20 @@ pub(crate) const DDI_EPS: f64 = 1e-6;
 /// and gains `g` `[P, 1, out]`: `g v / ||v||` per unit (`v`'s norms over its inputs,
 /// per agent); with `direction`, `v / ||v||` alone.
 pub(crate) fn stacked_weight(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
+    if !direction && v.device().is_cpu() && v.rank() == 3 {
+        // One op with its closed-form backward, per agent, on the CPU.
+        let kernel = crate::kernels::weight_norm::AgentWeight;
+        let op = crate::kernels::per_agent::PerAgent {
+            kernel,
+            agents: v.dim(0)?,
+        };
+        return op.forward1(v, g);
+    }
+    stacked_weight_reference(v, g, direction)
+}
+
+/// [`stacked_weight`] as tensor ops, on any device (and the fused op's reference).
+pub(crate) fn stacked_weight_reference(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
     let inv_norm = v.sqr()?.sum_keepdim(1)?.sqrt()?.recip()?;
     match direction {
         true => v.broadcast_mul(&inv_norm),
@@ -344,6 +358,63 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     use crate::nn::{LinearMap, ParamStore, WeightNorm};
+
+    /// A population's effective weight per agent equals its tensor-op form, value and
+    /// gradients of `v` and `g` (a zero gain included).
+    #[test]
+    fn the_population_weight_equals_the_tensor_form() {
+        use candle_core::Var;
+        let mut rng = crate::nn::init::InitRng::new(9);
+        let mut random = |dims: &[usize]| {
+            let n: usize = dims.iter().product();
+            rng.normal(n, 1.0, &Device::Cpu)
+                .unwrap()
+                .reshape(dims)
+                .unwrap()
+        };
+        let v = Var::from_tensor(&random(&[3, 7, 5])).unwrap();
+        let mut gains = random(&[3, 1, 5])
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        gains[2] = 0.0;
+        let g =
+            Var::from_tensor(&Tensor::from_vec(gains, (3, 1, 5), &Device::Cpu).unwrap()).unwrap();
+        let weights = random(&[3, 7, 5]);
+        let fused = super::stacked_weight(v.as_tensor(), g.as_tensor(), false).unwrap();
+        let reference =
+            super::stacked_weight_reference(v.as_tensor(), g.as_tensor(), false).unwrap();
+        let worst = |a: &Tensor, b: &Tensor| -> f32 {
+            let d = (a - b)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap();
+            let s = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+            d.to_scalar::<f32>().unwrap() / s.to_scalar::<f32>().unwrap().max(1e-6)
+        };
+        assert!(worst(&fused, &reference) < 1e-6);
+        let grads = |w: &Tensor| {
+            (w * &weights)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap()
+        };
+        let (gf, gr) = (grads(&fused), grads(&reference));
+        for var in [&v, &g] {
+            let (a, b) = (
+                gf.get(var.as_tensor()).unwrap(),
+                gr.get(var.as_tensor()).unwrap(),
+            );
+            assert!(worst(a, b) < 1e-5, "gradient of {:?}", var.dims());
+        }
+    }
 
     #[test]
     fn norms_are_kept_until_the_store_changes() {
