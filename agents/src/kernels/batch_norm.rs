@@ -458,36 +458,94 @@ impl BatchNormOp {
         grad: &Tensor,
     ) -> Result<Gradients> {
         let grad = gradient_through_relu(self.relu, out, grad)?;
+        with_values(t, |x| {
+            with_values(&grad, |dy| Ok(self.channel_gradients(units, x, gamma, dy)))
+        })
+    }
+
+    /// [`Self::gradients_over_channels`] on host values, `dy` already through the ReLU.
+    fn channel_gradients(&self, units: &Units, x: &[f32], gamma: &[f32], dy: &[f32]) -> Gradients {
         let n = units.per_unit() as f32;
         let (m, s) = (&self.mean, &self.inv_std);
-        with_values(t, |x| {
-            with_values(&grad, |dy| {
-                let stats: Vec<(f32, f32)> = m.iter().copied().zip(s.iter().copied()).collect();
-                let sum_dy = units.sums(dy);
-                let sum_dy_xhat = units.sums2(x, dy, &stats, |x, dy, (m, s)| dy * (x - m) * s);
-                if !self.batch_statistics {
-                    let k: Vec<f32> = gamma.iter().zip(s).map(|(g, s)| g * s).collect();
-                    let dt = units.map(dy, &k, |dy, k| k * dy);
-                    return Ok((dt, sum_dy_xhat, sum_dy));
-                }
-                // dt = k * (dy - mean_dy - (x - m) * s * mean_dy_xhat) per unit.
-                let per_unit: Vec<[f32; 5]> = (0..units.units)
-                    .map(|u| {
-                        let k = gamma[u] * s[u];
-                        [k, sum_dy[u] / n, m[u], s[u], sum_dy_xhat[u] / n]
-                    })
-                    .collect();
-                let dt = units.map2(
-                    x,
-                    dy,
-                    &per_unit,
-                    |x, dy, [k, mean_dy, m, s, mean_dy_xhat]| {
-                        k * (dy - mean_dy - (x - m) * s * mean_dy_xhat)
-                    },
-                );
-                Ok((dt, sum_dy_xhat, sum_dy))
+        let stats: Vec<(f32, f32)> = m.iter().copied().zip(s.iter().copied()).collect();
+        let sum_dy = units.sums(dy);
+        let sum_dy_xhat = units.sums2(x, dy, &stats, |x, dy, (m, s)| dy * (x - m) * s);
+        if !self.batch_statistics {
+            let k: Vec<f32> = gamma.iter().zip(s).map(|(g, s)| g * s).collect();
+            let dt = units.map(dy, &k, |dy, k| k * dy);
+            return (dt, sum_dy_xhat, sum_dy);
+        }
+        // dt = k * (dy - mean_dy - (x - m) * s * mean_dy_xhat) per unit.
+        let per_unit: Vec<[f32; 5]> = (0..units.units)
+            .map(|u| {
+                let k = gamma[u] * s[u];
+                [k, sum_dy[u] / n, m[u], s[u], sum_dy_xhat[u] / n]
             })
-        })
+            .collect();
+        let dt = units.map2(
+            x,
+            dy,
+            &per_unit,
+            |x, dy, [k, mean_dy, m, s, mean_dy_xhat]| {
+                k * (dy - mean_dy - (x - m) * s * mean_dy_xhat)
+            },
+        );
+        (dt, sum_dy_xhat, sum_dy)
+    }
+}
+
+/// Batch norm in a population: each agent's op (its own batch or running statistics,
+/// its own renormalization) on its values, laid out as `units` says.
+pub(crate) struct AgentBatchNorm {
+    pub ops: Vec<BatchNormOp>,
+    pub units: Units,
+}
+
+impl super::per_agent::AgentKernel<2> for AgentBatchNorm {
+    fn name(&self) -> &'static str {
+        "batch-norm-per-agent"
+    }
+
+    fn forward(&self, agent: usize, t: &[f32], [gamma, beta]: [&[f32]; 2]) -> Result<Vec<f32>> {
+        let op = self.op(agent, t, gamma)?;
+        op.normalize(&self.units, t, gamma, beta, op.relu)
+    }
+
+    fn backward(
+        &self,
+        agent: usize,
+        x: &[f32],
+        [gamma, _]: [&[f32]; 2],
+        out: &[f32],
+        dy: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+        let op = self.op(agent, x, gamma)?;
+        if self.units.inner == 1 {
+            let mut dt = dy.to_vec();
+            let (dgamma, dbeta) = op.feature_gradients(gamma, x, out, &mut dt, op.relu);
+            return Ok((dt, [dgamma, dbeta]));
+        }
+        let masked = match op.relu {
+            true => super::bias_relu::relu_mask(out, dy),
+            false => dy.to_vec(),
+        };
+        let (dt, dgain, dbeta) = op.channel_gradients(&self.units, x, &op.gain(gamma), &masked);
+        Ok((dt, [op.gamma_gradient(dgain, &dbeta), dbeta]))
+    }
+}
+
+impl AgentBatchNorm {
+    /// Agent `agent`'s op, checked against its values and gains.
+    fn op(&self, agent: usize, t: &[f32], gamma: &[f32]) -> Result<&BatchNormOp> {
+        let Units {
+            outer,
+            units,
+            inner,
+        } = self.units;
+        match self.ops.get(agent) {
+            Some(op) if t.len() == outer * units * inner && gamma.len() == units => Ok(op),
+            _ => candle_core::bail!("batch norm: agent {agent}'s values do not fit {units} units"),
+        }
     }
 }
 

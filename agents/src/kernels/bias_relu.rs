@@ -199,7 +199,7 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
         "unit-bias-per-agent"
     }
 
-    fn forward(&self, t: &[f32], [b]: [&[f32]; 1]) -> Result<Vec<f32>> {
+    fn forward(&self, _agent: usize, t: &[f32], [b]: [&[f32]; 1]) -> Result<Vec<f32>> {
         let Units {
             outer,
             units,
@@ -220,6 +220,7 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
 
     fn backward(
         &self,
+        _agent: usize,
         _t: &[f32],
         _b: [&[f32]; 1],
         out: &[f32],

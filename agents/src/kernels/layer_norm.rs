@@ -123,13 +123,14 @@ impl super::per_agent::AgentKernel<2> for FusedLayerNorm {
         "layer-norm-per-agent"
     }
 
-    fn forward(&self, t: &[f32], [gamma, beta]: [&[f32]; 2]) -> Result<Vec<f32>> {
+    fn forward(&self, _agent: usize, t: &[f32], [gamma, beta]: [&[f32]; 2]) -> Result<Vec<f32>> {
         self.check(t, gamma)?;
         Ok(self.forward_values(t, gamma, beta))
     }
 
     fn backward(
         &self,
+        _agent: usize,
         t: &[f32],
         [gamma, _]: [&[f32]; 2],
         out: &[f32],

@@ -16,12 +16,14 @@ pub(crate) trait AgentKernel<const N: usize>: Send + Sync + 'static {
     /// The op's name in candle's graph.
     fn name(&self) -> &'static str;
 
-    fn forward(&self, t: &[f32], params: [&[f32]; N]) -> Result<Vec<f32>>;
+    /// Agent `agent`'s output (a kernel may hold per-agent state: batch statistics).
+    fn forward(&self, agent: usize, t: &[f32], params: [&[f32]; N]) -> Result<Vec<f32>>;
 
     /// The gradients with respect to `t` and each parameter, from the output `out` and
     /// its gradient `dy`.
     fn backward(
         &self,
+        agent: usize,
         t: &[f32],
         params: [&[f32]; N],
         out: &[f32],
@@ -66,7 +68,7 @@ impl<K> PerAgent<K> {
         let mut out = Vec::with_capacity(t.len());
         for i in 0..self.agents {
             let mine = self.runs(params, i)?;
-            out.extend(self.kernel.forward(self.run(t, i)?, mine)?);
+            out.extend(self.kernel.forward(i, self.run(t, i)?, mine)?);
         }
         Ok(out)
     }
@@ -87,9 +89,13 @@ impl<K> PerAgent<K> {
         let mut dparams: [Vec<f32>; N] = std::array::from_fn(|_| Vec::new());
         for i in 0..self.agents {
             let mine = self.runs(params, i)?;
-            let (d, ds) =
-                self.kernel
-                    .backward(self.run(t, i)?, mine, self.run(out, i)?, self.run(dy, i)?)?;
+            let (d, ds) = self.kernel.backward(
+                i,
+                self.run(t, i)?,
+                mine,
+                self.run(out, i)?,
+                self.run(dy, i)?,
+            )?;
             dt.extend(d);
             for (all, one) in dparams.iter_mut().zip(ds) {
                 all.extend(one);

@@ -46,7 +46,12 @@ impl super::per_agent::AgentKernel<1> for FusedRmsNorm {
         "rms-norm-per-agent"
     }
 
-    fn forward(&self, t: &[f32], [gamma]: [&[f32]; 1]) -> candle_core::Result<Vec<f32>> {
+    fn forward(
+        &self,
+        _agent: usize,
+        t: &[f32],
+        [gamma]: [&[f32]; 1],
+    ) -> candle_core::Result<Vec<f32>> {
         super::layer_norm::check_rows(t, gamma)?;
         let inv = inverse_rms(t, gamma.len(), self.eps);
         Ok(scale_rows(t, &inv, gamma, self.relu))
@@ -54,6 +59,7 @@ impl super::per_agent::AgentKernel<1> for FusedRmsNorm {
 
     fn backward(
         &self,
+        _agent: usize,
         t: &[f32],
         [gamma]: [&[f32]; 1],
         out: &[f32],

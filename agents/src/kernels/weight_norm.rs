@@ -332,7 +332,7 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
         "weight-norm-weight-per-agent"
     }
 
-    fn forward(&self, v: &[f32], [g]: [&[f32]; 1]) -> Result<Vec<f32>> {
+    fn forward(&self, _agent: usize, v: &[f32], [g]: [&[f32]; 1]) -> Result<Vec<f32>> {
         Self::check(v, g)?;
         let inv = Self::inverse_norms(v, g.len());
         let scales: Vec<f32> = g
@@ -351,6 +351,7 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
 
     fn backward(
         &self,
+        _agent: usize,
         v: &[f32],
         [g]: [&[f32]; 1],
         _w: &[f32],

@@ -342,6 +342,9 @@ impl ActivationNorm for BatchNorm {
 /// Batch norm's population form: each agent's statistics over its own batch (and a
 /// feature map's positions), its running statistics buffers `[P, 1, units(, 1)]`; with
 /// batch renormalization's correction where configured.
+/// Each agent's running means and variances, on the host.
+type PerAgentStatistics = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+
 pub(crate) struct StackedBatchNorm {
     gamma: Var,
     beta: Var,
@@ -370,6 +373,57 @@ impl StackedBatchNorm {
             eps: config.bn_eps,
             momentum: config.bn_momentum,
         })
+    }
+
+    /// Each agent's running mean and variance, on the host.
+    fn running_per_agent(&self, agents: usize) -> Result<PerAgentStatistics> {
+        let per_agent = |v: &Var| {
+            with_values(v.as_tensor(), |x| {
+                Ok(x.chunks(x.len() / agents.max(1))
+                    .map(<[f32]>::to_vec)
+                    .collect())
+            })
+        };
+        Ok((
+            per_agent(&self.running_mean)?,
+            per_agent(&self.running_var)?,
+        ))
+    }
+
+    /// A training forward's ops, one per agent from its batch's moments (with batch
+    /// renormalization's correction against the running statistics as they were), and
+    /// the running statistics updated in place, as a single network's fused op does.
+    fn batch_ops(&self, h: &Tensor, agents: usize, units: &Units) -> Result<Vec<BatchNormOp>> {
+        let moments: Vec<(Vec<f32>, Vec<f32>)> = with_values(h, |x| {
+            Ok(x.chunks(x.len() / agents.max(1))
+                .map(|a| batch_norm_op::moments_of(units, a))
+                .collect())
+        })?;
+        let bounds = match &self.renorm {
+            Some(brn) if brn.count_update()? => Some(brn.bounds(self.eps)),
+            _ => None,
+        };
+        let running = match bounds {
+            Some(_) => Some(self.running_per_agent(agents)?),
+            None => None,
+        };
+        let mut ops = Vec::with_capacity(agents);
+        for (i, (mean, var)) in moments.iter().enumerate() {
+            let mut op = BatchNormOp::training(mean.clone(), var, self.eps).with_relu(true);
+            if let (Some(b), Some((rm, rv))) = (bounds, &running) {
+                op = op.with_renorm(batch_norm_op::Renorm::of((mean, var), (&rm[i], &rv[i]), b));
+            }
+            ops.push(op);
+        }
+        let means: Vec<f32> = moments.iter().flat_map(|m| m.0.iter().copied()).collect();
+        let vars: Vec<f32> = moments.iter().flat_map(|m| m.1.iter().copied()).collect();
+        batch_norm_op::update_running(&self.running_mean, &means, self.momentum, 1.0)?;
+        let n = units.per_unit() as f64;
+        if n > 1.0 {
+            let unbiased = (n / (n - 1.0)) as f32;
+            batch_norm_op::update_running(&self.running_var, &vars, self.momentum, unbiased)?;
+        }
+        Ok(ops)
     }
 
     /// The running statistics from one agent batch each: the mean always, the
@@ -419,6 +473,30 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
         }
         self.gamma
             .set(&Tensor::from_vec(bounded, gamma.shape(), gamma.device())?)
+    }
+
+    fn forward_relu(&self, h: &Tensor, stats: BnStats) -> Result<Option<Tensor>> {
+        if !h.device().is_cpu() {
+            return Ok(None);
+        }
+        let h = h.contiguous()?;
+        let agents = h.dim(0)?;
+        let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
+        let ops = match stats {
+            BnStats::Batch => self.batch_ops(&h, agents, &units)?,
+            BnStats::Running => {
+                let (means, vars) = self.running_per_agent(agents)?;
+                let ops = means.into_iter().zip(&vars);
+                ops.map(|(m, v)| BatchNormOp::evaluation(m, v, self.eps).with_relu(true))
+                    .collect()
+            }
+        };
+        let op = crate::kernels::per_agent::PerAgent {
+            kernel: crate::kernels::batch_norm::AgentBatchNorm { ops, units },
+            agents,
+        };
+        op.forward2(&h, self.gamma.as_tensor(), self.beta.as_tensor())
+            .map(Some)
     }
 
     fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {

@@ -167,6 +167,15 @@ impl StackedRenorm {
         Ok(false)
     }
 
+    /// The clip bounds of `r` and `d`, for the fused loops.
+    pub(crate) fn bounds(&self, eps: f64) -> crate::kernels::batch_norm::RenormBounds {
+        crate::kernels::batch_norm::RenormBounds {
+            r_max: self.config.r_max,
+            d_max: self.config.d_max,
+            eps,
+        }
+    }
+
     /// `r` and `d` of a training forward (detached), from the batch's moments and the
     /// running statistics before this batch updates them.
     pub(crate) fn correction(

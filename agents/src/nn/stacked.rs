@@ -130,19 +130,26 @@ mod tests {
     /// A method's fused per-agent op against its tensor-op form with a ReLU after it:
     /// the same outputs and the same gradients of `h` and of every variable.
     fn fused_equals_reference(norm: &dyn StackedNorm, h: &Var, what: &str) {
+        fused_equals_reference_with(norm, norm, h, BnStats::Batch, what);
+    }
+
+    /// [`fused_equals_reference`] with the fused op of `fused` and the tensor form of
+    /// `reference`, two copies of one state (a method with running statistics changes
+    /// them in its forward).
+    fn fused_equals_reference_with(
+        fused: &dyn StackedNorm,
+        reference: &dyn StackedNorm,
+        h: &Var,
+        stats: BnStats,
+        what: &str,
+    ) {
         let mut rng = InitRng::new(7);
         let weights = random(&mut rng, h.dims());
-        let fused = norm.forward_relu(h.as_tensor(), BnStats::Batch).unwrap();
-        let fused = fused.unwrap_or_else(|| panic!("{what}: no fused op on the CPU"));
-        let reference = norm
-            .forward(h.as_tensor().clone(), BnStats::Batch)
-            .unwrap()
-            .relu()
-            .unwrap();
-        assert!(
-            max_relative(&fused, &reference) < 1e-5,
-            "{what}: outputs differ"
-        );
+        let y = fused.forward_relu(h.as_tensor(), stats).unwrap();
+        let y = y.unwrap_or_else(|| panic!("{what}: no fused op on the CPU"));
+        let y_ref = reference.forward(h.as_tensor().clone(), stats).unwrap();
+        let y_ref = y_ref.relu().unwrap();
+        assert!(max_relative(&y, &y_ref) < 1e-5, "{what}: outputs differ");
         let grads = |y: &Tensor| {
             (y * &weights)
                 .unwrap()
@@ -151,20 +158,75 @@ mod tests {
                 .backward()
                 .unwrap()
         };
-        let (gf, gr) = (grads(&fused), grads(&reference));
-        let mut vars = vec![h];
-        vars.extend(norm.vars().0);
-        for v in vars {
+        let (gf, gr) = (grads(&y), grads(&y_ref));
+        let vars = fused.vars().0.into_iter().zip(reference.vars().0);
+        for (a, b) in [(h, h)].into_iter().chain(vars) {
             let (a, b) = (
-                gf.get(v.as_tensor()).unwrap(),
-                gr.get(v.as_tensor()).unwrap(),
+                gf.get(a.as_tensor()).unwrap(),
+                gr.get(b.as_tensor()).unwrap(),
             );
             let err = max_relative(a, b);
             assert!(
                 err < 1e-4,
                 "{what}: gradient of {:?} differs by {err:e}",
-                v.dims()
+                a.dims()
             );
+        }
+    }
+
+    #[test]
+    fn fused_population_batch_norm_equals_its_tensor_form() {
+        use crate::nn::batch_norm::StackedBatchNorm;
+        use crate::nn::{NormConfig, NormKind, Role};
+        for kind in [NormKind::BatchNorm, NormKind::BatchRenorm] {
+            for (h, unit) in [
+                (vec![3, 5, 8], vec![3, 1, 8]),
+                (vec![3, 5, 4, 6], vec![3, 1, 4, 1]),
+            ] {
+                let config = NormConfig {
+                    kind,
+                    brn_warmup: 0,
+                    brn_r_max: 1.2,
+                    brn_d_max: 0.3,
+                    ..Default::default()
+                };
+                let mut rng = InitRng::new(4);
+                let make = |rng: &mut InitRng| {
+                    let mut vars = std::collections::HashMap::new();
+                    let mut take = |name: &str, _: Role| -> candle_core::Result<Var> {
+                        let dims: Vec<usize> = if name == "brn.updates" {
+                            vec![3, 1, 1]
+                        } else {
+                            unit.clone()
+                        };
+                        let mut t = random(rng, &dims);
+                        if name.ends_with("running_var") {
+                            t = (t.abs()? + 0.5)?;
+                        }
+                        if name == "brn.updates" {
+                            t = t.zeros_like()?;
+                        }
+                        let v = Var::from_tensor(&t)?;
+                        vars.insert(name.to_string(), v.clone());
+                        Ok(v)
+                    };
+                    (StackedBatchNorm::stack(&mut take, &config).unwrap(), vars)
+                };
+                // Two copies of one state: the same draws.
+                let (fused_bn, _) = make(&mut InitRng::new(4));
+                let (reference_bn, _) = make(&mut rng);
+                let x = Var::from_tensor(&random(&mut InitRng::new(8), &h)).unwrap();
+                let what = format!("{kind:?} {h:?}");
+                fused_equals_reference_with(&fused_bn, &reference_bn, &x, BnStats::Batch, &what);
+                let (a, b) = (fused_bn.vars().1, reference_bn.vars().1);
+                for (a, b) in a.iter().zip(&b) {
+                    assert!(
+                        max_relative(a.as_tensor(), b.as_tensor()) < 1e-5,
+                        "{what}: running statistics differ"
+                    );
+                }
+                fused_equals_reference_with(&fused_bn, &reference_bn, &x, BnStats::Running, &what);
+            }
         }
     }
 

@@ -152,6 +152,13 @@ impl StackedNorm for StackedSvb {
         }
     }
 
+    fn forward_relu(&self, h: &Tensor, stats: super::BnStats) -> Result<Option<Tensor>> {
+        match &self.bbn {
+            Some((bn, _)) => bn.forward_relu(h, stats),
+            None => Ok(None),
+        }
+    }
+
     fn after_step(&self, updates: u64, weight: &Var) -> Result<bool> {
         if !updates.is_multiple_of(self.interval) {
             return Ok(false);
