@@ -85,3 +85,59 @@ impl CustomOp2 for CenteredBiasRelu {
         Ok((Some(dt), gradient_like(db, b)?))
     }
 }
+
+/// [`CenteredBiasRelu`] in a population: each agent's mean (its batch's or its running
+/// one) on its values, laid out as `units` says.
+pub(crate) struct AgentCenteredBiasRelu {
+    pub means: Vec<Vec<f32>>,
+    pub batch_statistics: bool,
+    pub units: Units,
+}
+
+impl super::per_agent::AgentKernel<1> for AgentCenteredBiasRelu {
+    fn name(&self) -> &'static str {
+        "centered-bias-relu-per-agent"
+    }
+
+    fn forward(&self, agent: usize, t: &[f32], [b]: [&[f32]; 1]) -> Result<Vec<f32>> {
+        let mean = self.mean(agent, t, b)?;
+        Ok(bias_relu_values(&self.units, t, &mean_shift(Some(b), mean)))
+    }
+
+    fn backward(
+        &self,
+        agent: usize,
+        t: &[f32],
+        [b]: [&[f32]; 1],
+        out: &[f32],
+        dy: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        self.mean(agent, t, b)?;
+        let d = super::bias_relu::relu_mask(out, dy);
+        let db = self.units.sums(&d);
+        let dt = match self.batch_statistics {
+            true => centered(&self.units, &d, &db),
+            false => d,
+        };
+        Ok((dt, [db]))
+    }
+}
+
+impl AgentCenteredBiasRelu {
+    /// Agent `agent`'s mean, checked against its values and bias.
+    fn mean(&self, agent: usize, t: &[f32], b: &[f32]) -> Result<&[f32]> {
+        let Units {
+            outer,
+            units,
+            inner,
+        } = self.units;
+        match self.means.get(agent) {
+            Some(m) if m.len() == units && b.len() == units && t.len() == outer * units * inner => {
+                Ok(m)
+            }
+            _ => candle_core::bail!(
+                "mean-only batch norm: agent {agent}'s values do not fit {units} units"
+            ),
+        }
+    }
+}

@@ -475,8 +475,13 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
             .set(&Tensor::from_vec(bounded, gamma.shape(), gamma.device())?)
     }
 
-    fn forward_relu(&self, h: &Tensor, stats: BnStats) -> Result<Option<Tensor>> {
-        if !h.device().is_cpu() {
+    fn forward_relu(
+        &self,
+        h: &Tensor,
+        stats: BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Tensor>> {
+        if !h.device().is_cpu() || bias.is_some() {
             return Ok(None);
         }
         let h = h.contiguous()?;

@@ -154,8 +154,13 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
         Ok(Box::new(Self::new(gamma, beta, self.groups, self.eps)))
     }
 
-    fn forward_relu(&self, h: &Tensor, _stats: super::BnStats) -> Result<Option<Tensor>> {
-        if !h.device().is_cpu() {
+    fn forward_relu(
+        &self,
+        h: &Tensor,
+        _stats: super::BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Tensor>> {
+        if !h.device().is_cpu() || bias.is_some() {
             return Ok(None);
         }
         // Group norm's parameters are per channel, each over its positions; layer

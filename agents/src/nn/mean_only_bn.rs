@@ -278,6 +278,52 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
         }))
     }
 
+    fn forward_relu(
+        &self,
+        h: &Tensor,
+        stats: super::BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Tensor>> {
+        let Some(bias) = bias.filter(|_| h.device().is_cpu()) else {
+            return Ok(None);
+        };
+        let h = h.contiguous()?;
+        let agents = h.dim(0)?;
+        let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
+        let per_agent = |x: &[f32]| {
+            x.chunks(x.len() / agents.max(1))
+                .map(<[f32]>::to_vec)
+                .collect()
+        };
+        let means: Vec<Vec<f32>> = match stats {
+            super::BnStats::Batch => {
+                let means: Vec<Vec<f32>> = with_values(&h, |x| {
+                    Ok(x.chunks(x.len() / agents.max(1))
+                        .map(|a| crate::kernels::batch_norm::moments_of(&units, a).0)
+                        .collect())
+                })?;
+                let all: Vec<f32> = means.iter().flatten().copied().collect();
+                crate::kernels::batch_norm::update_running(
+                    &self.running_mean,
+                    &all,
+                    self.momentum,
+                    1.0,
+                )?;
+                means
+            }
+            super::BnStats::Running => {
+                with_values(self.running_mean.as_tensor(), |x| Ok(per_agent(x)))?
+            }
+        };
+        let kernel = crate::kernels::mean_only_bn::AgentCenteredBiasRelu {
+            means,
+            batch_statistics: stats == super::BnStats::Batch,
+            units,
+        };
+        let op = crate::kernels::per_agent::PerAgent { kernel, agents };
+        op.forward1(&h, bias.as_tensor()).map(Some)
+    }
+
     fn forward(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
         let mean = match stats {
             super::BnStats::Batch => {

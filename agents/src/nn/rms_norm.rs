@@ -139,11 +139,17 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
         }))
     }
 
-    fn forward_relu(&self, h: &Tensor, _stats: super::BnStats) -> Result<Option<Tensor>> {
+    fn forward_relu(
+        &self,
+        h: &Tensor,
+        _stats: super::BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Tensor>> {
         // Per feature gains only: the loops take a sample's features as one row.
         let (agents, rows) = (h.dim(0)?, h.dim(1)?);
         let per_sample = h.elem_count() / (agents * rows).max(1);
-        if !h.device().is_cpu() || self.gamma.elem_count() != agents * per_sample {
+        if !h.device().is_cpu() || bias.is_some() || self.gamma.elem_count() != agents * per_sample
+        {
             return Ok(None);
         }
         let kernel = crate::kernels::rms_norm::FusedRmsNorm {

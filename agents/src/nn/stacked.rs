@@ -21,10 +21,16 @@ pub(crate) trait StackedNorm: Send + Sync {
     /// running statistics updates them as a single network's training forward does.
     fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor>;
 
-    /// `relu(forward(h))` as one fused op, where the method has one for `h`'s device
-    /// (its kernel's loops run per agent: `kernels::per_agent`); `None` otherwise, and
-    /// the layer applies the ReLU itself.
-    fn forward_relu(&self, _h: &Tensor, _stats: BnStats) -> Result<Option<Tensor>> {
+    /// `relu(forward(h) + bias)` as one fused op, where the method has one for `h`'s
+    /// device and this layer (its kernel's loops run per agent: `kernels::per_agent`);
+    /// `None` otherwise, and the layer adds its bias and applies the ReLU itself. Only
+    /// mean-only batch norm's layers have a bias besides their normalization.
+    fn forward_relu(
+        &self,
+        _h: &Tensor,
+        _stats: BnStats,
+        _bias: Option<&Var>,
+    ) -> Result<Option<Tensor>> {
         Ok(None)
     }
 
@@ -145,7 +151,7 @@ mod tests {
     ) {
         let mut rng = InitRng::new(7);
         let weights = random(&mut rng, h.dims());
-        let y = fused.forward_relu(h.as_tensor(), stats).unwrap();
+        let y = fused.forward_relu(h.as_tensor(), stats, None).unwrap();
         let y = y.unwrap_or_else(|| panic!("{what}: no fused op on the CPU"));
         let y_ref = reference.forward(h.as_tensor().clone(), stats).unwrap();
         let y_ref = y_ref.relu().unwrap();
@@ -226,6 +232,71 @@ mod tests {
                     );
                 }
                 fused_equals_reference_with(&fused_bn, &reference_bn, &x, BnStats::Running, &what);
+            }
+        }
+    }
+
+    /// Mean-only batch norm with the layer's bias and ReLU in one per-agent op equals
+    /// the tensor form and the bias added after it: outputs, gradients of the input and
+    /// the bias, the running mean; in training and evaluation mode.
+    #[test]
+    fn fused_population_mean_only_equals_its_tensor_form() {
+        use crate::nn::mean_only_bn::StackedMeanOnly;
+        use crate::nn::{NormConfig, Role};
+        for (h, unit) in [
+            (vec![3, 5, 8], vec![3, 1, 8]),
+            (vec![3, 5, 4, 6], vec![3, 1, 4, 1]),
+        ] {
+            let mut rng = InitRng::new(6);
+            let running = random(&mut rng, &unit);
+            let make = || {
+                let mut take = |_: &str, _: Role| Var::from_tensor(&running);
+                StackedMeanOnly::stack(&mut take, &NormConfig::default()).unwrap()
+            };
+            let (fused, reference) = (make(), make());
+            let x = Var::from_tensor(&random(&mut rng, &h)).unwrap();
+            let bias = Var::from_tensor(&random(&mut rng, &unit)).unwrap();
+            let weights = random(&mut rng, &h);
+            for stats in [BnStats::Batch, BnStats::Running] {
+                let y = fused
+                    .forward_relu(x.as_tensor(), stats, Some(&bias))
+                    .unwrap()
+                    .unwrap();
+                let y_ref = reference.forward(x.as_tensor().clone(), stats).unwrap();
+                let y_ref = y_ref
+                    .broadcast_add(bias.as_tensor())
+                    .unwrap()
+                    .relu()
+                    .unwrap();
+                assert!(
+                    max_relative(&y, &y_ref) < 1e-5,
+                    "{h:?} {stats:?}: outputs differ"
+                );
+                let grads = |y: &Tensor| {
+                    (y * &weights)
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .backward()
+                        .unwrap()
+                };
+                let (gf, gr) = (grads(&y), grads(&y_ref));
+                for v in [&x, &bias] {
+                    let (a, b) = (
+                        gf.get(v.as_tensor()).unwrap(),
+                        gr.get(v.as_tensor()).unwrap(),
+                    );
+                    assert!(
+                        max_relative(a, b) < 1e-4,
+                        "{h:?} {stats:?}: gradient of {:?}",
+                        v.dims()
+                    );
+                }
+                let (a, b) = (
+                    fused.vars().1[0].as_tensor(),
+                    reference.vars().1[0].as_tensor(),
+                );
+                assert!(max_relative(a, b) < 1e-6, "{h:?}: running means differ");
             }
         }
     }

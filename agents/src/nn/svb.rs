@@ -152,9 +152,14 @@ impl StackedNorm for StackedSvb {
         }
     }
 
-    fn forward_relu(&self, h: &Tensor, stats: super::BnStats) -> Result<Option<Tensor>> {
+    fn forward_relu(
+        &self,
+        h: &Tensor,
+        stats: super::BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Tensor>> {
         match &self.bbn {
-            Some((bn, _)) => bn.forward_relu(h, stats),
+            Some((bn, _)) => bn.forward_relu(h, stats, bias),
             None => Ok(None),
         }
     }

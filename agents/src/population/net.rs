@@ -279,8 +279,8 @@ impl PopulationNet {
     /// mean-only BN has both), the ReLU.
     fn layer_output(&self, layer: &PopulationLayer, x: &Tensor, stats: BnStats) -> Result<Tensor> {
         let h = layer.product(x, &layer.effective_weight(false)?)?;
-        if let (Some(norm), None, true) = (&layer.norm, &layer.bias, layer.relu) {
-            if let Some(out) = norm.forward_relu(&h, stats)? {
+        if let (Some(norm), true) = (&layer.norm, layer.relu) {
+            if let Some(out) = norm.forward_relu(&h, stats, layer.bias.as_ref())? {
                 return Ok(out);
             }
         }
