@@ -22,6 +22,8 @@ pub mod nn;
 pub mod optim;
 pub mod population;
 pub mod replay;
+#[cfg(test)]
+mod test_support;
 
 pub use metric::Metric;
 

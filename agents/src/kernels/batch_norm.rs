@@ -525,10 +525,7 @@ impl super::per_agent::AgentKernel<2> for AgentBatchNorm {
             let (dgamma, dbeta) = op.feature_gradients(gamma, x, out, &mut dt, op.relu);
             return Ok((dt, [dgamma, dbeta]));
         }
-        let masked = match op.relu {
-            true => super::bias_relu::relu_mask(out, dy),
-            false => dy.to_vec(),
-        };
+        let masked = super::bias_relu::through_relu(op.relu, out, dy);
         let (dt, dgain, dbeta) = op.channel_gradients(&self.units, x, &op.gain(gamma), &masked);
         Ok((dt, [op.gamma_gradient(dgain, &dbeta), dbeta]))
     }

@@ -167,6 +167,18 @@ pub(crate) fn relu_backward(y: &Tensor, dy: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(d, y.shape(), y.device())
 }
 
+/// `dy` through a ReLU that ended an op with output `out` where `relu`, else `dy`.
+pub(crate) fn through_relu<'a>(
+    relu: bool,
+    out: &[f32],
+    dy: &'a [f32],
+) -> std::borrow::Cow<'a, [f32]> {
+    match relu {
+        true => std::borrow::Cow::Owned(relu_mask(out, dy)),
+        false => std::borrow::Cow::Borrowed(dy),
+    }
+}
+
 /// [`relu_backward`] on host values.
 pub(crate) fn relu_mask(y: &[f32], dy: &[f32]) -> Vec<f32> {
     y.iter()

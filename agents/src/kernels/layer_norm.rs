@@ -137,14 +137,7 @@ impl super::per_agent::AgentKernel<2> for FusedLayerNorm {
         dy: &[f32],
     ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
         self.check(t, gamma)?;
-        let masked;
-        let dy = match self.relu {
-            true => {
-                masked = super::bias_relu::relu_mask(out, dy);
-                &masked[..]
-            }
-            false => dy,
-        };
+        let dy = &super::bias_relu::through_relu(self.relu, out, dy);
         let (dt, dg, db) = self.gradients(t, gamma, dy);
         Ok((dt, [dg, db]))
     }

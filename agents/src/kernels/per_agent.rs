@@ -189,37 +189,19 @@ impl<K: AgentKernel<2>> CustomOp3 for PerAgent<K> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{Device, Tensor, Var};
+    use candle_core::{Tensor, Var};
 
     use super::PerAgent;
     use crate::kernels::bias_relu::AgentBias;
     use crate::nn::init::InitRng;
-
-    fn max_relative(a: &Tensor, b: &Tensor) -> f32 {
-        let diff = (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap();
-        let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-        diff.to_scalar::<f32>().unwrap() / scale.to_scalar::<f32>().unwrap().max(1e-6)
-    }
+    use crate::test_support::{gradients, max_relative};
 
     /// A population's bias (and ReLU) per agent equals candle's broadcast add (and
     /// ReLU): values and both gradients, for dense and convolutional layouts.
     #[test]
     fn a_population_bias_equals_the_tensor_form() {
         let mut rng = InitRng::new(5);
-        let mut random = |dims: &[usize]| {
-            let n: usize = dims.iter().product();
-            rng.normal(n, 1.0, &Device::Cpu)
-                .unwrap()
-                .reshape(dims)
-                .unwrap()
-        };
+        let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
         let shapes = [
             (vec![3, 5, 8], vec![3, 1, 8]),
             (vec![3, 5, 4, 6], vec![3, 1, 4, 1]),
@@ -240,14 +222,7 @@ mod tests {
                     reference = reference.relu().unwrap();
                 }
                 assert!(max_relative(&fused, &reference) < 1e-6, "{h:?} relu {relu}");
-                let grads = |y: &Tensor| {
-                    (y * &weights)
-                        .unwrap()
-                        .sum_all()
-                        .unwrap()
-                        .backward()
-                        .unwrap()
-                };
+                let grads = |y: &Tensor| gradients(y, &weights);
                 let (gf, gr) = (grads(&fused), grads(&reference));
                 for v in [&t, &bias] {
                     let (a, r) = (

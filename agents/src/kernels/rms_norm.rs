@@ -66,14 +66,7 @@ impl super::per_agent::AgentKernel<1> for FusedRmsNorm {
         dy: &[f32],
     ) -> candle_core::Result<(Vec<f32>, [Vec<f32>; 1])> {
         super::layer_norm::check_rows(t, gamma)?;
-        let masked;
-        let dy = match self.relu {
-            true => {
-                masked = super::bias_relu::relu_mask(out, dy);
-                &masked[..]
-            }
-            false => dy,
-        };
+        let dy = &super::bias_relu::through_relu(self.relu, out, dy);
         let inv = inverse_rms(t, gamma.len(), self.eps);
         let (dt, dgamma) = rms_gradients(t, &inv, gamma, dy);
         Ok((dt, [dgamma]))

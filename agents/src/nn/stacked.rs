@@ -104,34 +104,14 @@ pub(crate) fn affine(x_hat: Tensor, gamma: &Var, beta: &Var) -> Result<Tensor> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{Device, Tensor, Var};
+    use candle_core::{Tensor, Var};
 
     use super::StackedNorm;
     use crate::nn::group_norm::StackedGroupNorm;
     use crate::nn::init::InitRng;
     use crate::nn::rms_norm::StackedRmsNorm;
     use crate::nn::BnStats;
-
-    fn random(rng: &mut InitRng, dims: &[usize]) -> Tensor {
-        let n: usize = dims.iter().product();
-        rng.normal(n, 1.0, &Device::Cpu)
-            .unwrap()
-            .reshape(dims)
-            .unwrap()
-    }
-
-    fn max_relative(a: &Tensor, b: &Tensor) -> f32 {
-        let diff = (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap();
-        let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-        diff.to_scalar::<f32>().unwrap() / scale.to_scalar::<f32>().unwrap().max(1e-6)
-    }
+    use crate::test_support::{gradients, max_relative, random};
 
     /// A method's fused per-agent op against its tensor-op form with a ReLU after it:
     /// the same outputs and the same gradients of `h` and of every variable.
@@ -156,14 +136,7 @@ mod tests {
         let y_ref = reference.forward(h.as_tensor().clone(), stats).unwrap();
         let y_ref = y_ref.relu().unwrap();
         assert!(max_relative(&y, &y_ref) < 1e-5, "{what}: outputs differ");
-        let grads = |y: &Tensor| {
-            (y * &weights)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap()
-        };
+        let grads = |y: &Tensor| gradients(y, &weights);
         let (gf, gr) = (grads(&y), grads(&y_ref));
         let vars = fused.vars().0.into_iter().zip(reference.vars().0);
         for (a, b) in [(h, h)].into_iter().chain(vars) {
@@ -272,14 +245,7 @@ mod tests {
                     max_relative(&y, &y_ref) < 1e-5,
                     "{h:?} {stats:?}: outputs differ"
                 );
-                let grads = |y: &Tensor| {
-                    (y * &weights)
-                        .unwrap()
-                        .sum_all()
-                        .unwrap()
-                        .backward()
-                        .unwrap()
-                };
+                let grads = |y: &Tensor| gradients(y, &weights);
                 let (gf, gr) = (grads(&y), grads(&y_ref));
                 for v in [&x, &bias] {
                     let (a, b) = (

@@ -363,15 +363,10 @@ mod tests {
     /// gradients of `v` and `g` (a zero gain included).
     #[test]
     fn the_population_weight_equals_the_tensor_form() {
+        use crate::test_support::{gradients, max_relative};
         use candle_core::Var;
         let mut rng = crate::nn::init::InitRng::new(9);
-        let mut random = |dims: &[usize]| {
-            let n: usize = dims.iter().product();
-            rng.normal(n, 1.0, &Device::Cpu)
-                .unwrap()
-                .reshape(dims)
-                .unwrap()
-        };
+        let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
         let v = Var::from_tensor(&random(&[3, 7, 5])).unwrap();
         let mut gains = random(&[3, 1, 5])
             .flatten_all()
@@ -385,34 +380,15 @@ mod tests {
         let fused = super::stacked_weight(v.as_tensor(), g.as_tensor(), false).unwrap();
         let reference =
             super::stacked_weight_reference(v.as_tensor(), g.as_tensor(), false).unwrap();
-        let worst = |a: &Tensor, b: &Tensor| -> f32 {
-            let d = (a - b)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap();
-            let s = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-            d.to_scalar::<f32>().unwrap() / s.to_scalar::<f32>().unwrap().max(1e-6)
-        };
-        assert!(worst(&fused, &reference) < 1e-6);
-        let grads = |w: &Tensor| {
-            (w * &weights)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap()
-        };
+        assert!(max_relative(&fused, &reference) < 1e-6);
+        let grads = |w: &Tensor| gradients(w, &weights);
         let (gf, gr) = (grads(&fused), grads(&reference));
         for var in [&v, &g] {
             let (a, b) = (
                 gf.get(var.as_tensor()).unwrap(),
                 gr.get(var.as_tensor()).unwrap(),
             );
-            assert!(worst(a, b) < 1e-5, "gradient of {:?}", var.dims());
+            assert!(max_relative(a, b) < 1e-5, "gradient of {:?}", var.dims());
         }
     }
 
