@@ -29,8 +29,11 @@ fn batch(size: usize, obs_len: usize, agent: u64) -> Batch {
 /// Tensors created and device reads of one step (the P greedy actions, one update)
 /// of a population of `p`, after a first step that did the one-time initialization.
 fn step_counts(network: &QNetworkConfig, obs: &[usize], kind: NormKind, p: usize) -> (u64, u64) {
+    // Batch renormalization reads its count until its warm-up ends (a fixed number of
+    // reads, whatever P); counted here after it.
     let norm = NormConfig {
         kind,
+        brn_warmup: 0,
         ..Default::default()
     };
     let (opt, dqn) = (OptimizerConfig::default(), DqnConfig::default());
@@ -62,8 +65,14 @@ fn operations_and_reads_per_step_do_not_grow_with_the_population() {
         for kind in [
             NormKind::None,
             NormKind::WeightNorm,
+            NormKind::WnMeanOnlyBn,
             NormKind::BatchNorm,
+            NormKind::BatchRenorm,
             NormKind::LayerNorm,
+            NormKind::GroupNorm,
+            NormKind::RmsNorm,
+            NormKind::Svb,
+            NormKind::Bbn,
         ] {
             let (ops, reads) = step_counts(&network, &obs, kind, 1);
             let (ops_64, reads_64) = step_counts(&network, &obs, kind, 64);
