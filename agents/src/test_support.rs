@@ -1,18 +1,27 @@
 //! What the crate's unit tests of fused ops share: random inputs, the relative
-//! distance of two results, and gradients of a weighted sum.
+//! distance of two results, and gradients of a weighted sum. (Its own generator, so that
+//! tests of any module can draw inputs without importing `nn`.)
 
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
+use rand::SeedableRng;
+use rand_distr::{Distribution, StandardNormal};
+use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::nn::init::InitRng;
+/// Standard normal draws from a seed.
+pub(crate) struct Normals(Xoshiro256PlusPlus);
+
+impl Normals {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(Xoshiro256PlusPlus::seed_from_u64(seed))
+    }
+}
 
 /// Standard normal values of shape `dims`.
-pub(crate) fn random(rng: &mut InitRng, dims: &[usize]) -> Tensor {
+pub(crate) fn random(rng: &mut Normals, dims: &[usize]) -> Tensor {
     let n: usize = dims.iter().product();
-    rng.normal(n, 1.0, &Device::Cpu)
-        .unwrap()
-        .reshape(dims)
-        .unwrap()
+    let values: Vec<f32> = (0..n).map(|_| StandardNormal.sample(&mut rng.0)).collect();
+    Tensor::from_vec(values, dims, &Device::Cpu).unwrap()
 }
 
 /// The largest difference of `a` from `b`, over `b`'s largest magnitude.

@@ -18,8 +18,9 @@ use anyhow::Result;
 use super::aggregate::{AggregateStats, BatchPoint, Estimate};
 use super::grid::{color_of, Setting};
 use super::plots::{self, Content, Figure, Line, Panel, Row};
-use super::records::{Report, RunRecord};
+use super::records::RunRecord;
 use super::stats::{mean, stratified_bootstrap_ci};
+use super::summary::Report;
 use crate::run::diagnostics::REPORTED;
 use crate::study::compare::sanitize;
 
@@ -167,6 +168,18 @@ fn headline(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `method`'s aggregate in `setting`, if the grid ran it there.
+fn aggregate_of<'a>(
+    report: &'a Report,
+    method: &str,
+    setting: &Setting,
+) -> Option<&'a AggregateStats> {
+    report
+        .aggregate
+        .iter()
+        .find(|a| a.method == method && &a.setting == setting)
+}
+
 /// The rows of an interval panel: each method's estimate in `setting`.
 fn rows(
     report: &Report,
@@ -178,11 +191,7 @@ fn rows(
         .names
         .iter()
         .filter_map(|m| {
-            let a = report
-                .aggregate
-                .iter()
-                .find(|a| &a.method == m && &a.setting == setting)?;
-            let e = pick(a)?;
+            let e = pick(aggregate_of(report, m, setting)?)?;
             Some(Row {
                 label: m.clone(),
                 color: color_of(m),
@@ -272,10 +281,7 @@ fn profiles(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
                 .names
                 .iter()
                 .filter_map(|m| {
-                    let a = report
-                        .aggregate
-                        .iter()
-                        .find(|a| &a.method == m && &a.setting == setting)?;
+                    let a = aggregate_of(report, m, setting)?;
                     let points = taus
                         .iter()
                         .zip(&a.profile)

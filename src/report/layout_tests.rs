@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::grid::RunAxes;
-use super::records::{build, RunRecord};
+use super::records::RunRecord;
+use super::summary::build;
 use crate::run::diagnostics::REPORTED;
 use crate::study::compare::ReportConfig;
 

@@ -1,4 +1,4 @@
-//! `report.md`: the figures first (the headline, when the grid has batch sizes to
+//! `report.md` and the CSV tables. `report.md`: the figures first (the headline, when the grid has batch sizes to
 //! compare), each with one sentence under it that says what it shows, written from the
 //! numbers; then the tables.
 
@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use super::aggregate::{AggregateStats, Estimate};
 use super::plots::tick_label;
-use super::records::{Report, VariantStats, BOOTSTRAP_REPS};
+use super::records::{VariantStats, BOOTSTRAP_REPS};
+use super::summary::Report;
 use crate::run::diagnostics::REPORTED;
 use crate::study::compare::sanitize;
 
@@ -336,4 +337,50 @@ fn ranges(report: &Report, md: &mut String) {
             r.random, r.reference
         );
     }
+}
+
+/// `runs.csv`: one row per run.
+pub(crate) fn csv_runs(report: &Report) -> String {
+    let mut csv = String::from(
+        "env,variant,seed,final_return,auc,steps_to_threshold,wall_seconds,steps_per_second\n",
+    );
+    for r in &report.runs {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{}",
+            r.env,
+            r.variant,
+            r.seed,
+            r.final_return,
+            r.auc,
+            r.steps_to_threshold
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+            r.wall_seconds,
+            r.steps_per_second
+        );
+    }
+    csv
+}
+
+/// `summary.csv`: one row per environment and variant.
+pub(crate) fn csv_summary(report: &Report) -> String {
+    let mut summary = String::from("env,variant,runs,final_iqm,final_ci_low,final_ci_high,final_mean,auc_iqm,auc_ci_low,auc_ci_high\n");
+    for s in &report.per_env {
+        let _ = writeln!(
+            summary,
+            "{},{},{},{},{},{},{},{},{},{}",
+            s.env,
+            s.variant,
+            s.runs,
+            s.final_iqm,
+            s.final_ci.0,
+            s.final_ci.1,
+            s.final_mean,
+            s.auc_iqm,
+            s.auc_ci.0,
+            s.auc_ci.1
+        );
+    }
+    summary
 }

@@ -11,6 +11,7 @@ mod markdown;
 mod plots;
 mod records;
 pub mod stats;
+mod summary;
 
 use std::path::Path;
 
@@ -19,17 +20,18 @@ use anyhow::{Context, Result};
 use crate::run::checkpoint::write_atomic;
 pub use aggregate::{AggregateStats, BatchPoint, Estimate};
 pub use markdown::markdown;
-pub use records::{build, load_runs, Report, RunRecord, VariantStats};
+pub use records::{load_runs, RunRecord, VariantStats};
+pub use summary::{build, Report};
 
 /// Writes `report` into `out`: `report.md`, `runs.csv`, `summary.csv`, `report.json`
 /// and the charts.
 pub fn write(report: &Report, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     write_atomic(&out.join("report.md"), markdown(report).as_bytes())?;
-    write_atomic(&out.join("runs.csv"), records::csv_runs(report).as_bytes())?;
+    write_atomic(&out.join("runs.csv"), markdown::csv_runs(report).as_bytes())?;
     write_atomic(
         &out.join("summary.csv"),
-        records::csv_summary(report).as_bytes(),
+        markdown::csv_summary(report).as_bytes(),
     )?;
     write_atomic(
         &out.join("report.json"),

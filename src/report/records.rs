@@ -1,21 +1,17 @@
-//! A report's records and numbers: finished runs read back, aggregate statistics per
-//! environment and variant and across environments on normalized scores, and their
-//! Markdown and CSV tables.
+//! A report's records: finished runs read back, each with where it sits in the grid,
+//! and each environment and variant's statistics.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::report::aggregate::{self, AggregateStats, BatchChange, BatchPoint, Scores};
 use crate::report::grid::RunAxes;
 use crate::report::stats::{aggregate_iqm, iqm, mean, stratified_bootstrap_ci};
 use crate::run::checkpoint::read_json;
 use crate::run::files::{RunResult, RESULT_FILE};
 use crate::run::train::RunSummary;
-use crate::study::compare::{ReportConfig, ScoreRange};
 
 pub(crate) const BOOTSTRAP_REPS: usize = 2_000;
 
@@ -62,20 +58,6 @@ pub struct VariantStats {
     pub solved_runs: usize,
     pub mean_wall_seconds: f64,
     pub mean_steps_per_second: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub baseline: Option<String>,
-    pub score_ranges: BTreeMap<String, ScoreRange>,
-    pub per_env: Vec<VariantStats>,
-    pub aggregate: Vec<AggregateStats>,
-    pub performance_profile_taus: Vec<f64>,
-    /// The headline figure's points: IQM against batch size.
-    pub by_batch_size: Vec<BatchPoint>,
-    /// Each method's change from its largest batch to its smallest.
-    pub batch_changes: Vec<BatchChange>,
-    pub runs: Vec<RunRecord>,
 }
 
 /// Every finished run below `roots` (several roots merge shards, or result files
@@ -170,58 +152,9 @@ pub(crate) fn group(runs: &[RunRecord]) -> BTreeMap<(&str, &str), Vec<&RunRecord
     g
 }
 
-pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
-    if runs.is_empty() {
-        bail!("no finished runs (summary.json) found");
-    }
-    let groups = group(&runs);
-    let envs: Vec<&str> = {
-        let mut e: Vec<&str> = runs.iter().map(|r| r.env.as_str()).collect();
-        e.dedup();
-        e
-    };
-    let variants: Vec<String> = {
-        let mut v: Vec<String> = runs.iter().map(|r| r.variant.clone()).collect();
-        v.sort();
-        v.dedup();
-        v
-    };
-    if let Some(b) = &config.baseline {
-        if !variants.contains(b) {
-            bail!(
-                "baseline '{b}' is not among the variants: {}",
-                variants.join(", ")
-            );
-        }
-    }
-    let per_env: Vec<VariantStats> = groups
-        .iter()
-        .map(|((env, variant), rs)| variant_stats(env, variant, rs))
-        .collect();
-    let ranges = score_ranges(&envs, &per_env, config);
-    let scores = Scores {
-        envs: &envs,
-        groups: &groups,
-        ranges: &ranges,
-    };
-    let aggregate = aggregate::aggregates(&scores, &variants, config.baseline.as_deref());
-    let by_batch_size = aggregate::by_batch_size(&scores);
-    let batch_changes = aggregate::batch_changes(&scores, &variants);
-    Ok(Report {
-        baseline: config.baseline.clone(),
-        aggregate,
-        performance_profile_taus: aggregate::taus(),
-        by_batch_size,
-        batch_changes,
-        score_ranges: ranges,
-        per_env,
-        runs,
-    })
-}
-
 /// One variant's runs on one environment: IQMs with bootstrap intervals, steps to the
 /// threshold, speed.
-fn variant_stats(env: &str, variant: &str, all: &[&RunRecord]) -> VariantStats {
+pub(crate) fn variant_stats(env: &str, variant: &str, all: &[&RunRecord]) -> VariantStats {
     let rs: Vec<&RunRecord> = all.iter().copied().filter(|r| !r.diverged).collect();
     let finals: Vec<f64> = rs.iter().map(|r| r.final_return).collect();
     let aucs: Vec<f64> = rs.iter().map(|r| r.auc).collect();
@@ -249,79 +182,4 @@ fn variant_stats(env: &str, variant: &str, all: &[&RunRecord]) -> VariantStats {
         mean_wall_seconds: mean(&rs.iter().map(|r| r.wall_seconds).collect::<Vec<_>>()),
         mean_steps_per_second: mean(&rs.iter().map(|r| r.steps_per_second).collect::<Vec<_>>()),
     }
-}
-
-/// Score ranges: configured, else the random-policy score (from the environment
-/// registry) and the best variant's mean final return in this comparison.
-fn score_ranges(
-    envs: &[&str],
-    per_env: &[VariantStats],
-    config: &ReportConfig,
-) -> BTreeMap<String, ScoreRange> {
-    let mut ranges = BTreeMap::new();
-    for env in envs {
-        let range = match config.scores.get(*env) {
-            Some(r) => *r,
-            None => {
-                let best = per_env
-                    .iter()
-                    .filter(|s| s.env == *env)
-                    .map(|s| s.final_mean)
-                    .fold(f64::MIN, f64::max);
-                let random = normrl_envs::registry::random_score(env).unwrap_or(0.0);
-                ScoreRange {
-                    random,
-                    reference: if best > random { best } else { random + 1.0 },
-                }
-            }
-        };
-        ranges.insert(env.to_string(), range);
-    }
-    ranges
-}
-
-/// `runs.csv`: one row per run.
-pub(crate) fn csv_runs(report: &Report) -> String {
-    let mut csv = String::from(
-        "env,variant,seed,final_return,auc,steps_to_threshold,wall_seconds,steps_per_second\n",
-    );
-    for r in &report.runs {
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{}",
-            r.env,
-            r.variant,
-            r.seed,
-            r.final_return,
-            r.auc,
-            r.steps_to_threshold
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            r.wall_seconds,
-            r.steps_per_second
-        );
-    }
-    csv
-}
-
-/// `summary.csv`: one row per environment and variant.
-pub(crate) fn csv_summary(report: &Report) -> String {
-    let mut summary = String::from("env,variant,runs,final_iqm,final_ci_low,final_ci_high,final_mean,auc_iqm,auc_ci_low,auc_ci_high\n");
-    for s in &report.per_env {
-        let _ = writeln!(
-            summary,
-            "{},{},{},{},{},{},{},{},{},{}",
-            s.env,
-            s.variant,
-            s.runs,
-            s.final_iqm,
-            s.final_ci.0,
-            s.final_ci.1,
-            s.final_mean,
-            s.auc_iqm,
-            s.auc_ci.0,
-            s.auc_ci.1
-        );
-    }
-    summary
 }

@@ -24,6 +24,8 @@ mod qnet;
 mod rms_norm;
 pub(crate) mod stack;
 pub(crate) mod stacked;
+#[cfg(test)]
+mod stacked_tests;
 pub mod svb;
 pub(crate) mod weight_norm;
 

@@ -365,7 +365,7 @@ mod tests {
     fn the_population_weight_equals_the_tensor_form() {
         use crate::test_support::{gradients, max_relative};
         use candle_core::Var;
-        let mut rng = crate::nn::init::InitRng::new(9);
+        let mut rng = crate::test_support::Normals::new(9);
         let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
         let v = Var::from_tensor(&random(&[3, 7, 5])).unwrap();
         let mut gains = random(&[3, 1, 5])

@@ -1,0 +1,104 @@
+//! A report's numbers, built from its records: per environment and variant, across
+//! environments on normalized scores (`aggregate.rs`), and the score ranges that
+//! normalize them.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+use super::aggregate::{self, AggregateStats, BatchChange, BatchPoint, Scores};
+use super::records::{group, variant_stats, RunRecord, VariantStats};
+use crate::study::compare::{ReportConfig, ScoreRange};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub baseline: Option<String>,
+    pub score_ranges: BTreeMap<String, ScoreRange>,
+    pub per_env: Vec<VariantStats>,
+    pub aggregate: Vec<AggregateStats>,
+    pub performance_profile_taus: Vec<f64>,
+    /// The headline figure's points: IQM against batch size.
+    pub by_batch_size: Vec<BatchPoint>,
+    /// Each method's change from its largest batch to its smallest.
+    pub batch_changes: Vec<BatchChange>,
+    pub runs: Vec<RunRecord>,
+}
+
+pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
+    if runs.is_empty() {
+        bail!("no finished runs (summary.json) found");
+    }
+    let groups = group(&runs);
+    let envs: Vec<&str> = {
+        let mut e: Vec<&str> = runs.iter().map(|r| r.env.as_str()).collect();
+        e.dedup();
+        e
+    };
+    let variants: Vec<String> = {
+        let mut v: Vec<String> = runs.iter().map(|r| r.variant.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    if let Some(b) = &config.baseline {
+        if !variants.contains(b) {
+            bail!(
+                "baseline '{b}' is not among the variants: {}",
+                variants.join(", ")
+            );
+        }
+    }
+    let per_env: Vec<VariantStats> = groups
+        .iter()
+        .map(|((env, variant), rs)| variant_stats(env, variant, rs))
+        .collect();
+    let ranges = score_ranges(&envs, &per_env, config);
+    let scores = Scores {
+        envs: &envs,
+        groups: &groups,
+        ranges: &ranges,
+    };
+    let aggregate = aggregate::aggregates(&scores, &variants, config.baseline.as_deref());
+    let by_batch_size = aggregate::by_batch_size(&scores);
+    let batch_changes = aggregate::batch_changes(&scores, &variants);
+    Ok(Report {
+        baseline: config.baseline.clone(),
+        aggregate,
+        performance_profile_taus: aggregate::taus(),
+        by_batch_size,
+        batch_changes,
+        score_ranges: ranges,
+        per_env,
+        runs,
+    })
+}
+
+/// Score ranges: configured, else the random-policy score (from the environment
+/// registry) and the best variant's mean final return in this comparison.
+fn score_ranges(
+    envs: &[&str],
+    per_env: &[VariantStats],
+    config: &ReportConfig,
+) -> BTreeMap<String, ScoreRange> {
+    let mut ranges = BTreeMap::new();
+    for env in envs {
+        let range = match config.scores.get(*env) {
+            Some(r) => *r,
+            None => {
+                let best = per_env
+                    .iter()
+                    .filter(|s| s.env == *env)
+                    .map(|s| s.final_mean)
+                    .fold(f64::MIN, f64::max);
+                let random = normrl_envs::registry::random_score(env).unwrap_or(0.0);
+                ScoreRange {
+                    random,
+                    reference: if best > random { best } else { random + 1.0 },
+                }
+            }
+        };
+        ranges.insert(env.to_string(), range);
+    }
+    ranges
+}
