@@ -251,12 +251,22 @@ pub fn population_td_loss(
     loss: Loss,
 ) -> Result<Tensor> {
     if !q.device().is_cpu() {
-        let diff = (q.gather(actions, 2)?.squeeze(2)? - targets)?;
-        return loss_of_errors(&diff, loss)?.mean(1);
+        return population_td_loss_tensor_ops(q, actions, targets, loss);
     }
     let targets = targets.detach().contiguous()?;
     q.contiguous()?
         .apply_op3(&actions.contiguous()?, &targets, PopulationTdLoss { loss })
+}
+
+/// [`population_td_loss`] as tensor ops, on any device (the fused op's reference).
+pub fn population_td_loss_tensor_ops(
+    q: &Tensor,
+    actions: &Tensor,
+    targets: &Tensor,
+    loss: Loss,
+) -> Result<Tensor> {
+    let diff = (q.gather(actions, 2)?.squeeze(2)? - targets)?;
+    loss_of_errors(&diff, loss)?.mean(1)
 }
 
 /// Each agent's mean Q-value at its taken actions, `[P]`, detached.

@@ -15,7 +15,7 @@ use super::count::read_to_host;
 use super::{DeviceFrames, PopulationNet};
 use crate::dqn::td::{self, TargetSync};
 use crate::dqn::{epsilon_greedy, Dqn, DqnConfig};
-use crate::dqn::{population_mean_taken, population_td_loss};
+use crate::dqn::{population_mean_taken, population_td_loss, population_td_loss_tensor_ops};
 use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::replay::Batch;
@@ -86,6 +86,16 @@ impl PopulationDqn {
         }
         let (config, scale) = (self.optimizer.config().clone(), self.online.g_lr_scale());
         self.optimizer = Optimizer::reference(&trainables(&self.online), &config, scale)?;
+        Ok(self)
+    }
+
+    /// The same population through the tensor forms a device runs, on the CPU too: the
+    /// networks' methods, the TD loss and the optimizer (the fused CPU ops' reference).
+    /// Only before the first update.
+    pub fn with_tensor_forms(mut self) -> Result<Self> {
+        self = self.with_tensor_optimizer()?;
+        self.online.use_tensor_forms();
+        self.target.use_tensor_forms();
         Ok(self)
     }
 
@@ -330,8 +340,16 @@ impl PopulationDqn {
             true => self.joint_forward(stacked)?,
         };
         // Each agent's mean over its own batch: `[P]`.
-        let losses = population_td_loss(&q, &stacked.actions, &targets, self.config.loss)?;
-        Ok((losses, population_mean_taken(&q, &stacked.actions)?))
+        let (actions, fused) = (&stacked.actions, self.online.is_fused());
+        let losses = match fused {
+            true => population_td_loss(&q, actions, &targets, self.config.loss)?,
+            false => population_td_loss_tensor_ops(&q, actions, &targets, self.config.loss)?,
+        };
+        let q_mean = match fused {
+            true => population_mean_taken(&q, actions)?,
+            false => q.detach().gather(actions, 2)?.squeeze(2)?.mean(1)?,
+        };
+        Ok((losses, q_mean))
     }
 
     /// The operations the backward of an update on `batches` goes through: the nodes of

@@ -14,7 +14,7 @@ use crate::kernels::bias_relu::AgentBias;
 use crate::kernels::per_agent::PerAgent;
 use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
-use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight};
+use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight, stacked_weight_reference};
 use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
@@ -62,10 +62,11 @@ impl PopulationLayer {
     }
 
     /// The weight the product uses: `w`, or weight norm's from `v` and its gains.
-    fn effective_weight(&self, direction: bool) -> Result<Tensor> {
+    fn effective_weight(&self, direction: bool, fused: bool) -> Result<Tensor> {
         let v = self.weight.as_tensor();
         match &self.gain {
-            Some(g) => stacked_weight(v, g.as_tensor(), direction),
+            Some(g) if fused => stacked_weight(v, g.as_tensor(), direction),
+            Some(g) => stacked_weight_reference(v, g.as_tensor(), direction),
             None => Ok(v.clone()),
         }
     }
@@ -78,6 +79,9 @@ struct Settings {
     actions: usize,
     data_dependent_init: bool,
     g_lr_scale: f64,
+    /// The methods' fused CPU ops where they have them (on the CPU); off, the tensor
+    /// forms a device runs.
+    fused: bool,
 }
 
 /// P agents' Q-networks, of any method (each method's stacked form is in its `nn/`
@@ -215,6 +219,7 @@ impl PopulationNet {
             actions: first.n_actions(),
             data_dependent_init: config.data_dependent_init,
             g_lr_scale: config.g_lr_scale,
+            fused: true,
         };
         Ok(Self {
             layers,
@@ -278,8 +283,9 @@ impl PopulationNet {
     /// One layer's output: the product, the normalization, the bias (after it: only
     /// mean-only BN has both), the ReLU.
     fn layer_output(&self, layer: &PopulationLayer, x: &Tensor, stats: BnStats) -> Result<Tensor> {
-        let h = layer.product(x, &layer.effective_weight(false)?)?;
-        if let (Some(norm), true) = (&layer.norm, layer.relu) {
+        let fused = self.settings.fused && x.device().is_cpu();
+        let h = layer.product(x, &layer.effective_weight(false, fused)?)?;
+        if let (Some(norm), true, true) = (&layer.norm, layer.relu, fused) {
             if let Some(out) = norm.forward_relu(&h, stats, layer.bias.as_ref())? {
                 return Ok(out);
             }
@@ -289,7 +295,7 @@ impl PopulationNet {
             None => h,
         };
         if let Some(b) = &layer.bias {
-            if h.device().is_cpu() {
+            if fused {
                 // Bias and ReLU in one op with a one-pass backward, per agent.
                 let kernel = AgentBias::of(h.shape(), layer.relu)?;
                 let op = PerAgent {
@@ -313,7 +319,7 @@ impl PopulationNet {
         let mut h = x.clone();
         for layer in &self.layers {
             if let (Some(g), Some(b)) = (&layer.gain, &layer.bias) {
-                let t = layer.product(&h, &layer.effective_weight(true)?.detach())?;
+                let t = layer.product(&h, &layer.effective_weight(true, false)?.detach())?;
                 let (scale, mean_scaled) = stacked_initial_gain(&t)?;
                 g.set(&scale.reshape(g.shape())?)?;
                 let mean_scaled = mean_scaled.reshape(b.shape())?;
@@ -401,6 +407,16 @@ impl PopulationNet {
     }
 
     /// An independent copy (a target network).
+    /// The same network through the tensor forms a device runs, on the CPU too (the
+    /// fused CPU ops' reference, and the device path tested without a device).
+    pub fn use_tensor_forms(&mut self) {
+        self.settings.fused = false;
+    }
+
+    pub(crate) fn is_fused(&self) -> bool {
+        self.settings.fused
+    }
+
     pub fn duplicate(&self) -> Result<Self> {
         let layers = self
             .layers
