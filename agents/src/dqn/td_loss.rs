@@ -285,24 +285,34 @@ struct PopulationTdLoss {
     loss: Loss,
 }
 
-/// A CPU tensor's `u32` values.
-fn u32_values(
-    storage: &candle_core::CpuStorage,
-    layout: &candle_core::Layout,
-) -> Result<Vec<usize>> {
-    match (storage, layout.contiguous_offsets()) {
-        (candle_core::CpuStorage::U32(v), Some((a, b))) => {
-            Ok(v[a..b].iter().map(|&x| x as usize).collect())
-        }
+/// A population's `(P, B, A)`: agents, batch rows, actions.
+type Dims3 = (usize, usize, usize);
+
+/// A population's Q-values `[P, B, A]` and taken actions on the host, with `(P, B, A)`
+/// checked against the actions: what both population ops read first.
+fn q_and_actions<'a>(
+    q: &'a candle_core::CpuStorage,
+    lq: &candle_core::Layout,
+    actions: &'a candle_core::CpuStorage,
+    la: &candle_core::Layout,
+) -> Result<(&'a [f32], &'a [u32], Dims3)> {
+    let q = crate::kernels::dense::f32_slice(q, lq)?;
+    let actions = match (actions, la.contiguous_offsets()) {
+        (candle_core::CpuStorage::U32(v), Some((a, b))) => &v[a..b],
         _ => candle_core::bail!("population TD loss: actions must be contiguous u32"),
-    }
+    };
+    let dims = population_dims(lq.shape(), actions.len())?;
+    Ok((q, actions, dims))
 }
 
 impl PopulationTdLoss {
     /// Agent `i`'s single-agent loss: its actions and targets, and its Q-values' rows.
-    fn agent(&self, actions: &[usize], targets: &[f32], i: usize, b: usize) -> TdLoss {
+    fn agent(&self, actions: &[u32], targets: &[f32], i: usize, b: usize) -> TdLoss {
         TdLoss {
-            actions: actions[i * b..(i + 1) * b].to_vec(),
+            actions: actions[i * b..(i + 1) * b]
+                .iter()
+                .map(|&a| a as usize)
+                .collect(),
             targets: targets[i * b..(i + 1) * b].to_vec(),
             loss: self.loss,
         }
@@ -334,16 +344,12 @@ impl candle_core::CustomOp3 for PopulationTdLoss {
         targets: &candle_core::CpuStorage,
         lt: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, Shape)> {
-        let (q, targets) = (
-            crate::kernels::dense::f32_slice(q, lq)?,
-            crate::kernels::dense::f32_slice(targets, lt)?,
-        );
-        let actions = u32_values(actions, la)?;
-        let (p, b, a) = population_dims(lq.shape(), actions.len())?;
+        let (q, actions, (p, b, a)) = q_and_actions(q, lq, actions, la)?;
+        let targets = crate::kernels::dense::f32_slice(targets, lt)?;
         population_dims(lq.shape(), targets.len())?;
         let mut losses = Vec::with_capacity(p);
         for i in 0..p {
-            let op = self.agent(&actions, targets, i, b);
+            let op = self.agent(actions, targets, i, b);
             op.dims(&Shape::from((b, a)))?;
             losses.push(op.value(&q[i * b * a..(i + 1) * b * a], b, a));
         }
@@ -359,12 +365,7 @@ impl candle_core::CustomOp3 for PopulationTdLoss {
         grad: &Tensor,
     ) -> crate::kernels::Grads3 {
         let (p, b, a) = q.dims3()?;
-        let actions: Vec<usize> = actions
-            .flatten_all()?
-            .to_vec1::<u32>()?
-            .into_iter()
-            .map(|x| x as usize)
-            .collect();
+        let actions: Vec<u32> = actions.flatten_all()?.to_vec1()?;
         let targets: Vec<f32> = targets.flatten_all()?.to_vec1()?;
         let upstream: Vec<f32> = grad.to_vec1()?;
         let dq = with_values(q, |q| {
@@ -392,12 +393,7 @@ impl candle_core::CustomOp2 for PopulationTdLoss {
         actions: &candle_core::CpuStorage,
         la: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, Shape)> {
-        let q = crate::kernels::dense::f32_slice(q, lq)?;
-        let actions: Vec<u32> = u32_values(actions, la)?
-            .into_iter()
-            .map(|x| x as u32)
-            .collect();
-        let (p, b, a) = population_dims(lq.shape(), actions.len())?;
+        let (q, actions, (p, b, a)) = q_and_actions(q, lq, actions, la)?;
         let means = (0..p)
             .map(|i| {
                 let rows = &q[i * b * a..(i + 1) * b * a];
