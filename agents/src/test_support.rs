@@ -34,6 +34,19 @@ pub(crate) fn max_relative(a: &Tensor, b: &Tensor) -> f32 {
 }
 
 /// The gradients of `sum(y * weights)`: a loss that reaches every output differently.
+/// The same gradients by a fused op's explicit backward: the input's under `input`'s
+/// id, the parameters' under theirs.
+pub(crate) fn explicit_gradients(
+    y: &crate::kernels::per_agent::Applied,
+    input: &Tensor,
+    weights: &Tensor,
+) -> GradStore {
+    let mut grads = GradStore::default();
+    let dt = y.backward(weights, &mut grads).unwrap();
+    grads.insert(input, dt);
+    grads
+}
+
 pub(crate) fn gradients(y: &Tensor, weights: &Tensor) -> GradStore {
     (y * weights)
         .unwrap()

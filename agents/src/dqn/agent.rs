@@ -218,7 +218,7 @@ impl Dqn {
     }
 
     pub fn greedy_action(&self, obs: &[f32]) -> Result<usize> {
-        Ok(first_argmax(&self.q_values(obs)?))
+        Ok(td::first_argmax(&self.q_values(obs)?))
     }
 
     /// Epsilon-greedy (see [`epsilon_greedy`]).
@@ -305,19 +305,10 @@ impl Dqn {
     /// `r + gamma (1 - terminated) Q(s', a*)` from the next observations' Q-values,
     /// `a*` their argmax or, with Double DQN, `online_q`'s.
     fn bootstrap(&self, batch: &Batch, target_q: &[f32], online_q: Option<&[f32]>) -> Vec<f32> {
-        let n_actions = self.online.n_actions();
-        let target_q: Vec<&[f32]> = target_q.chunks_exact(n_actions).collect();
-        let chosen: Vec<usize> = match online_q {
-            Some(q) => q.chunks_exact(n_actions).map(first_argmax).collect(),
-            None => target_q.iter().map(|q| first_argmax(q)).collect(),
-        };
+        let (rewards, terminated) = (&batch.rewards[..], &batch.terminated[..]);
         let gamma = self.config.gamma as f32;
-        target_q
-            .iter()
-            .zip(&chosen)
-            .zip(batch.rewards.iter().zip(&batch.terminated))
-            .map(|((q, &a), (&r, &t))| r + q[a] * ((1.0 - t) * gamma))
-            .collect()
+        let n_actions = self.online.n_actions();
+        td::bootstrap_values(target_q, online_q, n_actions, (rewards, terminated), gamma)
     }
 
     /// [`Self::td_targets`] as tensor ops on an accelerator (no read back).
@@ -449,17 +440,6 @@ impl Dqn {
             synced,
         })
     }
-}
-
-/// The index of the first largest value (0 for an empty slice).
-fn first_argmax(values: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in values.iter().enumerate() {
-        if v > values[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 /// Epsilon-greedy among `n` actions: one uniform draw decides, a second picks the random

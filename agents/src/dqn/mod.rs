@@ -11,6 +11,6 @@ pub use agent::{epsilon_greedy, Dqn, Engine, UpdateInfo};
 pub use config::{DqnConfig, Loss, TargetUpdate};
 pub use schedule::LinearSchedule;
 pub use td_loss::{
-    mean_taken, population_mean_taken, population_td_loss, population_td_loss_tensor_ops, td_loss,
-    td_loss_tensor_ops,
+    mean_taken, population_mean_taken, population_td_gradient, population_td_loss,
+    population_td_loss_tensor_ops, population_td_stats, td_loss, td_loss_tensor_ops,
 };

@@ -3,9 +3,10 @@
 //! agent's device engine and by populations; the host engine computes the same in
 //! loops on its buffers (`Dqn::bootstrap`).
 
-use candle_core::{Result, Tensor};
+use candle_core::{CustomOp3, Result, Shape, Tensor};
 
 use super::TargetUpdate;
+use crate::kernels::{cpu_forward, with_values};
 
 /// Each next observation's value to bootstrap from, along the last axis: the target
 /// network's best Q-value, or with Double DQN (`online_q` given) the target's Q-value
@@ -21,6 +22,7 @@ pub fn best_next(target_q: &Tensor, online_q: Option<&Tensor>) -> Result<Tensor>
 }
 
 /// The discount: one for every agent, or each agent's own (`[P, 1]`).
+#[derive(Clone, Copy)]
 pub enum Discount<'a> {
     All(f64),
     PerAgent(&'a Tensor),
@@ -40,6 +42,92 @@ pub fn bootstrap(
         Discount::PerAgent(gammas) => not_ended.broadcast_mul(gammas)?,
     };
     (rewards + (best.detach() * keep)?)?.detach().contiguous()
+}
+
+/// The index of the first largest value (0 for an empty slice).
+pub(crate) fn first_argmax(values: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// [`bootstrap`] on host values: `r + gamma (1 - terminated) Q(s', a*)` of one batch,
+/// from its next observations' Q-values `target_q` `[B, n_actions]`, `a*` their argmax
+/// or, with Double DQN, `online_q`'s.
+pub(crate) fn bootstrap_values(
+    target_q: &[f32],
+    online_q: Option<&[f32]>,
+    n_actions: usize,
+    (rewards, terminated): (&[f32], &[f32]),
+    gamma: f32,
+) -> Vec<f32> {
+    let target_q: Vec<&[f32]> = target_q.chunks_exact(n_actions.max(1)).collect();
+    let chosen: Vec<usize> = match online_q {
+        Some(q) => q.chunks_exact(n_actions.max(1)).map(first_argmax).collect(),
+        None => target_q.iter().map(|q| first_argmax(q)).collect(),
+    };
+    target_q
+        .iter()
+        .zip(&chosen)
+        .zip(rewards.iter().zip(terminated))
+        .map(|((q, &a), (&r, &t))| r + q[a] * ((1.0 - t) * gamma))
+        .collect()
+}
+
+/// Each agent's TD targets `[P, B]` from the target network's next Q-values `[P, B,
+/// actions]` (the best of each, no Double DQN), rewards and terminations `[P, B]`: on
+/// the CPU one op, the single agent's loop per agent; elsewhere tensor ops.
+pub fn population_targets(
+    next_q: &Tensor,
+    rewards: &Tensor,
+    terminated: &Tensor,
+    gamma: Discount,
+) -> Result<Tensor> {
+    if !next_q.device().is_cpu() {
+        return bootstrap(rewards, terminated, &best_next(next_q, None)?, gamma);
+    }
+    let p = next_q.dim(0)?;
+    let gammas = match gamma {
+        Discount::All(g) => vec![g as f32; p],
+        Discount::PerAgent(g) => with_values(&g.contiguous()?, |v| Ok(v.to_vec()))?,
+    };
+    if gammas.len() != p {
+        candle_core::bail!("TD targets: {} discounts for {p} agents", gammas.len());
+    }
+    next_q.contiguous()?.apply_op3_no_bwd(
+        &rewards.contiguous()?,
+        &terminated.contiguous()?,
+        &PopulationTargets { gammas },
+    )
+}
+
+/// [`population_targets`]' op: each agent's discount.
+struct PopulationTargets {
+    gammas: Vec<f32>,
+}
+
+impl CustomOp3 for PopulationTargets {
+    cpu_forward!("population-td-targets", |op, q @ lq, r @ lr, t @ lt| {
+        let (p, b, a) = lq.shape().dims3()?;
+        if lr.shape().elem_count() != p * b || lt.shape().elem_count() != p * b {
+            candle_core::bail!(
+                "TD targets: rewards {:?} for Q-values {:?}",
+                lr.shape(),
+                lq.shape()
+            );
+        }
+        let mut targets = Vec::with_capacity(p * b);
+        for (i, &gamma) in op.gammas.iter().enumerate() {
+            let rows = (&r[i * b..(i + 1) * b], &t[i * b..(i + 1) * b]);
+            let q = &q[i * b * a..(i + 1) * b * a];
+            targets.extend(bootstrap_values(q, None, a, rows, gamma));
+        }
+        Ok((targets, Shape::from((p, b))))
+    });
 }
 
 /// CrossQ's joint forward split along `axis`, where `q_all` holds the observations'

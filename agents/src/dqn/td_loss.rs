@@ -280,6 +280,37 @@ pub fn population_mean_taken(q: &Tensor, actions: &Tensor) -> Result<Tensor> {
     )
 }
 
+/// The gradient `[P, B, A]` of the sum of [`population_td_loss`]'s losses with respect
+/// to `q`, as one op of its own (a population's explicit backward starts here); on the
+/// CPU only.
+pub fn population_td_gradient(
+    q: &Tensor,
+    actions: &Tensor,
+    targets: &Tensor,
+    loss: Loss,
+) -> Result<Tensor> {
+    q.contiguous()?.apply_op3_no_bwd(
+        &actions.contiguous()?,
+        &targets.contiguous()?,
+        &PopulationTdGradient(PopulationTdLoss { loss }),
+    )
+}
+
+/// Each agent's mean TD loss and mean Q-value at its taken actions, `[2, P]`, as one
+/// op (no gradient); on the CPU only.
+pub fn population_td_stats(
+    q: &Tensor,
+    actions: &Tensor,
+    targets: &Tensor,
+    loss: Loss,
+) -> Result<Tensor> {
+    q.contiguous()?.apply_op3_no_bwd(
+        &actions.contiguous()?,
+        &targets.contiguous()?,
+        &PopulationTdStats(PopulationTdLoss { loss }),
+    )
+}
+
 /// [`TdLoss`] of each agent of a population.
 struct PopulationTdLoss {
     loss: Loss,
@@ -306,6 +337,53 @@ fn q_and_actions<'a>(
 }
 
 impl PopulationTdLoss {
+    /// Each agent's mean loss.
+    fn losses(&self, q: &[f32], actions: &[u32], targets: &[f32], dims: Dims3) -> Result<Vec<f32>> {
+        let (p, b, a) = dims;
+        if targets.len() != p * b {
+            candle_core::bail!(
+                "population TD loss: {} targets for {p} agents' batches of {b}",
+                targets.len()
+            );
+        }
+        let mut losses = Vec::with_capacity(p);
+        for i in 0..p {
+            let op = self.agent(actions, targets, i, b);
+            op.dims(&Shape::from((b, a)))?;
+            losses.push(op.value(&q[i * b * a..(i + 1) * b * a], b, a));
+        }
+        Ok(losses)
+    }
+
+    /// Each agent's mean Q-value at its taken actions.
+    fn means_taken(q: &[f32], actions: &[u32], (p, b, a): Dims3) -> Result<Vec<f32>> {
+        (0..p)
+            .map(|i| {
+                let rows = &q[i * b * a..(i + 1) * b * a];
+                mean_taken_values(rows, a, &actions[i * b..(i + 1) * b]).map(|m| m as f32)
+            })
+            .collect()
+    }
+
+    /// The gradient of `Σ_i upstream_i loss_i` with respect to `q` `[P, B, A]`: each
+    /// agent's single-agent gradient.
+    fn gradient(
+        &self,
+        q: &[f32],
+        actions: &[u32],
+        targets: &[f32],
+        (p, b, a): Dims3,
+        upstream: &[f32],
+    ) -> Result<Vec<f32>> {
+        let mut dq = Vec::with_capacity(q.len());
+        for i in 0..p {
+            let op = self.agent(actions, targets, i, b);
+            op.dims(&Shape::from((b, a)))?;
+            dq.extend(op.gradient(&q[i * b * a..(i + 1) * b * a], b, a, upstream[i]));
+        }
+        Ok(dq)
+    }
+
     /// Agent `i`'s single-agent loss: its actions and targets, and its Q-values' rows.
     fn agent(&self, actions: &[u32], targets: &[f32], i: usize, b: usize) -> TdLoss {
         TdLoss {
@@ -346,13 +424,7 @@ impl candle_core::CustomOp3 for PopulationTdLoss {
     ) -> Result<(candle_core::CpuStorage, Shape)> {
         let (q, actions, (p, b, a)) = q_and_actions(q, lq, actions, la)?;
         let targets = crate::kernels::dense::f32_slice(targets, lt)?;
-        population_dims(lq.shape(), targets.len())?;
-        let mut losses = Vec::with_capacity(p);
-        for i in 0..p {
-            let op = self.agent(actions, targets, i, b);
-            op.dims(&Shape::from((b, a)))?;
-            losses.push(op.value(&q[i * b * a..(i + 1) * b * a], b, a));
-        }
+        let losses = self.losses(q, actions, targets, (p, b, a))?;
         Ok((candle_core::CpuStorage::F32(losses), Shape::from(p)))
     }
 
@@ -369,14 +441,63 @@ impl candle_core::CustomOp3 for PopulationTdLoss {
         let targets: Vec<f32> = targets.flatten_all()?.to_vec1()?;
         let upstream: Vec<f32> = grad.to_vec1()?;
         let dq = with_values(q, |q| {
-            let mut dq = Vec::with_capacity(q.len());
-            for i in 0..p {
-                let op = self.agent(&actions, &targets, i, b);
-                dq.extend(op.gradient(&q[i * b * a..(i + 1) * b * a], b, a, upstream[i]));
-            }
-            Ok(dq)
+            self.gradient(q, &actions, &targets, (p, b, a), &upstream)
         })?;
         Ok((gradient_like(dq, q)?, None, None))
+    }
+}
+
+/// The loss's gradient with respect to the Q-values, every agent's weight 1.
+struct PopulationTdGradient(PopulationTdLoss);
+
+impl candle_core::CustomOp3 for PopulationTdGradient {
+    fn name(&self) -> &'static str {
+        "population-td-gradient"
+    }
+
+    fn cpu_fwd(
+        &self,
+        q: &candle_core::CpuStorage,
+        lq: &candle_core::Layout,
+        actions: &candle_core::CpuStorage,
+        la: &candle_core::Layout,
+        targets: &candle_core::CpuStorage,
+        lt: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, Shape)> {
+        let (q, actions, dims) = q_and_actions(q, lq, actions, la)?;
+        let targets = crate::kernels::dense::f32_slice(targets, lt)?;
+        population_dims(lq.shape(), targets.len())?;
+        let agents = vec![1f32; dims.0];
+        let dq = self.0.gradient(q, actions, targets, dims, &agents)?;
+        Ok((candle_core::CpuStorage::F32(dq), lq.shape().clone()))
+    }
+}
+
+/// Each agent's loss and mean Q-value at its taken actions.
+struct PopulationTdStats(PopulationTdLoss);
+
+impl candle_core::CustomOp3 for PopulationTdStats {
+    fn name(&self) -> &'static str {
+        "population-td-stats"
+    }
+
+    fn cpu_fwd(
+        &self,
+        q: &candle_core::CpuStorage,
+        lq: &candle_core::Layout,
+        actions: &candle_core::CpuStorage,
+        la: &candle_core::Layout,
+        targets: &candle_core::CpuStorage,
+        lt: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, Shape)> {
+        let (q, actions, dims) = q_and_actions(q, lq, actions, la)?;
+        let targets = crate::kernels::dense::f32_slice(targets, lt)?;
+        let mut stats = self.0.losses(q, actions, targets, dims)?;
+        stats.extend(PopulationTdLoss::means_taken(q, actions, dims)?);
+        Ok((
+            candle_core::CpuStorage::F32(stats),
+            Shape::from((2, dims.0)),
+        ))
     }
 }
 
@@ -393,14 +514,9 @@ impl candle_core::CustomOp2 for PopulationTdLoss {
         actions: &candle_core::CpuStorage,
         la: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, Shape)> {
-        let (q, actions, (p, b, a)) = q_and_actions(q, lq, actions, la)?;
-        let means = (0..p)
-            .map(|i| {
-                let rows = &q[i * b * a..(i + 1) * b * a];
-                mean_taken_values(rows, a, &actions[i * b..(i + 1) * b]).map(|m| m as f32)
-            })
-            .collect::<Result<Vec<f32>>>()?;
-        Ok((candle_core::CpuStorage::F32(means), Shape::from(p)))
+        let (q, actions, dims) = q_and_actions(q, lq, actions, la)?;
+        let means = Self::means_taken(q, actions, dims)?;
+        Ok((candle_core::CpuStorage::F32(means), Shape::from(dims.0)))
     }
 }
 
@@ -492,6 +608,82 @@ mod population_tests {
         let expected = taken.mean(1).unwrap().to_vec1::<f32>().unwrap();
         for (m, e) in mean.iter().zip(&expected) {
             assert!((m - e).abs() <= 1e-6 * e.abs().max(1.0), "{m} against {e}");
+        }
+    }
+
+    /// The explicit backward's ops equal the tensor forms: each agent's loss and mean
+    /// taken Q-value in one op, and the loss's gradient with every agent's weight 1.
+    #[test]
+    fn the_population_td_stats_and_gradient_equal_the_tensor_form() {
+        let (p, b, a) = (3, 6, 4);
+        let mut rng = InitRng::new(12);
+        let mut normal = |n: usize, dims: &[usize]| {
+            let t = rng.normal(n, 2.0, &Device::Cpu).unwrap();
+            t.reshape(dims).unwrap()
+        };
+        let q = Var::from_tensor(&normal(p * b * a, &[p, b, a])).unwrap();
+        let targets = normal(p * b, &[p, b]);
+        let actions: Vec<u32> = (0..p * b).map(|i| (i * 5 % a) as u32).collect();
+        let actions = Tensor::from_vec(actions, (p, b, 1), &Device::Cpu).unwrap();
+        let close = |x: &Tensor, y: &Tensor, what: &str| {
+            let (x, y) = (x.flatten_all().unwrap(), y.flatten_all().unwrap());
+            let (x, y): (Vec<f32>, Vec<f32>) = (x.to_vec1().unwrap(), y.to_vec1().unwrap());
+            assert_eq!(x.len(), y.len(), "{what}");
+            for (x, y) in x.iter().zip(&y) {
+                assert!(
+                    (x - y).abs() <= 1e-6 * y.abs().max(1.0),
+                    "{what}: {x} against {y}"
+                );
+            }
+        };
+        for loss in [Loss::Huber, Loss::Mse] {
+            let reference = population_td_loss_tensor_ops(q.as_tensor(), &actions, &targets, loss);
+            let reference = reference.unwrap();
+            let taken = q
+                .as_tensor()
+                .gather(&actions, 2)
+                .unwrap()
+                .squeeze(2)
+                .unwrap();
+            let means = taken.mean(1).unwrap();
+            let expected = Tensor::stack(&[&reference, &means], 0).unwrap();
+            let stats = population_td_stats(q.as_tensor(), &actions, &targets, loss).unwrap();
+            close(&stats, &expected, "stats");
+            let dq = population_td_gradient(q.as_tensor(), &actions, &targets, loss).unwrap();
+            let grads = reference.sum_all().unwrap().backward().unwrap();
+            close(&dq, grads.get(q.as_tensor()).unwrap(), "gradient");
+        }
+        let bad = Tensor::from_vec(vec![a as u32; p * b], (p, b, 1), &Device::Cpu).unwrap();
+        assert!(population_td_gradient(q.as_tensor(), &bad, &targets, Loss::Mse).is_err());
+    }
+
+    /// The fused TD targets equal `bootstrap(best_next)`, with one discount and with
+    /// each agent's own, terminations included.
+    #[test]
+    fn the_population_targets_equal_the_tensor_form() {
+        use crate::dqn::td::{best_next, bootstrap, population_targets, Discount};
+        let (p, b, a) = (3, 5, 4);
+        let mut rng = InitRng::new(13);
+        let next_q = rng.normal(p * b * a, 2.0, &Device::Cpu).unwrap();
+        let next_q = next_q.reshape((p, b, a)).unwrap();
+        let rewards = rng.normal(p * b, 1.0, &Device::Cpu).unwrap();
+        let rewards = rewards.reshape((p, b)).unwrap();
+        let ended: Vec<f32> = (0..p * b).map(|i| (i % 3 == 0) as u8 as f32).collect();
+        let terminated = Tensor::from_vec(ended, (p, b), &Device::Cpu).unwrap();
+        let gammas = Tensor::new(&[[0.99f32], [0.9], [0.5]], &Device::Cpu).unwrap();
+        for gamma in [Discount::All(0.97), Discount::PerAgent(&gammas)] {
+            let fused = population_targets(&next_q, &rewards, &terminated, gamma).unwrap();
+            let best = best_next(&next_q, None).unwrap();
+            let reference = bootstrap(&rewards, &terminated, &best, gamma).unwrap();
+            let diff = (fused - reference).unwrap().abs().unwrap();
+            let diff: f32 = diff
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            assert!(diff <= 1e-6, "targets differ by {diff}");
         }
     }
 }

@@ -44,17 +44,50 @@ pub(crate) struct Dims {
 }
 
 impl Dims {
+    /// A batch of `batch` inputs `[c_in, h, w]` under `c_out` filters of `k x k`.
+    pub(crate) fn new(
+        batch: usize,
+        c_out: usize,
+        (c_in, h, w): (usize, usize, usize),
+        k: usize,
+        stride: usize,
+    ) -> Result<Self> {
+        if k == 0 || stride == 0 || h < k || w < k {
+            candle_core::bail!("convolution: a {k}x{k} kernel, stride {stride}, on {h}x{w}");
+        }
+        Ok(Self {
+            batch,
+            c_in,
+            h,
+            w,
+            c_out,
+            k,
+            stride,
+            oh: (h - k) / stride + 1,
+            ow: (w - k) / stride + 1,
+        })
+    }
     /// Values per patch: `c_in * k * k`.
-    fn patch(&self) -> usize {
+    pub(crate) fn patch(&self) -> usize {
         self.c_in * self.k * self.k
     }
     /// Output positions per sample.
-    fn positions(&self) -> usize {
+    pub(crate) fn positions(&self) -> usize {
         self.oh * self.ow
     }
     /// Output positions of the whole batch.
-    fn columns(&self) -> usize {
+    pub(crate) fn columns(&self) -> usize {
         self.batch * self.positions()
+    }
+    pub(crate) fn batch(&self) -> usize {
+        self.batch
+    }
+    pub(crate) fn c_out(&self) -> usize {
+        self.c_out
+    }
+    /// The batch `x`'s patches as columns ([`im2col`]).
+    pub(crate) fn im2col(&self, x: &[f32]) -> Vec<f32> {
+        im2col(self, x)
     }
 }
 
@@ -77,17 +110,7 @@ impl DataConv2d {
                 w.shape()
             );
         }
-        let d = Dims {
-            batch,
-            c_in,
-            h,
-            w: wd,
-            c_out,
-            k,
-            stride: self.stride,
-            oh: (h - k) / self.stride + 1,
-            ow: (wd - k) / self.stride + 1,
-        };
+        let d = Dims::new(batch, c_out, (c_in, h, wd), k, self.stride)?;
         let cols = with_values(&x.contiguous()?, |x| Ok(im2col(&d, x)))?;
         Ok((
             Tensor::from_vec(cols, (d.patch(), d.columns()), x.device())?,

@@ -3,6 +3,7 @@
 //! and the AVX2 dispatch. Nothing here knows about layers, networks or agents; `nn`
 //! calls these by name.
 
+pub(crate) mod agent_product;
 pub mod avx2;
 pub(crate) mod batch_norm;
 pub mod bias_relu;

@@ -5,10 +5,13 @@
 //! exactly as a single network's. One op forward and one gradient per input backward,
 //! whatever P, where candle's tensor ops took tens of each.
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use std::sync::Arc;
+
+use candle_core::backprop::GradStore;
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, TensorId};
 
 use super::dense::f32_slice;
-use super::{gradient_like, with_values, Grads2, Grads3};
+use super::{with_values, Grads2, Grads3};
 
 /// A method's loops on one agent's host values: pre-activations `t` and `N` per-unit
 /// parameters (a gain, and a shift where the method has one).
@@ -105,24 +108,151 @@ impl<K> PerAgent<K> {
     }
 }
 
+/// A fused op's output with what its explicit backward needs: the op itself (which may
+/// hold the forward's per-agent statistics) and its inputs. A population's update on
+/// the CPU walks these back itself, where candle's backward would add every gradient
+/// into a fresh zero tensor and go through every view.
+/// An applied op's backward: from its output and the output's gradient, the input's
+/// and each parameter's gradients.
+type BackwardFn = dyn Fn(&Tensor, &Tensor) -> Result<(Tensor, Vec<Tensor>)> + Send + Sync;
+
+pub(crate) struct Applied {
+    pub(crate) out: Tensor,
+    /// The parameters' ids, under which their gradients go.
+    params: Vec<TensorId>,
+    backward: Box<BackwardFn>,
+}
+
+impl Applied {
+    /// The gradient with respect to the op's input, from the output's gradient `dy`;
+    /// each parameter's is added to `grads`.
+    pub(crate) fn backward(&self, dy: &Tensor, grads: &mut GradStore) -> Result<Tensor> {
+        let (dt, dparams) = (self.backward)(&self.out, dy)?;
+        for (&id, d) in self.params.iter().zip(dparams) {
+            accumulate(grads, id, d)?;
+        }
+        Ok(dt)
+    }
+}
+
+/// `grads[id] += g`.
+pub(crate) fn accumulate(grads: &mut GradStore, id: TensorId, g: Tensor) -> Result<()> {
+    if let Some(earlier) = grads.insert_id(id, g) {
+        let sum = match grads.get_id(id) {
+            Some(g) => (g + earlier)?,
+            None => earlier,
+        };
+        grads.insert_id(id, sum);
+    }
+    Ok(())
+}
+
+/// Hands an op shared with its [`Applied`] to candle's graph.
+struct Shared<K>(Arc<PerAgent<K>>);
+
+impl<K: Send + Sync + 'static> PerAgent<K> {
+    /// The op on stacked `t` and its `N` per-unit parameters, as candle's op and as an
+    /// [`Applied`].
+    fn apply<const N: usize>(self, t: &Tensor, params: [&Tensor; N]) -> Result<Applied>
+    where
+        K: AgentKernel<N>,
+        Shared<K>: ApplyN<N>,
+    {
+        let t = t.contiguous()?;
+        let ids = params.iter().map(|p| p.id()).collect();
+        let params = params.map(|p| p.contiguous()).into_iter();
+        let params: Vec<Tensor> = params.collect::<Result<_>>()?;
+        let op = Arc::new(self);
+        let out = Shared(op.clone()).apply_to(&t, &params)?;
+        let backward = move |out: &Tensor, dy: &Tensor| {
+            let refs: [&Tensor; N] = std::array::from_fn(|i| &params[i]);
+            let (dt, dps) = op.gradients(&t, refs, out, dy)?;
+            Ok((dt, dps.into_iter().collect()))
+        };
+        Ok(Applied {
+            out,
+            params: ids,
+            backward: Box::new(backward),
+        })
+    }
+
+    /// The gradients with respect to `t` and each parameter, as tensors.
+    fn gradients<const N: usize>(
+        &self,
+        t: &Tensor,
+        params: [&Tensor; N],
+        out: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Tensor, [Tensor; N])>
+    where
+        K: AgentKernel<N>,
+    {
+        // The per-unit parameters are small: copied, so that only the large operands
+        // are read in place.
+        let owned = params
+            .iter()
+            .map(|p| with_values(&p.contiguous()?, |v| Ok(v.to_vec())))
+            .collect::<Result<Vec<_>>>()?;
+        let values: [&[f32]; N] = std::array::from_fn(|i| owned[i].as_slice());
+        let (dt, dps) = with_values(t, |tv| {
+            with_values(out, |ov| {
+                with_values(&dy.contiguous()?, |dv| {
+                    self.backward_all(tv, values, ov, dv)
+                })
+            })
+        })?;
+        let dt = Tensor::from_vec(dt, t.shape(), t.device())?;
+        let mut grads = Vec::with_capacity(N);
+        for (d, p) in dps.into_iter().zip(params) {
+            grads.push(Tensor::from_vec(d, p.shape(), p.device())?);
+        }
+        let grads: [Tensor; N] = grads.try_into().map_err(|_| {
+            candle_core::Error::Msg("per-agent op: a gradient per parameter".into())
+        })?;
+        Ok((dt, grads))
+    }
+}
+
 impl<K: AgentKernel<1>> PerAgent<K> {
     /// The op on stacked `t` and its gain, in candle's graph.
     pub(crate) fn forward1(self, t: &Tensor, a: &Tensor) -> Result<Tensor> {
-        t.contiguous()?.apply_op2(&a.contiguous()?, self)
+        Ok(self.apply1(t, a)?.out)
+    }
+
+    /// [`Self::forward1`], kept for an explicit backward.
+    pub(crate) fn apply1(self, t: &Tensor, a: &Tensor) -> Result<Applied> {
+        self.apply(t, [a])
     }
 }
 
 impl<K: AgentKernel<2>> PerAgent<K> {
-    /// The op on stacked `t`, its gain and its shift, in candle's graph.
-    pub(crate) fn forward2(self, t: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        t.contiguous()?
-            .apply_op3(&a.contiguous()?, &b.contiguous()?, self)
+    /// The op on stacked `t`, its gain and its shift, in candle's graph, kept for an
+    /// explicit backward.
+    pub(crate) fn apply2(self, t: &Tensor, a: &Tensor, b: &Tensor) -> Result<Applied> {
+        self.apply(t, [a, b])
     }
 }
 
-impl<K: AgentKernel<1>> CustomOp2 for PerAgent<K> {
+/// Applies a shared op of `N` parameters in candle's graph.
+trait ApplyN<const N: usize> {
+    fn apply_to(self, t: &Tensor, params: &[Tensor]) -> Result<Tensor>;
+}
+
+impl<K: AgentKernel<1>> ApplyN<1> for Shared<K> {
+    fn apply_to(self, t: &Tensor, params: &[Tensor]) -> Result<Tensor> {
+        t.apply_op2(&params[0], self)
+    }
+}
+
+impl<K: AgentKernel<2>> ApplyN<2> for Shared<K> {
+    fn apply_to(self, t: &Tensor, params: &[Tensor]) -> Result<Tensor> {
+        t.apply_op3(&params[0], &params[1], self)
+    }
+}
+
+impl<K: AgentKernel<1>> CustomOp2 for Shared<K> {
     fn name(&self) -> &'static str {
-        self.kernel.name()
+        self.0.kernel.name()
     }
 
     fn cpu_fwd(
@@ -132,25 +262,19 @@ impl<K: AgentKernel<1>> CustomOp2 for PerAgent<K> {
         a: &CpuStorage,
         la: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let out = self.forward_all(f32_slice(t, lt)?, [f32_slice(a, la)?])?;
+        let out = self.0.forward_all(f32_slice(t, lt)?, [f32_slice(a, la)?])?;
         Ok((CpuStorage::F32(out), lt.shape().clone()))
     }
 
     fn bwd(&self, t: &Tensor, a: &Tensor, out: &Tensor, dy: &Tensor) -> Grads2 {
-        let (dt, [da]) = with_values(t, |tv| {
-            with_values(&a.contiguous()?, |av| {
-                with_values(out, |ov| {
-                    with_values(&dy.contiguous()?, |dv| self.backward_all(tv, [av], ov, dv))
-                })
-            })
-        })?;
-        Ok((gradient_like(dt, t)?, gradient_like(da, a)?))
+        let (dt, [da]) = self.0.gradients(t, [a], out, dy)?;
+        Ok((Some(dt), Some(da)))
     }
 }
 
-impl<K: AgentKernel<2>> CustomOp3 for PerAgent<K> {
+impl<K: AgentKernel<2>> CustomOp3 for Shared<K> {
     fn name(&self) -> &'static str {
-        self.kernel.name()
+        self.0.kernel.name()
     }
 
     fn cpu_fwd(
@@ -163,26 +287,12 @@ impl<K: AgentKernel<2>> CustomOp3 for PerAgent<K> {
         lb: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let params = [f32_slice(a, la)?, f32_slice(b, lb)?];
-        let out = self.forward_all(f32_slice(t, lt)?, params)?;
+        let out = self.0.forward_all(f32_slice(t, lt)?, params)?;
         Ok((CpuStorage::F32(out), lt.shape().clone()))
     }
 
     fn bwd(&self, t: &Tensor, a: &Tensor, b: &Tensor, out: &Tensor, dy: &Tensor) -> Grads3 {
-        let (dt, [da, db]) = with_values(t, |tv| {
-            with_values(&a.contiguous()?, |av| {
-                with_values(&b.contiguous()?, |bv| {
-                    with_values(out, |ov| {
-                        with_values(&dy.contiguous()?, |dv| {
-                            self.backward_all(tv, [av, bv], ov, dv)
-                        })
-                    })
-                })
-            })
-        })?;
-        Ok((
-            gradient_like(dt, t)?,
-            gradient_like(da, a)?,
-            gradient_like(db, b)?,
-        ))
+        let (dt, [da, db]) = self.0.gradients(t, [a, b], out, dy)?;
+        Ok((Some(dt), Some(da), Some(db)))
     }
 }

@@ -480,7 +480,7 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
         h: &Tensor,
         stats: BnStats,
         bias: Option<&Var>,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
         if !h.device().is_cpu() || bias.is_some() {
             return Ok(None);
         }
@@ -500,7 +500,7 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
             kernel: crate::kernels::batch_norm::AgentBatchNorm { ops, units },
             agents,
         };
-        op.forward2(&h, self.gamma.as_tensor(), self.beta.as_tensor())
+        op.apply2(&h, self.gamma.as_tensor(), self.beta.as_tensor())
             .map(Some)
     }
 

@@ -159,7 +159,7 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
         h: &Tensor,
         _stats: super::BnStats,
         bias: Option<&Var>,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
         if !h.device().is_cpu() || bias.is_some() {
             return Ok(None);
         }
@@ -175,7 +175,7 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
             spatial: positions,
         };
         let op = crate::kernels::per_agent::PerAgent { kernel, agents };
-        op.forward2(h, self.gamma.as_tensor(), self.beta.as_tensor())
+        op.apply2(h, self.gamma.as_tensor(), self.beta.as_tensor())
             .map(Some)
     }
 

@@ -283,7 +283,7 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
         h: &Tensor,
         stats: super::BnStats,
         bias: Option<&Var>,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
         let Some(bias) = bias.filter(|_| h.device().is_cpu()) else {
             return Ok(None);
         };
@@ -321,7 +321,7 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
             units,
         };
         let op = crate::kernels::per_agent::PerAgent { kernel, agents };
-        op.forward1(&h, bias.as_tensor()).map(Some)
+        op.apply1(&h, bias.as_tensor()).map(Some)
     }
 
     fn forward(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {

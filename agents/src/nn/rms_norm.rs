@@ -144,7 +144,7 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
         h: &Tensor,
         _stats: super::BnStats,
         bias: Option<&Var>,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
         // Per feature gains only: the loops take a sample's features as one row.
         let (agents, rows) = (h.dim(0)?, h.dim(1)?);
         let per_sample = h.elem_count() / (agents * rows).max(1);
@@ -157,7 +157,7 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
             relu: true,
         };
         let op = crate::kernels::per_agent::PerAgent { kernel, agents };
-        op.forward1(h, self.gamma.as_tensor()).map(Some)
+        op.apply1(h, self.gamma.as_tensor()).map(Some)
     }
 
     fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {

@@ -8,6 +8,7 @@
 use candle_core::{DType, Result, Tensor, Var};
 
 use super::{BnStats, Role};
+use crate::kernels::per_agent::Applied;
 
 /// What a population layer asks of its normalization.
 pub(crate) trait StackedNorm: Send + Sync {
@@ -21,16 +22,23 @@ pub(crate) trait StackedNorm: Send + Sync {
     /// running statistics updates them as a single network's training forward does.
     fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor>;
 
+    /// Whether [`Self::forward`] leaves `h` as it is (SVB without BBN): the layer's bias
+    /// and ReLU are then its whole output.
+    fn passes_through(&self) -> bool {
+        false
+    }
+
     /// `relu(forward(h) + bias)` as one fused op, where the method has one for `h`'s
     /// device and this layer (its kernel's loops run per agent: `kernels::per_agent`);
     /// `None` otherwise, and the layer adds its bias and applies the ReLU itself. Only
-    /// mean-only batch norm's layers have a bias besides their normalization.
+    /// mean-only batch norm's layers have a bias besides their normalization. The op is
+    /// kept with its inputs for an explicit backward.
     fn forward_relu(
         &self,
         _h: &Tensor,
         _stats: BnStats,
         _bias: Option<&Var>,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<Applied>> {
         Ok(None)
     }
 

@@ -3,14 +3,14 @@
 //! statistics. Apart from `stacked.rs`, so that the contract does not import the
 //! methods that implement it.
 
-use candle_core::{Tensor, Var};
+use candle_core::Var;
 
 use crate::nn::group_norm::StackedGroupNorm;
 use crate::nn::rms_norm::StackedRmsNorm;
 use crate::nn::stacked::StackedNorm;
 use crate::nn::BnStats;
 use crate::test_support::Normals;
-use crate::test_support::{gradients, max_relative, random};
+use crate::test_support::{explicit_gradients, gradients, max_relative, random};
 
 /// A method's fused per-agent op against its tensor-op form with a ReLU after it:
 /// the same outputs and the same gradients of `h` and of every variable.
@@ -30,25 +30,32 @@ fn fused_equals_reference_with(
 ) {
     let mut rng = Normals::new(7);
     let weights = random(&mut rng, h.dims());
-    let y = fused.forward_relu(h.as_tensor(), stats, None).unwrap();
-    let y = y.unwrap_or_else(|| panic!("{what}: no fused op on the CPU"));
+    let applied = fused.forward_relu(h.as_tensor(), stats, None).unwrap();
+    let applied = applied.unwrap_or_else(|| panic!("{what}: no fused op on the CPU"));
     let y_ref = reference.forward(h.as_tensor().clone(), stats).unwrap();
     let y_ref = y_ref.relu().unwrap();
-    assert!(max_relative(&y, &y_ref) < 1e-5, "{what}: outputs differ");
-    let grads = |y: &Tensor| gradients(y, &weights);
-    let (gf, gr) = (grads(&y), grads(&y_ref));
-    let vars = fused.vars().0.into_iter().zip(reference.vars().0);
-    for (a, b) in [(h, h)].into_iter().chain(vars) {
-        let (a, b) = (
-            gf.get(a.as_tensor()).unwrap(),
-            gr.get(b.as_tensor()).unwrap(),
-        );
-        let err = max_relative(a, b);
-        assert!(
-            err < 1e-4,
-            "{what}: gradient of {:?} differs by {err:e}",
-            a.dims()
-        );
+    assert!(
+        max_relative(&applied.out, &y_ref) < 1e-5,
+        "{what}: outputs differ"
+    );
+    let gr = gradients(&y_ref, &weights);
+    // Through candle's backward and through the op's explicit one.
+    let graph = gradients(&applied.out, &weights);
+    let explicit = explicit_gradients(&applied, h.as_tensor(), &weights);
+    for gf in [graph, explicit] {
+        let vars = fused.vars().0.into_iter().zip(reference.vars().0);
+        for (a, b) in [(h, h)].into_iter().chain(vars) {
+            let (a, b) = (
+                gf.get(a.as_tensor()).unwrap(),
+                gr.get(b.as_tensor()).unwrap(),
+            );
+            let err = max_relative(a, b);
+            assert!(
+                err < 1e-4,
+                "{what}: gradient of {:?} differs by {err:e}",
+                a.dims()
+            );
+        }
     }
 }
 
@@ -130,10 +137,11 @@ fn fused_population_mean_only_equals_its_tensor_form() {
         let bias = Var::from_tensor(&random(&mut rng, &unit)).unwrap();
         let weights = random(&mut rng, &h);
         for stats in [BnStats::Batch, BnStats::Running] {
-            let y = fused
+            let applied = fused
                 .forward_relu(x.as_tensor(), stats, Some(&bias))
                 .unwrap()
                 .unwrap();
+            let y = applied.out.clone();
             let y_ref = reference.forward(x.as_tensor().clone(), stats).unwrap();
             let y_ref = y_ref
                 .broadcast_add(bias.as_tensor())
@@ -144,18 +152,20 @@ fn fused_population_mean_only_equals_its_tensor_form() {
                 max_relative(&y, &y_ref) < 1e-5,
                 "{h:?} {stats:?}: outputs differ"
             );
-            let grads = |y: &Tensor| gradients(y, &weights);
-            let (gf, gr) = (grads(&y), grads(&y_ref));
-            for v in [&x, &bias] {
-                let (a, b) = (
-                    gf.get(v.as_tensor()).unwrap(),
-                    gr.get(v.as_tensor()).unwrap(),
-                );
-                assert!(
-                    max_relative(a, b) < 1e-4,
-                    "{h:?} {stats:?}: gradient of {:?}",
-                    v.dims()
-                );
+            let gr = gradients(&y_ref, &weights);
+            let explicit = explicit_gradients(&applied, x.as_tensor(), &weights);
+            for gf in [gradients(&y, &weights), explicit] {
+                for v in [&x, &bias] {
+                    let (a, b) = (
+                        gf.get(v.as_tensor()).unwrap(),
+                        gr.get(v.as_tensor()).unwrap(),
+                    );
+                    assert!(
+                        max_relative(a, b) < 1e-4,
+                        "{h:?} {stats:?}: gradient of {:?}",
+                        v.dims()
+                    );
+                }
             }
             let (a, b) = (
                 fused.vars().1[0].as_tensor(),
@@ -207,26 +217,29 @@ fn a_population_bias_equals_the_tensor_form() {
             );
             let weights = random(&h);
             let kernel = crate::kernels::bias_relu::AgentBias::of(t.shape(), relu).unwrap();
-            let fused = crate::kernels::per_agent::PerAgent { kernel, agents: 3 }
-                .forward1(t.as_tensor(), bias.as_tensor())
+            let applied = crate::kernels::per_agent::PerAgent { kernel, agents: 3 }
+                .apply1(t.as_tensor(), bias.as_tensor())
                 .unwrap();
+            let fused = applied.out.clone();
             let mut reference = t.as_tensor().broadcast_add(bias.as_tensor()).unwrap();
             if relu {
                 reference = reference.relu().unwrap();
             }
             assert!(max_relative(&fused, &reference) < 1e-6, "{h:?} relu {relu}");
-            let grads = |y: &Tensor| gradients(y, &weights);
-            let (gf, gr) = (grads(&fused), grads(&reference));
-            for v in [&t, &bias] {
-                let (a, r) = (
-                    gf.get(v.as_tensor()).unwrap(),
-                    gr.get(v.as_tensor()).unwrap(),
-                );
-                assert!(
-                    max_relative(a, r) < 1e-5,
-                    "{h:?} relu {relu}: gradient of {:?}",
-                    v.dims()
-                );
+            let gr = gradients(&reference, &weights);
+            let explicit = explicit_gradients(&applied, t.as_tensor(), &weights);
+            for gf in [gradients(&fused, &weights), explicit] {
+                for v in [&t, &bias] {
+                    let (a, r) = (
+                        gf.get(v.as_tensor()).unwrap(),
+                        gr.get(v.as_tensor()).unwrap(),
+                    );
+                    assert!(
+                        max_relative(a, r) < 1e-5,
+                        "{h:?} relu {relu}: gradient of {:?}",
+                        v.dims()
+                    );
+                }
             }
         }
     }

@@ -152,12 +152,16 @@ impl StackedNorm for StackedSvb {
         }
     }
 
+    fn passes_through(&self) -> bool {
+        self.bbn.is_none()
+    }
+
     fn forward_relu(
         &self,
         h: &Tensor,
         stats: super::BnStats,
         bias: Option<&Var>,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
         match &self.bbn {
             Some((bn, _)) => bn.forward_relu(h, stats, bias),
             None => Ok(None),

@@ -321,15 +321,23 @@ pub(crate) const DDI_EPS: f64 = 1e-6;
 /// per agent); with `direction`, `v / ||v||` alone.
 pub(crate) fn stacked_weight(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
     if !direction && v.device().is_cpu() && v.rank() == 3 {
-        // One op with its closed-form backward, per agent, on the CPU.
-        let kernel = crate::kernels::weight_norm::AgentWeight;
-        let op = crate::kernels::per_agent::PerAgent {
-            kernel,
-            agents: v.dim(0)?,
-        };
-        return op.forward1(v, g);
+        return Ok(stacked_weight_applied(v, g)?.out);
     }
     stacked_weight_reference(v, g, direction)
+}
+
+/// [`stacked_weight`] as one fused CPU op with its closed-form backward, per agent,
+/// kept for an explicit backward.
+pub(crate) fn stacked_weight_applied(
+    v: &Tensor,
+    g: &Tensor,
+) -> Result<crate::kernels::per_agent::Applied> {
+    let kernel = crate::kernels::weight_norm::AgentWeight;
+    let op = crate::kernels::per_agent::PerAgent {
+        kernel,
+        agents: v.dim(0)?,
+    };
+    op.apply1(v, g)
 }
 
 /// [`stacked_weight`] as tensor ops, on any device (and the fused op's reference).
@@ -363,7 +371,7 @@ mod tests {
     /// gradients of `v` and `g` (a zero gain included).
     #[test]
     fn the_population_weight_equals_the_tensor_form() {
-        use crate::test_support::{gradients, max_relative};
+        use crate::test_support::{explicit_gradients, gradients, max_relative};
         use candle_core::Var;
         let mut rng = crate::test_support::Normals::new(9);
         let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
@@ -377,18 +385,23 @@ mod tests {
         let g =
             Var::from_tensor(&Tensor::from_vec(gains, (3, 1, 5), &Device::Cpu).unwrap()).unwrap();
         let weights = random(&[3, 7, 5]);
+        let applied = super::stacked_weight_applied(v.as_tensor(), g.as_tensor()).unwrap();
         let fused = super::stacked_weight(v.as_tensor(), g.as_tensor(), false).unwrap();
         let reference =
             super::stacked_weight_reference(v.as_tensor(), g.as_tensor(), false).unwrap();
         assert!(max_relative(&fused, &reference) < 1e-6);
-        let grads = |w: &Tensor| gradients(w, &weights);
-        let (gf, gr) = (grads(&fused), grads(&reference));
-        for var in [&v, &g] {
-            let (a, b) = (
-                gf.get(var.as_tensor()).unwrap(),
-                gr.get(var.as_tensor()).unwrap(),
-            );
-            assert!(max_relative(a, b) < 1e-5, "gradient of {:?}", var.dims());
+        assert!(max_relative(&applied.out, &reference) < 1e-6);
+        let gr = gradients(&reference, &weights);
+        // Through candle's backward and through the op's explicit one.
+        let explicit = explicit_gradients(&applied, v.as_tensor(), &weights);
+        for gf in [gradients(&fused, &weights), explicit] {
+            for var in [&v, &g] {
+                let (a, b) = (
+                    gf.get(var.as_tensor()).unwrap(),
+                    gr.get(var.as_tensor()).unwrap(),
+                );
+                assert!(max_relative(a, b) < 1e-5, "gradient of {:?}", var.dims());
+            }
         }
     }
 

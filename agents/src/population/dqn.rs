@@ -11,11 +11,12 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Result, Tensor, Var, D};
 use rand::Rng;
 
-use super::count::read_to_host;
+use super::count::{read_rows_to_host, read_to_host};
 use super::{DeviceFrames, PopulationNet};
 use crate::dqn::td::{self, TargetSync};
 use crate::dqn::{epsilon_greedy, Dqn, DqnConfig};
-use crate::dqn::{population_mean_taken, population_td_loss, population_td_loss_tensor_ops};
+use crate::dqn::{population_mean_taken, population_td_gradient, population_td_stats};
+use crate::dqn::{population_td_loss, population_td_loss_tensor_ops};
 use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::replay::Batch;
@@ -255,7 +256,9 @@ impl PopulationDqn {
         let p = self.online.agents();
         let x = Tensor::from_slice(obs, (p, 1, obs.len() / p.max(1)), &self.device())?;
         let q = self.online.forward(&x, self.config.acting_bn_mode)?;
-        read_to_host(&q.argmax(D::Minus1)?.flatten_all()?)
+        // `[P, 1]`, read as rows: a flatten would be one more operation.
+        let rows = read_rows_to_host::<u32>(&q.argmax(D::Minus1)?)?;
+        Ok(rows.into_iter().flatten().collect())
     }
 
     /// Epsilon-greedy for every agent with its own epsilon and generator, each drawing
@@ -286,8 +289,14 @@ impl PopulationDqn {
     ) -> Result<PopulationInfo> {
         let stacked = Stacked::of(batches, &self.device(), frames)?;
         self.initialize_once(&stacked)?;
-        let (per_agent, q_mean) = self.losses(&stacked)?;
-        let mut grads = per_agent.sum_all()?.backward()?;
+        let (stats, mut grads) = match self.explicit_gradients(&stacked)? {
+            Some(found) => found,
+            None => {
+                let (per_agent, q_mean) = self.losses(&stacked)?;
+                let grads = per_agent.sum_all()?.backward()?;
+                (Tensor::stack(&[per_agent.detach(), q_mean], 0)?, grads)
+            }
+        };
         let (agents, max) = (self.online.agents(), self.max_grad_norm);
         let ratios = self.lr_ratios.as_deref();
         // On the CPU one fused loop clips and steps every agent in place; on a device,
@@ -295,12 +304,12 @@ impl PopulationDqn {
         let grad_norm = match self.optimizer.step_agents(&grads, agents, max, ratios)? {
             Some(norms) => {
                 let norms = norms.into_iter().map(|n| n as f32).collect();
-                Tensor::from_vec(norms, agents, &self.device())?
+                Tensor::from_vec(norms, (1, agents), &self.device())?
             }
             None => {
                 let norm = self.clip_per_agent(&mut grads)?;
                 self.optimizer_step(&grads)?;
-                norm
+                norm.unsqueeze(0)?
             }
         };
         self.updates += 1;
@@ -310,7 +319,7 @@ impl PopulationDqn {
             TargetSync::Average(tau) => self.target.soft_update_from(&self.online, tau)?,
             TargetSync::Keep => {}
         }
-        let metrics = Tensor::stack(&[per_agent.detach(), q_mean, grad_norm], 0)?.detach();
+        let metrics = Tensor::cat(&[stats, grad_norm], 0)?;
         Ok(PopulationInfo { metrics })
     }
 
@@ -326,6 +335,28 @@ impl PopulationDqn {
         self.target.copy_from(&self.online)?;
         self.initialized = true;
         Ok(())
+    }
+
+    /// Each agent's TD loss and the mean Q-value of its taken actions `[2, P]`, and the
+    /// gradients, by the fused ops' explicit backward ([`PopulationNet::backward`]),
+    /// where the online network has one here; `None` elsewhere (a device, CrossQ's
+    /// joint forward, the tensor forms).
+    fn explicit_gradients(&self, stacked: &Stacked) -> Result<Option<(Tensor, GradStore)>> {
+        if self.config.joint_forward {
+            return Ok(None);
+        }
+        let stats = self.config.online_bn_mode;
+        // The targets first, as the graph's path: a target-free agent's running
+        // statistics then see the next observations before the observations.
+        let targets = self.targets(stacked)?;
+        let Some((q, tape)) = self.online.forward_with_tape(&stacked.obs, stats)? else {
+            return Ok(None);
+        };
+        let (actions, loss) = (&stacked.actions, self.config.loss);
+        let metrics = population_td_stats(&q, actions, &targets, loss)?;
+        let dq = population_td_gradient(&q, actions, &targets, loss)?;
+        let grads = self.online.backward(tape, &dq)?;
+        Ok(Some((metrics, grads)))
     }
 
     /// Each agent's TD loss on its batch, `[P]`, through candle's graph, and the mean
@@ -373,6 +404,10 @@ impl PopulationDqn {
             false => &self.target,
         };
         let next_q = target.forward(&b.next_obs, self.config.target_bn_mode)?;
+        if self.online.is_fused() && !self.config.double_dqn {
+            // One op: each agent's best next value, discounted, plus its reward.
+            return td::population_targets(&next_q, &b.rewards, &b.terminated, self.discount());
+        }
         let online_q = match self.config.double_dqn {
             true => Some(self.online.forward(&b.next_obs, BnStats::Running)?),
             false => None,
@@ -394,11 +429,15 @@ impl PopulationDqn {
 
     /// `r + gamma (1 - terminated) best`, each agent with its own gamma, detached.
     fn bootstrap(&self, b: &Stacked, best: Tensor) -> Result<Tensor> {
-        let gamma = match &self.gammas {
+        td::bootstrap(&b.rewards, &b.terminated, &best, self.discount())
+    }
+
+    /// Every agent's discount.
+    fn discount(&self) -> td::Discount<'_> {
+        match &self.gammas {
             None => td::Discount::All(self.config.gamma),
             Some(gammas) => td::Discount::PerAgent(gammas),
-        };
-        td::bootstrap(&b.rewards, &b.terminated, &best, gamma)
+        }
     }
 
     /// The optimizer's step, each agent's scaled to its own learning rate: Adam's and

@@ -13,11 +13,12 @@
 //! (`agents/tests/population.rs`). The members' replay frames can live on the device
 //! (`DeviceFrames`: one scatter per step, one gather per batch).
 
-mod conv;
+pub(crate) mod conv;
 pub use crate::count;
 mod dqn;
 mod frames;
 mod net;
+mod tape;
 
 pub use dqn::{PopulationDqn, PopulationInfo};
 pub use frames::DeviceFrames;

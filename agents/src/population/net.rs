@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use candle_core::{Result, Tensor, Var};
 
 use super::conv::Im2col;
+use crate::kernels::agent_product::{self, AgentConv};
 use crate::kernels::bias_relu::AgentBias;
 use crate::kernels::per_agent::PerAgent;
 use crate::nn::stack::stack_norm;
@@ -20,16 +21,19 @@ use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
 /// copy), or weight norm's `v` in that layout and its gains `g` `[P, 1, out]`; an
 /// optional bias `[P, 1, out]`, the normalization and the ReLU.
-struct PopulationLayer {
-    weight: Var,
-    gain: Option<Var>,
-    bias: Option<Var>,
+pub(super) struct PopulationLayer {
+    pub(super) weight: Var,
+    pub(super) gain: Option<Var>,
+    pub(super) bias: Option<Var>,
     /// The method's population form (`nn::stacked`), on hidden layers that have one.
-    norm: Option<Box<dyn StackedNorm>>,
-    relu: bool,
+    pub(super) norm: Option<Box<dyn StackedNorm>>,
+    pub(super) relu: bool,
     /// A convolution's unfolding; its per-unit values are `[P, 1, out, 1]`, over the
     /// feature maps `[P, B, out, positions]`.
     conv: Option<Im2col>,
+    /// A convolution of the observations as one fused op (the first layer's, on the
+    /// CPU).
+    pub(super) data_conv: Option<AgentConv>,
 }
 
 impl PopulationLayer {
@@ -52,17 +56,26 @@ impl PopulationLayer {
     /// The kernel's product of inputs `x` with weights `w` (`[P, in, out]`): `[P, B, out]`
     /// for a dense layer (feature maps from below flattened channel-major first),
     /// `[P, B, out, positions]` for a convolution.
-    fn product(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    /// `fused`: the fused CPU ops, where the layer has them.
+    pub(super) fn product(&self, x: &Tensor, w: &Tensor, fused: bool) -> Result<Tensor> {
         let batch = x.dim(1)?;
-        match &self.conv {
-            Some(conv) => conv.channels_first(&conv.patches(x)?.matmul(w)?, batch),
-            None if x.rank() > 3 => x.flatten_from(2)?.matmul(w),
-            None => x.matmul(w),
+        match (&self.conv, &self.data_conv) {
+            (Some(_), Some(data_conv)) if fused => data_conv.apply(x, w),
+            (Some(conv), _) => conv.channels_first(&conv.patches(x)?.matmul(w)?, batch),
+            (None, _) if fused => agent_product::linear(x, w),
+            (None, _) if x.rank() > 3 => x.flatten_from(2)?.matmul(w),
+            (None, _) => x.matmul(w),
         }
     }
 
+    /// Whether this layer is a convolution whose input needs a gradient (it is not the
+    /// first): one the fused population ops do not cover.
+    pub(super) fn conv_needs_input_gradient(&self, first: bool) -> bool {
+        self.conv.is_some() && (!first || self.data_conv.is_none())
+    }
+
     /// The weight the product uses: `w`, or weight norm's from `v` and its gains.
-    fn effective_weight(&self, direction: bool, fused: bool) -> Result<Tensor> {
+    pub(super) fn effective_weight(&self, direction: bool, fused: bool) -> Result<Tensor> {
         let v = self.weight.as_tensor();
         match &self.gain {
             Some(g) if fused => stacked_weight(v, g.as_tensor(), direction),
@@ -143,7 +156,7 @@ fn stack_layer(
     nets: &[&QNetwork],
     layer: &Layer,
     config: &NormConfig,
-    conv: Option<Im2col>,
+    (conv, data_conv): (Option<Im2col>, Option<AgentConv>),
     layouts: &mut Vec<VarLayout>,
 ) -> Result<PopulationLayer> {
     let (name, is_conv) = (layer.name(), conv.is_some());
@@ -187,6 +200,7 @@ fn stack_layer(
         norm,
         relu: layer.relu,
         conv,
+        data_conv,
     })
 }
 
@@ -200,17 +214,26 @@ impl PopulationNet {
         let mut layouts = vec![];
         let mut layers = vec![];
         let mut shape = first.obs_shape().to_vec();
-        for layer in first.layers() {
+        for (i, layer) in first.layers().enumerate() {
             let conv = match layer.kernel() {
                 LinearMap::Conv2d {
                     c_in, k, stride, ..
                 } => {
-                    let device = first.store().device();
-                    let im2col = Im2col::new(c_in, (shape[1], shape[2]), k, stride, device)?;
+                    let (h, w) = (shape[1], shape[2]);
+                    let im2col = Im2col::new(c_in, (h, w), k, stride, first.store().device())?;
                     shape = layer.kernel().output_shape(&shape);
-                    Some(im2col)
+                    // The observations need no gradient: the first layer's convolution
+                    // is the fused data convolution's.
+                    let data = AgentConv {
+                        c_in,
+                        h,
+                        w,
+                        k,
+                        stride,
+                    };
+                    (Some(im2col), (i == 0).then_some(data))
                 }
-                LinearMap::Linear { .. } => None,
+                LinearMap::Linear { .. } => (None, None),
             };
             layers.push(stack_layer(nets, layer, config, conv, &mut layouts)?);
         }
@@ -283,11 +306,11 @@ impl PopulationNet {
     /// One layer's output: the product, the normalization, the bias (after it: only
     /// mean-only BN has both), the ReLU.
     fn layer_output(&self, layer: &PopulationLayer, x: &Tensor, stats: BnStats) -> Result<Tensor> {
-        let fused = self.settings.fused && x.device().is_cpu();
-        let h = layer.product(x, &layer.effective_weight(false, fused)?)?;
+        let fused = self.fused_on(x);
+        let h = layer.product(x, &layer.effective_weight(false, fused)?, fused)?;
         if let (Some(norm), true, true) = (&layer.norm, layer.relu, fused) {
-            if let Some(out) = norm.forward_relu(&h, stats, layer.bias.as_ref())? {
-                return Ok(out);
+            if let Some(applied) = norm.forward_relu(&h, stats, layer.bias.as_ref())? {
+                return Ok(applied.out);
             }
         }
         let mut h = match &layer.norm {
@@ -319,7 +342,8 @@ impl PopulationNet {
         let mut h = x.clone();
         for layer in &self.layers {
             if let (Some(g), Some(b)) = (&layer.gain, &layer.bias) {
-                let t = layer.product(&h, &layer.effective_weight(true, false)?.detach())?;
+                let fused = self.fused_on(&h);
+                let t = layer.product(&h, &layer.effective_weight(true, false)?.detach(), fused)?;
                 let (scale, mean_scaled) = stacked_initial_gain(&t)?;
                 g.set(&scale.reshape(g.shape())?)?;
                 let mean_scaled = mean_scaled.reshape(b.shape())?;
@@ -417,6 +441,15 @@ impl PopulationNet {
         self.settings.fused
     }
 
+    /// Whether the fused CPU ops run on `x`.
+    pub(super) fn fused_on(&self, x: &Tensor) -> bool {
+        self.settings.fused && x.device().is_cpu()
+    }
+
+    pub(super) fn layers(&self) -> &[PopulationLayer] {
+        &self.layers
+    }
+
     pub fn duplicate(&self) -> Result<Self> {
         let layers = self
             .layers
@@ -430,6 +463,7 @@ impl PopulationNet {
                     norm,
                     relu: l.relu,
                     conv: l.conv.clone(),
+                    data_conv: l.data_conv,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

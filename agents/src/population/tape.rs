@@ -1,0 +1,148 @@
+//! A population's training forward and its backward taken by hand, on the fused CPU
+//! ops: each layer keeps its input, its weight and its ops ([`Applied`]), and the
+//! backward runs each op's own gradient once, layer by layer. Through candle's backward
+//! the same update created every gradient twice more (a zero tensor and a sum per
+//! input of every node) and went through every view: 59 of the 102 tensors of an MLP
+//! population's step without normalization.
+//!
+//! Where a layer has no fused form (a device, a convolution after the first layer, a
+//! method without one), [`PopulationNet::forward_with_tape`] says so and the update
+//! takes candle's graph.
+
+use candle_core::backprop::GradStore;
+use candle_core::{Result, Tensor, TensorId};
+
+use super::net::PopulationLayer;
+use super::PopulationNet;
+use crate::kernels::agent_product;
+use crate::kernels::bias_relu::AgentBias;
+use crate::kernels::per_agent::{accumulate, Applied, PerAgent};
+use crate::nn::weight_norm::stacked_weight_applied;
+use crate::nn::BnStats;
+
+/// What a training forward keeps for [`PopulationNet::backward`].
+pub(crate) struct Tape {
+    layers: Vec<LayerTape>,
+}
+
+struct LayerTape {
+    input: Tensor,
+    /// The product's weight: the variable's, or weight norm's `g v / ||v||`.
+    weight: Tensor,
+    /// Where the weight's gradient goes: the weight variable, or weight norm's op
+    /// (whose backward hands it to `v` and `g`).
+    weight_source: WeightSource,
+    /// The normalization, bias and ReLU after the product; `None` for a layer that
+    /// has neither (its output is the product).
+    after: Option<Applied>,
+}
+
+enum WeightSource {
+    Var(TensorId),
+    WeightNorm { v: TensorId, op: Applied },
+}
+
+impl PopulationNet {
+    /// Q-values `[P, B, actions]` of `x` as [`Self::forward`] computes them, with what
+    /// [`Self::backward`] needs; `None` where a layer has no fused form here.
+    pub(crate) fn forward_with_tape(
+        &self,
+        x: &Tensor,
+        stats: BnStats,
+    ) -> Result<Option<(Tensor, Tape)>> {
+        if !self.fused_on(x) {
+            return Ok(None);
+        }
+        let mut layers = Vec::with_capacity(self.layers().len());
+        let mut h = x.clone();
+        for (i, layer) in self.layers().iter().enumerate() {
+            let Some((saved, out)) = self.layer_with_tape(layer, &h, stats, i == 0)? else {
+                return Ok(None);
+            };
+            h = out;
+            layers.push(saved);
+        }
+        Ok(Some((h, Tape { layers })))
+    }
+
+    /// One layer's forward, kept, and its output; `None` where it has no fused form.
+    fn layer_with_tape(
+        &self,
+        layer: &PopulationLayer,
+        x: &Tensor,
+        stats: BnStats,
+        first: bool,
+    ) -> Result<Option<(LayerTape, Tensor)>> {
+        if layer.conv_needs_input_gradient(first) {
+            return Ok(None);
+        }
+        let v = layer.weight.as_tensor();
+        let (weight, weight_source) = match &layer.gain {
+            Some(g) => {
+                let op = stacked_weight_applied(v, g.as_tensor())?;
+                let v = v.id();
+                (op.out.clone(), WeightSource::WeightNorm { v, op })
+            }
+            None => (v.clone(), WeightSource::Var(v.id())),
+        };
+        let h = layer.product(x, &weight, true)?;
+        let norm = layer.norm.as_ref().filter(|n| !n.passes_through());
+        let after = match (norm, &layer.bias) {
+            (Some(norm), bias) => match norm.forward_relu(&h, stats, bias.as_ref())? {
+                Some(applied) => Some(applied),
+                None => return Ok(None),
+            },
+            (None, Some(b)) => {
+                let kernel = AgentBias::of(h.shape(), layer.relu)?;
+                let op = PerAgent {
+                    kernel,
+                    agents: self.agents(),
+                };
+                Some(op.apply1(&h, b.as_tensor())?)
+            }
+            (None, None) if !layer.relu => None,
+            (None, None) => return Ok(None),
+        };
+        let out = after.as_ref().map_or(h, |a| a.out.clone());
+        let saved = LayerTape {
+            input: x.clone(),
+            weight,
+            weight_source,
+            after,
+        };
+        Ok(Some((saved, out)))
+    }
+
+    /// The gradient of `Σ dq · Q` with respect to every trainable variable, from the
+    /// tape of [`Self::forward_with_tape`] (`dq` is the loss's gradient with respect to
+    /// the Q-values it returned).
+    pub(crate) fn backward(&self, tape: Tape, dq: &Tensor) -> Result<GradStore> {
+        let mut grads = GradStore::default();
+        let mut dy = dq.clone();
+        for (i, (layer, saved)) in self.layers().iter().zip(&tape.layers).enumerate().rev() {
+            let dh = match &saved.after {
+                Some(after) => after.backward(&dy, &mut grads)?,
+                None => dy,
+            };
+            let (dw, dx) = match &layer.data_conv {
+                Some(conv) if i == 0 => (
+                    conv.weight_gradient(&saved.input, &saved.weight, &dh)?,
+                    None,
+                ),
+                _ => agent_product::linear_gradients(&saved.input, &saved.weight, &dh, i > 0)?,
+            };
+            match &saved.weight_source {
+                WeightSource::Var(id) => accumulate(&mut grads, *id, dw)?,
+                WeightSource::WeightNorm { v, op } => {
+                    let dv = op.backward(&dw, &mut grads)?;
+                    accumulate(&mut grads, *v, dv)?;
+                }
+            }
+            match dx {
+                Some(dx) => dy = dx,
+                None => break,
+            }
+        }
+        Ok(grads)
+    }
+}
