@@ -776,3 +776,61 @@ fn fused_population_steps_equal_the_tensor_forms() {
         }
     }
 }
+
+/// A population in shards (here of 2, 2 and 1 agents) trains, acts and exports exactly
+/// as one shard of all its agents: each agent's arithmetic is its own in either, so
+/// every value is equal, not only close. Every method with running statistics or
+/// per-agent work after the step is among them, on the MLP and the CNN.
+#[test]
+fn a_sharded_population_equals_one_shard() {
+    use normrl_agents::population::ShardedPopulation;
+    let kinds = [
+        NormKind::None,
+        NormKind::WeightNorm,
+        NormKind::BatchRenorm,
+        NormKind::Bbn,
+    ];
+    for (shape, kinds) in [(mlp(), &kinds[..]), (cnn(), &kinds[..2])] {
+        for &kind in kinds {
+            let (dqn, opt) = (DqnConfig::default(), OptimizerConfig::default());
+            let agents: Vec<Dqn> = (0..5).map(|s| shape.single(kind, s, &dqn, &opt)).collect();
+            let refs: Vec<&Dqn> = agents.iter().collect();
+            let mut sharded = ShardedPopulation::with_shard_size(&refs, 2).unwrap();
+            let mut whole = PopulationDqn::from_agents(&refs).unwrap();
+            assert_eq!(sharded.shards().len(), 3);
+            for step in 0..12 {
+                let batches: Vec<Batch> = (0..5).map(|a| shape.batch(8, a, step)).collect();
+                let a = sharded.update(&batches).unwrap().metrics;
+                let b = whole.update(&batches).unwrap().metrics;
+                let (a, b): (Vec<Vec<f32>>, Vec<Vec<f32>>) =
+                    (a.to_vec2().unwrap(), b.to_vec2().unwrap());
+                assert_eq!(
+                    a, b,
+                    "{kind:?} update {step}: losses, Q-values, gradient norms"
+                );
+                let obs: Vec<f32> = batches
+                    .iter()
+                    .flat_map(|b| b.obs[..shape.obs_len()].to_vec())
+                    .collect();
+                let acts = (
+                    sharded.greedy_actions(&obs).unwrap(),
+                    whole.greedy_actions(&obs).unwrap(),
+                );
+                assert_eq!(acts.0, acts.1, "{kind:?} update {step}: greedy actions");
+            }
+            let mut exported: Vec<Dqn> =
+                (0..2).map(|s| shape.single(kind, s, &dqn, &opt)).collect();
+            let (first, second) = exported.split_at_mut(1);
+            sharded.export_agents(&mut [(4, &mut first[0])]).unwrap();
+            whole.export_agent(4, &mut second[0]).unwrap();
+            let values = |d: &Dqn| d.online().store().to_map().unwrap();
+            let (a, b) = (values(&exported[0]), values(&exported[1]));
+            for (name, t) in &a {
+                let (x, y) = (t.flatten_all().unwrap(), b[name].flatten_all().unwrap());
+                let (x, y): (Vec<f32>, Vec<f32>) = (x.to_vec1().unwrap(), y.to_vec1().unwrap());
+                assert_eq!(x, y, "{kind:?}: exported {name}");
+            }
+            assert!(sharded.export_agent(5, &mut exported[0]).is_err());
+        }
+    }
+}

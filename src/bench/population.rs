@@ -8,7 +8,7 @@ use normrl_agents::dqn::{Dqn, DqnConfig};
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::population::count::{device_reads, tensors_created};
-use normrl_agents::population::{PopulationDqn, PopulationNet};
+use normrl_agents::population::{PopulationDqn, PopulationNet, ShardedPopulation};
 use normrl_agents::replay::Batch;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -78,11 +78,15 @@ fn case_rows(
         .collect();
     let mut separate = agents(net, kind, p, device)?;
     let nets: Vec<_> = separate.iter().map(Dqn::online).collect();
+    // Counted on one shard of all P agents: the step a device runs.
     let stacked = PopulationNet::stack(&nets)?;
+    let mut one = PopulationDqn::new(stacked, DqnConfig::default(), OptimizerConfig::default())?;
+    let nodes = one.loss_graph_nodes(&batches)?;
+    let (ops, reads) = step_counts(&mut one, &batches)?;
+    // Timed as the trainer runs it: in shards sized for the device.
     let mut population =
-        PopulationDqn::new(stacked, DqnConfig::default(), OptimizerConfig::default())?;
-    let nodes = population.loss_graph_nodes(&batches)?;
-    let (ops, reads) = step_counts(&mut population, &batches)?;
+        ShardedPopulation::from_agents(&separate.iter().collect::<Vec<_>>(), batch)?;
+    let shard = population.shard_size();
     let timings = {
         let batches = &batches;
         let mut fs: Vec<Box<dyn FnMut() -> Result<()> + '_>> = vec![
@@ -115,6 +119,7 @@ fn case_rows(
         });
     }
     let counted = [
+        ("shard size", shard as f64, "agents"),
         ("graph", nodes as f64, "nodes"),
         ("ops/step", ops as f64, "tensors"),
         ("reads/step", reads as f64, "reads"),

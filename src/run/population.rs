@@ -23,7 +23,7 @@ use candle_core::Tensor;
 use normrl_agents::dqn::{Dqn, DqnConfig, LinearSchedule};
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::population::count::read_rows_to_host;
-use normrl_agents::population::{DeviceFrames, PopulationDqn};
+use normrl_agents::population::{DeviceFrames, ShardedPopulation};
 use normrl_agents::replay::{Batch, ReplayBuffer};
 
 use crate::config::{Keep, TrainConfig};
@@ -77,7 +77,7 @@ pub struct Population {
     members: Vec<Trainer>,
     /// Each member's clock (its speed and wall time); none shows a progress bar.
     clocks: Vec<Clock>,
-    agents: PopulationDqn,
+    agents: ShardedPopulation,
     step: u64,
     /// `[3, P]`: each member's sums of TD loss, mean Q and gradient norm since the last
     /// log, on the device (read once per log for all members).
@@ -170,7 +170,8 @@ impl Population {
         }
         let agents = {
             let singles: Vec<&Dqn> = members.iter().map(Trainer::agent).collect();
-            PopulationDqn::from_agents(&singles)?
+            let batch = first.config().replay.batch_size;
+            ShardedPopulation::from_agents(&singles, batch)?
         };
         for m in &mut members {
             m.defer_pruning();
@@ -217,7 +218,7 @@ impl Population {
     /// accelerator (or whatever it is, with `always`: for tests and benchmarks on the
     /// CPU); frames of floats stay on the host.
     pub fn with_device_frames(mut self, always: bool) -> Result<Self> {
-        let device = self.agents.online().device().clone();
+        let device = self.agents.device();
         if self.frames.is_none() && (always || !device.is_cpu()) {
             let replays: Vec<&ReplayBuffer> = self.members.iter().map(Trainer::replay).collect();
             self.frames = DeviceFrames::mirror(&replays, &device)?;
@@ -397,7 +398,7 @@ impl Population {
         .flatten()
         .collect();
         if !parts.is_empty() {
-            let device = self.agents.online().device();
+            let device = self.agents.device();
             let on = if device.is_cpu() { "cpu" } else { "cuda" };
             eprintln!("population of {members} on {on}: {}", parts.join(", "));
         }

@@ -124,27 +124,8 @@ impl PopulationDqn {
     /// but for their values, their discount `gamma` and their learning rate (per-agent
     /// tensors).
     pub fn from_agents(agents: &[&Dqn]) -> Result<Self> {
-        let Some(first) = agents.first() else {
-            candle_core::bail!("a population needs at least one agent");
-        };
-        let same = |a: &&Dqn| {
-            let config = DqnConfig {
-                gamma: first.config().gamma,
-                ..a.config().clone()
-            };
-            let optimizer = OptimizerConfig {
-                lr: first.optimizer().config().lr,
-                ..a.optimizer().config().clone()
-            };
-            config == *first.config()
-                && optimizer == *first.optimizer().config()
-                && (a.updates(), a.is_initialized()) == (first.updates(), first.is_initialized())
-        };
-        if !agents.iter().all(same) {
-            candle_core::bail!(
-                "a population's agents differ in more than their values, gamma and learning rate"
-            );
-        }
+        Self::check_alike(agents)?;
+        let first = &agents[0];
         let online = PopulationNet::stack(&agents.iter().map(|a| a.online()).collect::<Vec<_>>())?;
         let target = PopulationNet::stack(&agents.iter().map(|a| a.target()).collect::<Vec<_>>())?;
         let optimizer = first.optimizer().config().clone();
@@ -167,6 +148,33 @@ impl PopulationDqn {
             population.lr_ratios = Some(ratios);
         }
         Ok(population)
+    }
+
+    /// That `agents` may train as one population: at least one, alike but for their
+    /// values, gamma and learning rate, at the same update.
+    pub(crate) fn check_alike(agents: &[&Dqn]) -> Result<()> {
+        let Some(first) = agents.first() else {
+            candle_core::bail!("a population needs at least one agent");
+        };
+        let same = |a: &&Dqn| {
+            let config = DqnConfig {
+                gamma: first.config().gamma,
+                ..a.config().clone()
+            };
+            let optimizer = OptimizerConfig {
+                lr: first.optimizer().config().lr,
+                ..a.optimizer().config().clone()
+            };
+            config == *first.config()
+                && optimizer == *first.optimizer().config()
+                && (a.updates(), a.is_initialized()) == (first.updates(), first.is_initialized())
+        };
+        if !agents.iter().all(same) {
+            candle_core::bail!(
+                "a population's agents differ in more than their values, gamma and learning rate"
+            );
+        }
+        Ok(())
     }
 
     /// The agents' optimizer states (as [`crate::optim::Optimizer::state_tensors`]

@@ -19,6 +19,8 @@ pub struct DeviceFrames {
     obs_len: usize,
     /// 8-bit images: a byte `b` is the value `b / 255`; else the byte is the value.
     images: bool,
+    /// The member whose batch comes first in [`Self::gather`] (a shard's first).
+    first_member: usize,
 }
 
 impl DeviceFrames {
@@ -46,6 +48,7 @@ impl DeviceFrames {
             capacity,
             obs_len,
             images: first.frames_are_images(),
+            first_member: 0,
         };
         // A fresh member holds its first frame, a resumed one up to its whole ring:
         // few frames are scattered into their rows, a ring that is mostly full is one
@@ -95,6 +98,16 @@ impl DeviceFrames {
         let values = Tensor::from_slice(bytes, (rows.len(), n), device)?;
         self.frames.scatter_set(&index, &values, 0)
     }
+    /// The same frames, read for the members from `first` on (a shard's): in
+    /// [`Self::gather`] `batches[i]` is then member `first + i`'s.
+    pub fn members_from(&self, first: usize) -> Self {
+        Self {
+            frames: self.frames.clone(),
+            first_member: first,
+            ..*self
+        }
+    }
+
     /// The observations and next observations of every member's batch (`batches[i]`
     /// is member `i`'s, its `slots` drawn on the host), `[P, B, obs]` each, by one
     /// gather of both.
@@ -102,7 +115,7 @@ impl DeviceFrames {
         let (p, b) = (batches.len(), batches[0].borrow().size);
         let rows = |next: bool| {
             batches.iter().enumerate().flat_map(move |(member, batch)| {
-                let base = member * self.capacity;
+                let base = (self.first_member + member) * self.capacity;
                 let slots = batch.borrow().slots[..b].to_vec();
                 slots
                     .into_iter()

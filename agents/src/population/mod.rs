@@ -18,8 +18,10 @@ pub use crate::count;
 mod dqn;
 mod frames;
 mod net;
+mod shards;
 mod tape;
 
 pub use dqn::{PopulationDqn, PopulationInfo};
 pub use frames::DeviceFrames;
 pub use net::PopulationNet;
+pub use shards::{cpu_shard_size, ShardedPopulation};
