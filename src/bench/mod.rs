@@ -48,10 +48,12 @@ pub struct BenchArgs {
     pub device: String,
     #[arg(long)]
     pub json: bool,
-    /// With `nn`: only this normalization method (e.g. `none`, `batch_norm`).
+    /// With `nn` and `population`: only this normalization method (e.g. `none`,
+    /// `batch_norm`).
     #[arg(long)]
     pub method: Option<String>,
-    /// With `nn`: only cases whose name contains this text (e.g. `cnn b32`).
+    /// With `nn` and `population`: only cases whose name contains this text (e.g.
+    /// `cnn b32`, `cnn b32 P=64`).
     #[arg(long)]
     pub case: Option<String>,
     /// With `population-host`: the population's size.
@@ -108,13 +110,22 @@ fn nn_cases() -> [NnCase; 4] {
     ]
 }
 
-fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
-    if let Some(m) = &args.method {
-        if !NormKind::ALL.iter().any(|k| k.name() == m) {
+/// The method `--method` names, checked.
+fn method_filter(args: &BenchArgs) -> Result<Option<NormKind>> {
+    let Some(m) = &args.method else {
+        return Ok(None);
+    };
+    match NormKind::ALL.iter().find(|k| k.name() == m) {
+        Some(&kind) => Ok(Some(kind)),
+        None => {
             let known: Vec<_> = NormKind::ALL.iter().map(|k| k.name()).collect();
             anyhow::bail!("unknown method '{m}': expected one of {}", known.join(", "));
         }
     }
+}
+
+fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
+    method_filter(args)?;
     let all = nn_cases();
     let cases: Vec<&NnCase> = all
         .iter()
@@ -316,7 +327,11 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         rows.extend(train_rows(args.steps, &args.device)?);
     }
     if what == Bench::Population {
-        rows.extend(population::rows(args.iters, &device)?);
+        let filter = population::Filter {
+            method: method_filter(args)?,
+            case: args.case.as_deref(),
+        };
+        rows.extend(population::rows(args.iters, &device, filter)?);
     }
     if what == Bench::PopulationTrain {
         let rows_of = population::train_rows;

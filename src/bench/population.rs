@@ -158,32 +158,47 @@ fn step_counts(population: &mut PopulationDqn, batches: &[Batch]) -> Result<(u64
 }
 
 /// The population rows: the MLP and MinAtar's CNN with none, weight norm, batch norm
-/// and layer norm; batch 4 and 32; P = 1 to 64 on
-/// the CPU, 1 to 256 on a GPU.
-pub fn rows(iters: usize, device: &Device) -> Result<Vec<Row>> {
+/// and layer norm (or `filter`'s method); batch 4 and 32; P = 1 to 64 on the CPU, 1 to
+/// 256 on a GPU; the cases `filter` lets through.
+pub fn rows(iters: usize, device: &Device, filter: Filter) -> Result<Vec<Row>> {
     let populations = match device.is_cpu() {
         true => POPULATIONS_CPU,
         false => POPULATIONS_GPU,
     };
-    let mut rows = vec![];
-    for net in nets() {
-        let kinds = [
+    let kinds = match filter.method {
+        Some(kind) => vec![kind],
+        None => vec![
             NormKind::None,
             NormKind::WeightNorm,
             NormKind::BatchNorm,
             NormKind::LayerNorm,
-        ];
+        ],
+    };
+    let mut rows = vec![];
+    for net in nets() {
         for (kind, batch, p) in kinds
-            .into_iter()
-            .flat_map(|k| [4, 32].into_iter().map(move |b| (k, b)))
+            .iter()
+            .flat_map(|&k| [4, 32].into_iter().map(move |b| (k, b)))
             .flat_map(|(k, b)| populations.into_iter().map(move |p| (k, b, p)))
         {
+            let case = format!("{} b{batch} P={p}", net.name);
+            if filter.case.is_some_and(|c| !case.contains(c)) {
+                continue;
+            }
             // Fewer rounds for the large populations: a round is P updates.
             let rounds = (iters / p.max(1)).max(10);
             rows.extend(case_rows(&net, (kind, batch, p), rounds, device)?);
         }
     }
     Ok(rows)
+}
+
+/// Which rows of [`rows`] to measure: one method's (else none, weight norm, batch norm
+/// and layer norm), cases whose name holds `case` (`"cnn b32 P=64"`).
+#[derive(Clone, Copy, Default)]
+pub struct Filter<'a> {
+    pub method: Option<NormKind>,
+    pub case: Option<&'a str>,
 }
 
 /// End to end: P agents trained by the trainer as one population against the same P

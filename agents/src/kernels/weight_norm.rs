@@ -371,10 +371,13 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
         // dv = g/||v|| dw - g dot / ||v||^3 v.
         let a: Vec<f64> = g.iter().zip(&inv).map(|(&g, i)| f64::from(g) * i).collect();
         let b: Vec<f64> = (0..out).map(|u| a[u] * dots[u] * inv[u] * inv[u]).collect();
-        let mut dv = Vec::with_capacity(v.len());
-        for (row, drow) in v.chunks_exact(out).zip(dw.chunks_exact(out)) {
-            for u in 0..out {
-                dv.push((a[u] * f64::from(drow[u]) - b[u] * f64::from(row[u])) as f32);
+        // Written row by row into place, so that the loop over units vectorizes.
+        let mut dv = vec![0f32; v.len()];
+        let rows = dv.chunks_exact_mut(out).zip(v.chunks_exact(out));
+        for ((dv, row), drow) in rows.zip(dw.chunks_exact(out)) {
+            let units = dv.iter_mut().zip(row).zip(drow).zip(a.iter().zip(&b));
+            for (((o, &x), &dx), (&a, &b)) in units {
+                *o = (a * f64::from(dx) - b * f64::from(x)) as f32;
             }
         }
         Ok((dv, [dg]))

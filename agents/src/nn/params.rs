@@ -80,6 +80,16 @@ impl ParamStore {
         }
     }
 
+    /// An empty store whose version is `version` (a population's, so that its
+    /// optimizer's steps move the network's version).
+    pub(crate) fn sharing_version(device: Device, version: Arc<AtomicU64>) -> Self {
+        Self {
+            params: vec![],
+            device,
+            version,
+        }
+    }
+
     pub fn device(&self) -> &Device {
         &self.device
     }

@@ -509,7 +509,8 @@ impl PopulationDqn {
 
 /// `online`'s trainable variables as a store, for the optimizer.
 fn trainables(online: &PopulationNet) -> ParamStore {
-    let mut store = ParamStore::new(online.device().clone());
+    let device = online.device().clone();
+    let mut store = ParamStore::sharing_version(device, online.version_counter());
     for ((name, var), role) in online.vars().into_iter().zip(online.roles()) {
         store.insert(name, var.clone(), role);
     }

@@ -6,16 +6,19 @@
 //! [`QNetwork`]s, so each starts exactly as it would alone.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
 use super::conv::Im2col;
 use crate::kernels::agent_product::{self, AgentConv};
 use crate::kernels::bias_relu::AgentBias;
-use crate::kernels::per_agent::PerAgent;
+use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
-use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight, stacked_weight_reference};
+use crate::nn::weight_norm::stacked_weight_reference;
+use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight, stacked_weight_applied};
 use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 
 /// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
@@ -34,6 +37,10 @@ pub(super) struct PopulationLayer {
     /// A convolution of the observations as one fused op (the first layer's, on the
     /// CPU).
     pub(super) data_conv: Option<AgentConv>,
+    /// Weight norm's fused weight with its backward, for the network's version it was
+    /// formed at: a step's acting forward and its training forward share the online
+    /// network's, a target network keeps its own until the next sync.
+    weight_cache: Mutex<Option<(u64, Arc<Applied>)>>,
 }
 
 impl PopulationLayer {
@@ -74,14 +81,36 @@ impl PopulationLayer {
         self.conv.is_some() && (!first || self.data_conv.is_none())
     }
 
-    /// The weight the product uses: `w`, or weight norm's from `v` and its gains.
-    pub(super) fn effective_weight(&self, direction: bool, fused: bool) -> Result<Tensor> {
+    /// The weight the product uses: `w`, or weight norm's from `v` and its gains
+    /// (fused: formed once per `version` of the network).
+    fn effective_weight(&self, direction: bool, fused: bool, version: u64) -> Result<Tensor> {
         let v = self.weight.as_tensor();
         match &self.gain {
+            Some(_) if fused && !direction => Ok(self.fused_weight(version)?.out.clone()),
             Some(g) if fused => stacked_weight(v, g.as_tensor(), direction),
             Some(g) => stacked_weight_reference(v, g.as_tensor(), direction),
             None => Ok(v.clone()),
         }
+    }
+
+    /// Weight norm's fused weight `g v / ||v||` at the network's `version`, with its
+    /// backward.
+    pub(super) fn fused_weight(&self, version: u64) -> Result<Arc<Applied>> {
+        let Some(g) = &self.gain else {
+            candle_core::bail!("a layer without weight norm has no fused weight");
+        };
+        let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, applied)) = cache.as_ref() {
+            if *at == version {
+                return Ok(applied.clone());
+            }
+        }
+        let applied = Arc::new(stacked_weight_applied(
+            self.weight.as_tensor(),
+            g.as_tensor(),
+        )?);
+        *cache = Some((version, applied.clone()));
+        Ok(applied)
     }
 }
 
@@ -106,6 +135,9 @@ pub struct PopulationNet {
     /// those of [`Self::vars`].
     layouts: Vec<VarLayout>,
     settings: Settings,
+    /// Moved by every change of the variables (the optimizer's steps too, through the
+    /// store it trains: [`Self::store`]); keys the layers' derived weights.
+    version: Arc<AtomicU64>,
 }
 
 /// How a single network's variable is laid out in the population's: a weight
@@ -201,6 +233,7 @@ fn stack_layer(
         relu: layer.relu,
         conv,
         data_conv,
+        weight_cache: Mutex::default(),
     })
 }
 
@@ -248,6 +281,7 @@ impl PopulationNet {
             layers,
             layouts,
             settings,
+            version: Arc::default(),
         })
     }
 
@@ -267,7 +301,11 @@ impl PopulationNet {
 
     /// Every trainable variable, named as in a single network (a weight is stored
     /// transposed: `[P, in, out]` for `[out, in]`; per-unit values `[P, 1, out]`).
+    ///
+    /// Handing them out marks the weights derived from them stale (whoever holds them
+    /// may change them).
     pub fn vars(&self) -> Vec<(&str, &Var)> {
+        self.changed();
         let vars = self.layers.iter().flat_map(PopulationLayer::trainable);
         self.trainable_layouts()
             .into_iter()
@@ -280,6 +318,7 @@ impl PopulationNet {
     /// learning rate of their own).
     /// Every variable with its name, the buffers too (running statistics, counts).
     pub fn vars_and_buffers(&self) -> Vec<(&str, &Var)> {
+        self.changed();
         let all = self.layers.iter().flat_map(PopulationLayer::all);
         self.layouts
             .iter()
@@ -307,7 +346,11 @@ impl PopulationNet {
     /// mean-only BN has both), the ReLU.
     fn layer_output(&self, layer: &PopulationLayer, x: &Tensor, stats: BnStats) -> Result<Tensor> {
         let fused = self.fused_on(x);
-        let h = layer.product(x, &layer.effective_weight(false, fused)?, fused)?;
+        let h = layer.product(
+            x,
+            &layer.effective_weight(false, fused, self.version())?,
+            fused,
+        )?;
         if let (Some(norm), true, true) = (&layer.norm, layer.relu, fused) {
             if let Some(applied) = norm.forward_relu(&h, stats, layer.bias.as_ref())? {
                 return Ok(applied.out);
@@ -339,11 +382,13 @@ impl PopulationNet {
     /// by layer as a single network's: per unit, with `t = (v/||v||) . x`, `g = 1 /
     /// (std(t) + 1e-6)` and `b = -mean(t) g`; then the layer's output feeds the next.
     pub fn data_dependent_init(&self, x: &Tensor) -> Result<()> {
+        self.changed();
         let mut h = x.clone();
         for layer in &self.layers {
             if let (Some(g), Some(b)) = (&layer.gain, &layer.bias) {
                 let fused = self.fused_on(&h);
-                let t = layer.product(&h, &layer.effective_weight(true, false)?.detach(), fused)?;
+                let t =
+                    layer.product(&h, &layer.effective_weight(true, false, 0)?.detach(), fused)?;
                 let (scale, mean_scaled) = stacked_initial_gain(&t)?;
                 g.set(&scale.reshape(g.shape())?)?;
                 let mean_scaled = mean_scaled.reshape(b.shape())?;
@@ -355,6 +400,7 @@ impl PopulationNet {
                     true => b.set(&mean_scaled.zeros_like()?)?,
                     false => b.set(&mean_scaled.neg()?)?,
                 }
+                self.changed();
             }
             h = self.layer_output(layer, &h, BnStats::Running)?;
         }
@@ -373,6 +419,7 @@ impl PopulationNet {
 
     /// `self = other` (a target network's sync, buffers included), every agent alike.
     pub fn copy_from(&self, other: &PopulationNet) -> Result<()> {
+        self.changed();
         let mine = self.layers.iter().flat_map(PopulationLayer::all);
         for (a, b) in mine.zip(other.layers.iter().flat_map(PopulationLayer::all)) {
             a.set(b.as_tensor())?;
@@ -389,12 +436,16 @@ impl PopulationNet {
                 ran |= norm.after_step(updates, &layer.weight)?;
             }
         }
+        if ran {
+            self.changed();
+        }
         Ok(ran)
     }
 
     /// Polyak averaging, every agent alike: `self = (1 - tau) self + tau other` for
     /// the trainable variables; buffers are copied (a single network's rule).
     pub fn soft_update_from(&self, other: &PopulationNet, tau: f64) -> Result<()> {
+        self.changed();
         for (mine, theirs) in self.layers.iter().zip(&other.layers) {
             for (a, b) in mine.trainable().into_iter().zip(theirs.trainable()) {
                 a.set(&((a.as_tensor() * (1.0 - tau))? + (b.as_tensor() * tau)?)?)?;
@@ -441,6 +492,21 @@ impl PopulationNet {
         self.settings.fused
     }
 
+    /// The variables' version: moved by every change of them.
+    pub(super) fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Marks the weights derived from the variables stale (after a change of them).
+    pub(crate) fn changed(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The counter the optimizer's store moves with every step.
+    pub(crate) fn version_counter(&self) -> Arc<AtomicU64> {
+        self.version.clone()
+    }
+
     /// Whether the fused CPU ops run on `x`.
     pub(super) fn fused_on(&self, x: &Tensor) -> bool {
         self.settings.fused && x.device().is_cpu()
@@ -464,6 +530,7 @@ impl PopulationNet {
                     relu: l.relu,
                     conv: l.conv.clone(),
                     data_conv: l.data_conv,
+                    weight_cache: Mutex::default(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -471,6 +538,7 @@ impl PopulationNet {
             layers,
             layouts: self.layouts.clone(),
             settings: self.settings,
+            version: Arc::default(),
         })
     }
 }

@@ -9,6 +9,8 @@
 //! method without one), [`PopulationNet::forward_with_tape`] says so and the update
 //! takes candle's graph.
 
+use std::sync::Arc;
+
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, TensorId};
 
@@ -17,7 +19,6 @@ use super::PopulationNet;
 use crate::kernels::agent_product;
 use crate::kernels::bias_relu::AgentBias;
 use crate::kernels::per_agent::{accumulate, Applied, PerAgent};
-use crate::nn::weight_norm::stacked_weight_applied;
 use crate::nn::BnStats;
 
 /// What a training forward keeps for [`PopulationNet::backward`].
@@ -39,7 +40,7 @@ struct LayerTape {
 
 enum WeightSource {
     Var(TensorId),
-    WeightNorm { v: TensorId, op: Applied },
+    WeightNorm { v: TensorId, op: Arc<Applied> },
 }
 
 impl PopulationNet {
@@ -78,8 +79,8 @@ impl PopulationNet {
         }
         let v = layer.weight.as_tensor();
         let (weight, weight_source) = match &layer.gain {
-            Some(g) => {
-                let op = stacked_weight_applied(v, g.as_tensor())?;
+            Some(_) => {
+                let op = layer.fused_weight(self.version())?;
                 let v = v.id();
                 (op.out.clone(), WeightSource::WeightNorm { v, op })
             }
