@@ -1,25 +1,46 @@
-//! A population's products, each agent's on its own rows and weights: a dense layer's
-//! `x [P, B, in] * w [P, in, out]` and a data convolution's (im2col, then one product
-//! per agent), as single ops with a direct backward. Through candle a population's
+//! A population's products, each agent's on its own rows and weights with the single
+//! network's kernels (`kernels::linear`, `kernels::conv`): a dense layer's `x [P, B,
+//! in] * w [P, out, in]^T` and a data convolution's (im2col, then one product per
+//! agent), as single ops with a direct backward. Through candle a population's
 //! convolution was a gather, four reshapes and permutes and a batched product, and its
 //! backward as many again; its dense product's backward two transposes and two
-//! products. Weights are in the population's layout: `[P, in, out]`, a convolution's
-//! `in` its patch (`c_in * k * k`).
+//! products. Weights are in the single network's layout, per agent: `[P, out, in]`, a
+//! convolution's `in` its patch (`c_in * k * k`).
 
 use candle_core::{CustomOp2, Result, Shape, Tensor};
 
 use super::conv::Dims;
-use super::dense::{product, transposed, Order, View};
+use super::linear::LinearCore;
+use super::product::Product;
 use super::{cpu_forward, with_values, Grads2};
 
-/// `(P, B, in, out)` of a dense product of `x` `[P, B, ...]` and `w` `[P, in, out]`.
-fn linear_dims(x: &Shape, w: &Shape) -> Result<(usize, usize, usize, usize)> {
-    let (p, n_in, n_out) = w.dims3()?;
+/// `(P, B, one agent's product)` of `x` `[P, B, ...]` and `w` `[P, out, in]`.
+fn linear_dims(x: &Shape, w: &Shape) -> Result<(usize, usize, LinearCore)> {
+    let (p, n_out, n_in) = w.dims3()?;
     let dims = x.dims();
     if dims.len() < 3 || dims[0] != p || x.elem_count() != p * dims[1] * n_in {
         candle_core::bail!("population product: input {x:?} does not fit weights {w:?}");
     }
-    Ok((p, dims[1], n_in, n_out))
+    Ok((p, dims[1], LinearCore::new(dims[1], n_in, n_out)))
+}
+
+/// Runs `f` on each agent's run of `values` (`P` equal runs), concatenating the results.
+fn per_agent(p: usize, values: &[&[f32]], mut f: impl FnMut(&[&[f32]]) -> Vec<f32>) -> Vec<f32> {
+    let mut out = Vec::new();
+    let mut runs = Vec::with_capacity(values.len());
+    for i in 0..p {
+        runs.clear();
+        runs.extend(values.iter().map(|v| {
+            let n = v.len() / p.max(1);
+            &v[i * n..(i + 1) * n]
+        }));
+        let one = f(&runs);
+        if p == 1 {
+            return one;
+        }
+        out.extend(one);
+    }
+    out
 }
 
 /// A dense layer's product over every agent.
@@ -27,16 +48,9 @@ struct AgentLinear;
 
 impl CustomOp2 for AgentLinear {
     cpu_forward!("linear-per-agent", |op, x @ lx, w @ lw| {
-        let (p, b, n_in, n_out) = linear_dims(lx.shape(), lw.shape())?;
-        let mut y = Vec::with_capacity(p * b * n_out);
-        for (xi, wi) in x.chunks_exact(b * n_in).zip(w.chunks_exact(n_in * n_out)) {
-            let (xi, wi) = (
-                View::row_major(xi, b, n_in),
-                View::row_major(wi, n_in, n_out),
-            );
-            y.extend(product(Order::RowMajor, xi, wi));
-        }
-        Ok((y, Shape::from((p, b, n_out))))
+        let (p, b, core) = linear_dims(lx.shape(), lw.shape())?;
+        let y = per_agent(p, &[x, w], |v| core.forward(v[0], v[1]));
+        Ok((y, Shape::from((p, b, lw.shape().dims()[1]))))
     });
 
     fn bwd(&self, x: &Tensor, w: &Tensor, _y: &Tensor, dy: &Tensor) -> Grads2 {
@@ -45,8 +59,8 @@ impl CustomOp2 for AgentLinear {
     }
 }
 
-/// `x * w` per agent: `[P, B, out]` for `x` `[P, B, ...]` (its trailing axes flattened)
-/// and `w` `[P, in, out]`; on the CPU one op, elsewhere a batched product.
+/// `x w^T` per agent: `[P, B, out]` for `x` `[P, B, ...]` (its trailing axes flattened)
+/// and `w` `[P, out, in]`; on the CPU one op, elsewhere a batched product.
 pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if !x.device().is_cpu() {
         let x = if x.rank() > 3 {
@@ -54,34 +68,29 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         } else {
             x.clone()
         };
-        return x.matmul(w);
+        return x.matmul(&w.t()?);
     }
     x.contiguous()?.apply_op2(&w.contiguous()?, AgentLinear)
 }
 
-/// The weight gradient `x^T dy` of [`linear`] per agent, and the input's `dy w^T`
-/// (in `x`'s shape) when asked.
+/// The weight gradient `dy^T x` of [`linear`] per agent, and the input's `dy w` (in
+/// `x`'s shape) when asked.
 pub(crate) fn linear_gradients(
     x: &Tensor,
     w: &Tensor,
     dy: &Tensor,
     input_gradient: bool,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    let (p, b, n_in, n_out) = linear_dims(x.shape(), w.shape())?;
+    let (p, _, core) = linear_dims(x.shape(), w.shape())?;
     let (dw, dx) = with_values(&x.contiguous()?, |x| {
         with_values(&w.contiguous()?, |w| {
             with_values(&dy.contiguous()?, |dy| {
-                let mut dw = Vec::with_capacity(p * n_in * n_out);
-                let mut dx = Vec::with_capacity(if input_gradient { x.len() } else { 0 });
-                for i in 0..p {
-                    let xi = View::row_major(&x[i * b * n_in..], b, n_in);
-                    let wi = View::row_major(&w[i * n_in * n_out..], n_in, n_out);
-                    let gi = View::row_major(&dy[i * b * n_out..], b, n_out);
-                    dw.extend(product(Order::RowMajor, xi.t(), gi));
-                    if input_gradient {
-                        dx.extend(product(Order::RowMajor, gi, wi.t()));
-                    }
-                }
+                let mut dx = Vec::new();
+                let dw = per_agent(p, &[x, w, dy], |v| {
+                    let (dw, d) = core.backward(v[0], v[1], v[2], input_gradient);
+                    dx.extend(d.unwrap_or_default());
+                    dw
+                });
                 Ok((dw, dx))
             })
         })
@@ -105,10 +114,10 @@ pub(crate) struct AgentConv {
 }
 
 impl AgentConv {
-    /// `(P, one agent's sizes)` of inputs `[P, B, c_in * h * w]` (or `[P, B, c_in, h, w]`) and weights `[P, patch,
-    /// c_out]`.
+    /// `(P, one agent's sizes)` of inputs `[P, B, c_in * h * w]` (or `[P, B, c_in, h, w]`)
+    /// and weights `[P, c_out, patch]`.
     fn dims(&self, x: &Shape, w: &Shape) -> Result<(usize, Dims)> {
-        let (p, patch, c_out) = w.dims3()?;
+        let (p, c_out, patch) = w.dims3()?;
         if x.rank() < 2 {
             candle_core::bail!("population convolution: input {x:?} has no batch axis");
         }
@@ -135,23 +144,14 @@ impl AgentConv {
         x.contiguous()?.apply_op2(&w.contiguous()?, self)
     }
 
-    /// The weight gradient `[P, patch, c_out]` from the output's gradient `dy`.
+    /// The weight gradient `[P, c_out, patch]` from the output's gradient `dy`.
     pub(crate) fn weight_gradient(&self, x: &Tensor, w: &Tensor, dy: &Tensor) -> Result<Tensor> {
         let (p, d) = self.dims(x.shape(), w.shape())?;
         let dw = with_values(&x.contiguous()?, |x| {
             with_values(&dy.contiguous()?, |dy| {
-                let mut dw = Vec::with_capacity(w.elem_count());
-                let (xs, ys) = (x.len() / p, dy.len() / p);
-                for i in 0..p {
-                    let cols = d.im2col(&x[i * xs..(i + 1) * xs]);
-                    let by_channel =
-                        transposed(&dy[i * ys..], 1, d.batch(), d.c_out(), d.positions());
-                    // dW [patch, c_out] = cols [patch, columns] * dy [columns, c_out]
-                    let cols = View::row_major(&cols, d.patch(), d.columns());
-                    let dy = View::row_major(&by_channel, d.c_out(), d.columns());
-                    dw.extend(product(Order::RowMajor, cols, dy.t()));
-                }
-                Ok(dw)
+                Ok(per_agent(p, &[x, dy], |v| {
+                    d.backward(&d.im2col(v[0]), &[], v[1], false).0
+                }))
             })
         })?;
         Tensor::from_vec(dw, w.shape(), w.device())
@@ -161,22 +161,7 @@ impl AgentConv {
 impl CustomOp2 for AgentConv {
     cpu_forward!("data-conv2d-per-agent", |op, x @ lx, w @ lw| {
         let (p, d) = op.dims(lx.shape(), lw.shape())?;
-        let (xs, ws) = (x.len() / p, w.len() / p);
-        let mut y = Vec::with_capacity(p * d.batch() * d.c_out() * d.positions());
-        for i in 0..p {
-            let cols = d.im2col(&x[i * xs..(i + 1) * xs]);
-            // [c_out, columns] = w^T [c_out, patch] * cols [patch, columns]
-            let wi = View::row_major(&w[i * ws..(i + 1) * ws], d.patch(), d.c_out()).t();
-            let cols = View::row_major(&cols, d.patch(), d.columns());
-            let by_channel = product(Order::RowMajor, wi, cols);
-            y.extend(transposed(
-                &by_channel,
-                1,
-                d.c_out(),
-                d.batch(),
-                d.positions(),
-            ));
-        }
+        let y = per_agent(p, &[x, w], |v| d.forward(&d.im2col(v[0]), v[1]));
         Ok((y, Shape::from((p, d.batch(), d.c_out(), d.positions()))))
     });
 
@@ -203,11 +188,11 @@ mod tests {
         let mut rng = Normals::new(21);
         for x_dims in [vec![3, 5, 8], vec![3, 5, 2, 4]] {
             let x = Var::from_tensor(&random(&mut rng, &x_dims)).unwrap();
-            let w = Var::from_tensor(&random(&mut rng, &[3, 8, 6])).unwrap();
+            let w = Var::from_tensor(&random(&mut rng, &[3, 6, 8])).unwrap();
             let weights = random(&mut rng, &[3, 5, 6]);
             let fused = linear(x.as_tensor(), w.as_tensor()).unwrap();
             let flat = x.as_tensor().flatten_from(2).unwrap();
-            let reference = flat.matmul(w.as_tensor()).unwrap();
+            let reference = flat.matmul(&w.as_tensor().t().unwrap()).unwrap();
             assert!(max_relative(&fused, &reference) < 1e-6, "{x_dims:?}");
             let (gf, gr) = (gradients(&fused, &weights), gradients(&reference, &weights));
             let (dw, dx) = linear_gradients(x.as_tensor(), w.as_tensor(), &weights, true).unwrap();
@@ -236,7 +221,7 @@ mod tests {
         let (p, b, c_in, h, w, k, c_out) = (3, 4, 2, 6, 5, 3, 4);
         for stride in [1, 2] {
             let x = random(&mut rng, &[p, b, c_in * h * w]);
-            let wv = Var::from_tensor(&random(&mut rng, &[p, c_in * k * k, c_out])).unwrap();
+            let wv = Var::from_tensor(&random(&mut rng, &[p, c_out, c_in * k * k])).unwrap();
             let conv = AgentConv {
                 c_in,
                 h,
@@ -248,7 +233,8 @@ mod tests {
             let im2col =
                 crate::population::conv::Im2col::new(c_in, (h, w), k, stride, &Device::Cpu);
             let im2col = im2col.unwrap();
-            let product = im2col.patches(&x).unwrap().matmul(wv.as_tensor()).unwrap();
+            let w_t = wv.as_tensor().t().unwrap();
+            let product = im2col.patches(&x).unwrap().matmul(&w_t).unwrap();
             let reference = im2col.channels_first(&product, b).unwrap();
             assert_eq!(fused.dims(), reference.dims());
             assert!(max_relative(&fused, &reference) < 1e-6, "stride {stride}");

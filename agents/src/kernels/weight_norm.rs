@@ -300,31 +300,46 @@ impl CustomOp2 for FusedWeightNorm {
     }
 }
 
-/// Weight norm's effective weight in a population, one agent at a time: `v` `[in,
-/// out]` (a population stores weights transposed) and gains `g` `[out]` make `w = g
-/// v / ||v||`, each unit's norm over its inputs. With `s = g / ||v||` and `c = Σ_i dw v
-/// / ||v||` per unit: `dg = c` and `dv = s (dw - v c / (g ||v||))`, written below
-/// without the division by `g` (a gain may be 0).
+/// Weight norm's effective weight in a population, one agent at a time: `v` `[out,
+/// in...]` (a single network's layout) and gains `g` `[out]` make `w = g v / ||v||`,
+/// each unit's norm over its inputs (its row). With `s = g / ||v||` and `c = Σ_i dw v /
+/// ||v||` per unit: `dg = c` and `dv = s (dw - v c / (g ||v||))`, written below without
+/// the division by `g` (a gain may be 0).
 pub(crate) struct AgentWeight;
 
 impl AgentWeight {
-    /// `1 / ||v_u||` of each unit (column) of `v` `[in, out]`, summed in `f64`.
+    /// `1 / ||v_u||` of each unit (row) of `v`, summed in `f64`.
     fn inverse_norms(v: &[f32], out: usize) -> Vec<f64> {
-        let mut sums = vec![0f64; out];
-        for row in v.chunks_exact(out) {
-            for (s, &x) in sums.iter_mut().zip(row) {
-                *s += f64::from(x) * f64::from(x);
-            }
-        }
-        sums.into_iter().map(|s| 1.0 / s.sqrt()).collect()
+        let inputs = v.len() / out.max(1);
+        let rows = v.chunks_exact(inputs.max(1));
+        rows.map(|row| 1.0 / dot64(row, row).sqrt()).collect()
     }
 
     fn check(v: &[f32], g: &[f32]) -> Result<()> {
-        if g.is_empty() || !v.len().is_multiple_of(g.len()) {
+        if g.is_empty() || v.is_empty() || !v.len().is_multiple_of(g.len()) {
             candle_core::bail!("weight norm: {} weights for {} gains", v.len(), g.len());
         }
         Ok(())
     }
+}
+
+/// `Σ a_i b_i` in `f64`, over eight interleaved partial sums: a fixed order (the same
+/// result on every CPU) that vectorizes, where one running sum waits on each add.
+fn dot64(a: &[f32], b: &[f32]) -> f64 {
+    let mut lanes = [0f64; 8];
+    let (xs, ys) = (a.chunks_exact(8), b.chunks_exact(8));
+    let rest: f64 = xs
+        .remainder()
+        .iter()
+        .zip(ys.remainder())
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum();
+    for (x, y) in xs.zip(ys) {
+        for k in 0..8 {
+            lanes[k] += f64::from(x[k]) * f64::from(y[k]);
+        }
+    }
+    lanes.iter().sum::<f64>() + rest
 }
 
 impl super::per_agent::AgentKernel<1> for AgentWeight {
@@ -335,16 +350,11 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
     fn forward(&self, _agent: usize, v: &[f32], [g]: [&[f32]; 1]) -> Result<Vec<f32>> {
         Self::check(v, g)?;
         let inv = Self::inverse_norms(v, g.len());
-        let scales: Vec<f32> = g
-            .iter()
-            .zip(&inv)
-            .map(|(&g, &i)| (f64::from(g) * i) as f32)
-            .collect();
         let mut w = v.to_vec();
-        for row in w.chunks_exact_mut(g.len()) {
-            for (x, s) in row.iter_mut().zip(&scales) {
-                *x *= s;
-            }
+        let inputs = v.len() / g.len();
+        for ((row, &g), &inv) in w.chunks_exact_mut(inputs).zip(g).zip(&inv) {
+            let scale = (f64::from(g) * inv) as f32;
+            row.iter_mut().for_each(|x| *x *= scale);
         }
         Ok(w)
     }
@@ -358,25 +368,20 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
         dw: &[f32],
     ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
         Self::check(v, g)?;
-        let out = g.len();
-        let inv = Self::inverse_norms(v, out);
-        // Σ_i dw v per unit.
-        let mut dots = vec![0f64; out];
-        for (row, drow) in v.chunks_exact(out).zip(dw.chunks_exact(out)) {
-            for ((d, &x), &dx) in dots.iter_mut().zip(row).zip(drow) {
-                *d += f64::from(x) * f64::from(dx);
-            }
-        }
-        let dg: Vec<f32> = dots.iter().zip(&inv).map(|(d, i)| (d * i) as f32).collect();
-        // dv = g/||v|| dw - g dot / ||v||^3 v.
-        let a: Vec<f64> = g.iter().zip(&inv).map(|(&g, i)| f64::from(g) * i).collect();
-        let b: Vec<f64> = (0..out).map(|u| a[u] * dots[u] * inv[u] * inv[u]).collect();
-        // Written row by row into place, so that the loop over units vectorizes.
+        let inv = Self::inverse_norms(v, g.len());
+        let inputs = v.len() / g.len();
         let mut dv = vec![0f32; v.len()];
-        let rows = dv.chunks_exact_mut(out).zip(v.chunks_exact(out));
-        for ((dv, row), drow) in rows.zip(dw.chunks_exact(out)) {
-            let units = dv.iter_mut().zip(row).zip(drow).zip(a.iter().zip(&b));
-            for (((o, &x), &dx), (&a, &b)) in units {
+        let mut dg = Vec::with_capacity(g.len());
+        let rows = v.chunks_exact(inputs).zip(dw.chunks_exact(inputs));
+        for ((((row, drow), out), &g), &inv) in
+            rows.zip(dv.chunks_exact_mut(inputs)).zip(g).zip(&inv)
+        {
+            let dot = dot64(row, drow);
+            dg.push((dot * inv) as f32);
+            // dv = g/||v|| dw - g dot / ||v||^3 v.
+            let a = f64::from(g) * inv;
+            let b = a * dot * inv * inv;
+            for ((o, &x), &dx) in out.iter_mut().zip(row).zip(drow) {
                 *o = (a * f64::from(dx) - b * f64::from(x)) as f32;
             }
         }

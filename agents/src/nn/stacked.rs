@@ -49,8 +49,8 @@ pub(crate) trait StackedNorm: Send + Sync {
         Ok(false)
     }
 
-    /// The method's work after optimizer step `updates` on the layer's weight `[P, in,
-    /// out]` (SVB's projection, BBN's bound of the gains); whether it ran.
+    /// The method's work after optimizer step `updates` on the layer's weight `[P, out,
+    /// in]` (SVB's projection, BBN's bound of the gains); whether it ran.
     fn after_step(&self, _updates: u64, _weight: &Var) -> Result<bool> {
         Ok(false)
     }

@@ -174,7 +174,7 @@ impl StackedNorm for StackedSvb {
         }
         let w = weight.as_tensor();
         let projected = (0..w.dim(0)?)
-            .map(|i| project(&w.get(i)?.t()?, self.eps)?.t())
+            .map(|i| project(&w.get(i)?, self.eps))
             .collect::<Result<Vec<_>>>()?;
         weight.set(&Tensor::stack(&projected, 0)?.contiguous()?)?;
         if let Some((bn, bbn_eps)) = &self.bbn {

@@ -316,7 +316,7 @@ impl UnitNormCache {
 /// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
 pub(crate) const DDI_EPS: f64 = 1e-6;
 
-/// Weight norm's population form: the weight a product uses from `v` `[P, in, out]`
+/// Weight norm's population form: the weight a product uses from `v` `[P, out, in]`
 /// and gains `g` `[P, 1, out]`: `g v / ||v||` per unit (`v`'s norms over its inputs,
 /// per agent); with `direction`, `v / ||v||` alone.
 pub(crate) fn stacked_weight(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
@@ -342,10 +342,10 @@ pub(crate) fn stacked_weight_applied(
 
 /// [`stacked_weight`] as tensor ops, on any device (and the fused op's reference).
 pub(crate) fn stacked_weight_reference(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
-    let inv_norm = v.sqr()?.sum_keepdim(1)?.sqrt()?.recip()?;
+    let inv_norm = v.sqr()?.sum_keepdim(2)?.sqrt()?.recip()?;
     match direction {
         true => v.broadcast_mul(&inv_norm),
-        false => v.broadcast_mul(&(inv_norm * g)?),
+        false => v.broadcast_mul(&(inv_norm * g.transpose(1, 2)?)?),
     }
 }
 
@@ -375,7 +375,7 @@ mod tests {
         use candle_core::Var;
         let mut rng = crate::test_support::Normals::new(9);
         let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
-        let v = Var::from_tensor(&random(&[3, 7, 5])).unwrap();
+        let v = Var::from_tensor(&random(&[3, 5, 7])).unwrap();
         let mut gains = random(&[3, 1, 5])
             .flatten_all()
             .unwrap()
@@ -384,7 +384,7 @@ mod tests {
         gains[2] = 0.0;
         let g =
             Var::from_tensor(&Tensor::from_vec(gains, (3, 1, 5), &Device::Cpu).unwrap()).unwrap();
-        let weights = random(&[3, 7, 5]);
+        let weights = random(&[3, 5, 7]);
         let applied = super::stacked_weight_applied(v.as_tensor(), g.as_tensor()).unwrap();
         let fused = super::stacked_weight(v.as_tensor(), g.as_tensor(), false).unwrap();
         let reference =

@@ -21,9 +21,10 @@ use crate::nn::weight_norm::stacked_weight_reference;
 use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight, stacked_weight_applied};
 use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 
-/// One layer: `[P, in, out]` weights (stored transposed, so that the product needs no
-/// copy), or weight norm's `v` in that layout and its gains `g` `[P, 1, out]`; an
-/// optional bias `[P, 1, out]`, the normalization and the ReLU.
+/// One layer: `[P, out, in]` weights (each agent's in its single network's layout, a
+/// convolution's inputs flattened to its patch), or weight norm's `v` in that layout
+/// and its gains `g` `[P, 1, out]`; an optional bias `[P, 1, out]`, the normalization
+/// and the ReLU.
 pub(super) struct PopulationLayer {
     pub(super) weight: Var,
     pub(super) gain: Option<Var>,
@@ -60,7 +61,7 @@ impl PopulationLayer {
         v
     }
 
-    /// The kernel's product of inputs `x` with weights `w` (`[P, in, out]`): `[P, B, out]`
+    /// The kernel's product of inputs `x` with weights `w` (`[P, out, in]`): `[P, B, out]`
     /// for a dense layer (feature maps from below flattened channel-major first),
     /// `[P, B, out, positions]` for a convolution.
     /// `fused`: the fused CPU ops, where the layer has them.
@@ -68,10 +69,10 @@ impl PopulationLayer {
         let batch = x.dim(1)?;
         match (&self.conv, &self.data_conv) {
             (Some(_), Some(data_conv)) if fused => data_conv.apply(x, w),
-            (Some(conv), _) => conv.channels_first(&conv.patches(x)?.matmul(w)?, batch),
+            (Some(conv), _) => conv.channels_first(&conv.patches(x)?.matmul(&w.t()?)?, batch),
             (None, _) if fused => agent_product::linear(x, w),
-            (None, _) if x.rank() > 3 => x.flatten_from(2)?.matmul(w),
-            (None, _) => x.matmul(w),
+            (None, _) if x.rank() > 3 => x.flatten_from(2)?.matmul(&w.t()?),
+            (None, _) => x.matmul(&w.t()?),
         }
     }
 
@@ -141,22 +142,24 @@ pub struct PopulationNet {
 }
 
 /// How a single network's variable is laid out in the population's: a weight
-/// `[out, in...]` becomes `[P, in, out]` (transposed, so that the product needs no
-/// copy); per-unit values gain axes of size one for broadcasting.
+/// `[out, in...]` becomes `[P, out, in]` (its inputs flattened: the fused products are
+/// the single network's, and a device's products read it transposed without a copy);
+/// per-unit values gain axes of size one for broadcasting.
 #[derive(Clone)]
 pub(crate) struct VarLayout {
     pub(crate) name: String,
     /// The variable's optimizer role (weight norm's gains have a learning rate of their own);
     /// `Buffer` for what is never trained.
     role: Role,
-    transposed: bool,
+    /// A weight: its inputs flattened.
+    weight: bool,
 }
 
 impl VarLayout {
     /// Every agent's values `[P, single shape...]` in the population's layout `shape`.
     pub(crate) fn stack(&self, values: &Tensor, shape: &[usize]) -> Result<Tensor> {
-        match self.transposed {
-            true => values.flatten_from(2)?.transpose(1, 2)?.contiguous(),
+        match self.weight {
+            true => values.flatten_from(2)?.contiguous(),
             false => values.reshape(shape),
         }
     }
@@ -164,9 +167,7 @@ impl VarLayout {
     /// Agent `i`'s values of a population variable `values`, in the single network's
     /// shape `single`.
     pub(crate) fn agent(&self, values: &Tensor, i: usize, single: &[usize]) -> Result<Tensor> {
-        let x = values.get(i)?;
-        let x = if self.transposed { x.t()? } else { x };
-        x.contiguous()?.reshape(single)
+        values.get(i)?.contiguous()?.reshape(single)
     }
 }
 
@@ -198,7 +199,7 @@ fn stack_layer(
         let layout = VarLayout {
             name: full,
             role,
-            transposed: matches!(suffix, "weight" | "v"),
+            weight: matches!(suffix, "weight" | "v"),
         };
         let (p, units) = (values.dim(0)?, values.dim(1)?);
         // Over feature maps `[P, B, channels, positions]`: a value per channel (batch
@@ -299,8 +300,8 @@ impl PopulationNet {
         self.settings.actions
     }
 
-    /// Every trainable variable, named as in a single network (a weight is stored
-    /// transposed: `[P, in, out]` for `[out, in]`; per-unit values `[P, 1, out]`).
+    /// Every trainable variable, named as in a single network (a weight `[out, in...]`
+    /// is stored `[P, out, in]`; per-unit values `[P, 1, out]`).
     ///
     /// Handing them out marks the weights derived from them stale (whoever holds them
     /// may change them).
