@@ -246,3 +246,49 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
         Ok((dt, [db]))
     }
 }
+
+/// Weight norm's layer output in a population, per agent: each unit's kernel output
+/// `t = v x` scaled by `s = g / ||v||`, its bias added and (where the layer has one)
+/// the ReLU, as a single network's output pass does, so that `w` is never formed.
+pub(crate) struct AgentScaledBias {
+    pub units: Units,
+    pub relu: bool,
+}
+
+impl super::per_agent::AgentKernel<2> for AgentScaledBias {
+    fn name(&self) -> &'static str {
+        "unit-scale-bias-per-agent"
+    }
+
+    fn forward(&self, _agent: usize, t: &[f32], [s, b]: [&[f32]; 2]) -> Result<Vec<f32>> {
+        let Units { units, .. } = self.units;
+        if t.len() != self.units.per_unit() * units || s.len() != units || b.len() != units {
+            candle_core::bail!(
+                "a scale of {} and a bias of {} for {} values",
+                s.len(),
+                b.len(),
+                t.len()
+            );
+        }
+        let sb: Vec<(f32, f32)> = s.iter().copied().zip(b.iter().copied()).collect();
+        Ok(match self.relu {
+            true => self.units.map(t, &sb, |t, (s, b)| (t * s + b).max(0.0)),
+            false => self.units.map(t, &sb, |t, (s, b)| t * s + b),
+        })
+    }
+
+    fn backward(
+        &self,
+        _agent: usize,
+        t: &[f32],
+        [s, _b]: [&[f32]; 2],
+        out: &[f32],
+        dy: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+        let d = through_relu(self.relu, out, dy);
+        let dt = self.units.map(&d, s, |d, s| d * s);
+        let ds = self.units.sums2(&d, t, &vec![(); s.len()], |d, t, _| d * t);
+        let db = self.units.sums(&d);
+        Ok((dt, [ds, db]))
+    }
+}

@@ -214,12 +214,8 @@ impl<K: Send + Sync + 'static> PerAgent<K> {
 }
 
 impl<K: AgentKernel<1>> PerAgent<K> {
-    /// The op on stacked `t` and its gain, in candle's graph.
-    pub(crate) fn forward1(self, t: &Tensor, a: &Tensor) -> Result<Tensor> {
-        Ok(self.apply1(t, a)?.out)
-    }
-
-    /// [`Self::forward1`], kept for an explicit backward.
+    /// The op on stacked `t` and its gain, in candle's graph, kept for an explicit
+    /// backward.
     pub(crate) fn apply1(self, t: &Tensor, a: &Tensor) -> Result<Applied> {
         self.apply(t, [a])
     }

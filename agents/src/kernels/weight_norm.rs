@@ -388,3 +388,51 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
         Ok((dv, [dg]))
     }
 }
+
+/// Weight norm's per-unit scale in a population, one agent at a time: `s = g / ||v||`
+/// from gains `g` `[out]` (the op's input) and `v` `[out, in...]` (its parameter). Its
+/// backward takes `ds` to `dg = ds / ||v||` and `v`'s share through its norm, `dv =
+/// -g ds v / ||v||^3` (the product's share, `dt^T x`, is the product's gradient).
+pub(crate) struct AgentWeightScale;
+
+impl super::per_agent::AgentKernel<1> for AgentWeightScale {
+    fn name(&self) -> &'static str {
+        "weight-norm-scale-per-agent"
+    }
+
+    fn forward(&self, _agent: usize, g: &[f32], [v]: [&[f32]; 1]) -> Result<Vec<f32>> {
+        AgentWeight::check(v, g)?;
+        let inv = AgentWeight::inverse_norms(v, g.len());
+        Ok(g.iter()
+            .zip(&inv)
+            .map(|(&g, i)| (f64::from(g) * i) as f32)
+            .collect())
+    }
+
+    fn backward(
+        &self,
+        _agent: usize,
+        g: &[f32],
+        [v]: [&[f32]; 1],
+        _s: &[f32],
+        ds: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        AgentWeight::check(v, g)?;
+        let inv = AgentWeight::inverse_norms(v, g.len());
+        let inputs = v.len() / g.len();
+        let dg = ds
+            .iter()
+            .zip(&inv)
+            .map(|(&d, i)| (f64::from(d) * i) as f32)
+            .collect();
+        let mut dv = vec![0f32; v.len()];
+        let units = dv.chunks_exact_mut(inputs).zip(v.chunks_exact(inputs));
+        for (((out, row), (&g, &d)), &inv) in units.zip(g.iter().zip(ds)).zip(&inv) {
+            let c = -(f64::from(g) * f64::from(d) * inv * inv * inv);
+            for (o, &x) in out.iter_mut().zip(row) {
+                *o = (c * f64::from(x)) as f32;
+            }
+        }
+        Ok((dg, [dv]))
+    }
+}

@@ -244,3 +244,56 @@ fn a_population_bias_equals_the_tensor_form() {
         }
     }
 }
+
+/// Weight norm's layer output per agent (the kernel's output scaled per unit, the bias,
+/// the ReLU) equals its tensor form: values and the gradients of the output, the scale
+/// and the bias, by candle's backward and by the op's explicit one.
+#[test]
+fn a_population_scaled_bias_equals_the_tensor_form() {
+    use crate::kernels::bias_relu::AgentScaledBias;
+    use crate::kernels::units::Units;
+    let mut rng = Normals::new(8);
+    let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
+    for (h, unit) in [
+        (vec![3, 5, 8], vec![3, 1, 8]),
+        (vec![3, 5, 4, 6], vec![3, 1, 4, 1]),
+    ] {
+        for relu in [false, true] {
+            let t = Var::from_tensor(&random(&h)).unwrap();
+            let (s, b) = (random(&unit), random(&unit));
+            let (s, b) = (Var::from_tensor(&s).unwrap(), Var::from_tensor(&b).unwrap());
+            let weights = random(&h);
+            let units = Units::of(&candle_core::Shape::from(&h[1..])).unwrap();
+            let kernel = AgentScaledBias { units, relu };
+            let op = crate::kernels::per_agent::PerAgent { kernel, agents: 3 };
+            let applied = op
+                .apply2(t.as_tensor(), s.as_tensor(), b.as_tensor())
+                .unwrap();
+            let scaled = t.as_tensor().broadcast_mul(s.as_tensor()).unwrap();
+            let mut reference = scaled.broadcast_add(b.as_tensor()).unwrap();
+            if relu {
+                reference = reference.relu().unwrap();
+            }
+            assert!(
+                max_relative(&applied.out, &reference) < 1e-6,
+                "{h:?} relu {relu}"
+            );
+            let gr = gradients(&reference, &weights);
+            let explicit = explicit_gradients(&applied, t.as_tensor(), &weights);
+            for gf in [gradients(&applied.out, &weights), explicit] {
+                for v in [&t, &s, &b] {
+                    let (a, r) = (
+                        gf.get(v.as_tensor()).unwrap(),
+                        gr.get(v.as_tensor()).unwrap(),
+                    );
+                    let err = max_relative(a, r);
+                    assert!(
+                        err < 1e-5,
+                        "{h:?} relu {relu}: gradient of {:?}: {err:e}",
+                        v.dims()
+                    );
+                }
+            }
+        }
+    }
+}

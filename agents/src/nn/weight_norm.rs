@@ -340,6 +340,34 @@ pub(crate) fn stacked_weight_applied(
     op.apply1(v, g)
 }
 
+/// Weight norm's per-unit scale `g / ||v||` `[P, 1, out]` from `v` `[P, out, in]` and
+/// gains `g` `[P, 1, out]`, as one fused CPU op with its backward, kept for an explicit
+/// backward: a layer's output is then its product with `v`, scaled per unit
+/// (`kernels::bias_relu::AgentScaledBias`), and `w` is never formed.
+pub(crate) fn stacked_scale_applied(
+    v: &Tensor,
+    g: &Tensor,
+) -> Result<crate::kernels::per_agent::Applied> {
+    let kernel = crate::kernels::weight_norm::AgentWeightScale;
+    let op = crate::kernels::per_agent::PerAgent {
+        kernel,
+        agents: v.dim(0)?,
+    };
+    op.apply1(g, v)
+}
+
+/// [`stacked_scale_applied`] as tensor ops, on any device (and the fused op's
+/// reference): `g / ||v||`, shaped for outputs of `rank` (`[P, 1, out]`, or `[P, 1,
+/// out, 1]` over feature maps).
+pub(crate) fn stacked_scale_reference(v: &Tensor, g: &Tensor, rank: usize) -> Result<Tensor> {
+    let inv_norm = v.sqr()?.sum_keepdim(2)?.sqrt()?.recip()?.transpose(1, 2)?;
+    let s = (g * inv_norm)?;
+    match rank {
+        4 => s.unsqueeze(3),
+        _ => Ok(s),
+    }
+}
+
 /// [`stacked_weight`] as tensor ops, on any device (and the fused op's reference).
 pub(crate) fn stacked_weight_reference(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
     let inv_norm = v.sqr()?.sum_keepdim(2)?.sqrt()?.recip()?;
@@ -395,6 +423,40 @@ mod tests {
         // Through candle's backward and through the op's explicit one.
         let explicit = explicit_gradients(&applied, v.as_tensor(), &weights);
         for gf in [gradients(&fused, &weights), explicit] {
+            for var in [&v, &g] {
+                let (a, b) = (
+                    gf.get(var.as_tensor()).unwrap(),
+                    gr.get(var.as_tensor()).unwrap(),
+                );
+                assert!(max_relative(a, b) < 1e-5, "gradient of {:?}", var.dims());
+            }
+        }
+    }
+
+    /// Weight norm's per-unit scale equals its tensor form, values and gradients of
+    /// `v` and `g` (by candle's backward and by the op's explicit one), a zero gain
+    /// among them.
+    #[test]
+    fn the_population_scale_equals_the_tensor_form() {
+        use crate::test_support::{explicit_gradients, gradients, max_relative};
+        use candle_core::Var;
+        let mut rng = crate::test_support::Normals::new(10);
+        let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
+        let v = Var::from_tensor(&random(&[3, 5, 7])).unwrap();
+        let g = random(&[3, 1, 5]).flatten_all().unwrap();
+        let mut gains = g.to_vec1::<f32>().unwrap();
+        gains[3] = 0.0;
+        let g = Tensor::from_vec(gains, (3, 1, 5), &Device::Cpu).unwrap();
+        let g = Var::from_tensor(&g).unwrap();
+        let weights = random(&[3, 1, 5]);
+        let applied = super::stacked_scale_applied(v.as_tensor(), g.as_tensor()).unwrap();
+        let reference = super::stacked_scale_reference(v.as_tensor(), g.as_tensor(), 3);
+        let reference = reference.unwrap();
+        assert!(max_relative(&applied.out, &reference) < 1e-6);
+        let gr = gradients(&reference, &weights);
+        let graph = gradients(&applied.out, &weights);
+        let explicit = explicit_gradients(&applied, g.as_tensor(), &weights);
+        for gf in [graph, explicit] {
             for var in [&v, &g] {
                 let (a, b) = (
                     gf.get(var.as_tensor()).unwrap(),

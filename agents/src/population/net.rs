@@ -13,12 +13,14 @@ use candle_core::{Result, Tensor, Var};
 
 use super::conv::Im2col;
 use crate::kernels::agent_product::{self, AgentConv};
-use crate::kernels::bias_relu::AgentBias;
+use crate::kernels::bias_relu::{AgentBias, AgentScaledBias};
 use crate::kernels::per_agent::{Applied, PerAgent};
+use crate::kernels::units::Units;
 use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
 use crate::nn::weight_norm::stacked_weight_reference;
-use crate::nn::weight_norm::{stacked_initial_gain, stacked_weight, stacked_weight_applied};
+use crate::nn::weight_norm::{stacked_initial_gain, stacked_scale_applied, stacked_weight};
+use crate::nn::weight_norm::{stacked_scale_reference, stacked_weight_applied};
 use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 
 /// One layer: `[P, out, in]` weights (each agent's in its single network's layout, a
@@ -87,18 +89,28 @@ impl PopulationLayer {
     fn effective_weight(&self, direction: bool, fused: bool, version: u64) -> Result<Tensor> {
         let v = self.weight.as_tensor();
         match &self.gain {
-            Some(_) if fused && !direction => Ok(self.fused_weight(version)?.out.clone()),
+            // A scaled layer's output is scaled after the product, both ways.
+            Some(_) if self.scaled() && !direction => Ok(v.clone()),
+            Some(_) if fused && !direction => Ok(self.fused_gain(version)?.out.clone()),
             Some(g) if fused => stacked_weight(v, g.as_tensor(), direction),
             Some(g) => stacked_weight_reference(v, g.as_tensor(), direction),
             None => Ok(v.clone()),
         }
     }
 
-    /// Weight norm's fused weight `g v / ||v||` at the network's `version`, with its
-    /// backward.
-    pub(super) fn fused_weight(&self, version: u64) -> Result<Arc<Applied>> {
+    /// Whether the fused ops scale this layer's output per unit rather than form its
+    /// weight: weight norm with a bias and no normalization after it, as a single
+    /// network's layer does (the product is `v`'s; [`AgentScaledBias`]).
+    pub(super) fn scaled(&self) -> bool {
+        self.gain.is_some() && self.bias.is_some() && self.norm.is_none()
+    }
+
+    /// Weight norm's fused op at the network's `version`, with its backward: the per
+    /// unit scale `g / ||v||` where the layer is [`Self::scaled`], else the weight `g v
+    /// / ||v||`.
+    pub(super) fn fused_gain(&self, version: u64) -> Result<Arc<Applied>> {
         let Some(g) = &self.gain else {
-            candle_core::bail!("a layer without weight norm has no fused weight");
+            candle_core::bail!("a layer without weight norm has no fused gain");
         };
         let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, applied)) = cache.as_ref() {
@@ -106,13 +118,25 @@ impl PopulationLayer {
                 return Ok(applied.clone());
             }
         }
-        let applied = Arc::new(stacked_weight_applied(
-            self.weight.as_tensor(),
-            g.as_tensor(),
-        )?);
+        let (v, g) = (self.weight.as_tensor(), g.as_tensor());
+        let applied = Arc::new(match self.scaled() {
+            true => stacked_scale_applied(v, g)?,
+            false => stacked_weight_applied(v, g)?,
+        });
         *cache = Some((version, applied.clone()));
         Ok(applied)
     }
+}
+
+/// What follows a layer's product in its fused form.
+pub(super) enum After {
+    /// One op: the normalization, weight norm's scale, the bias, the ReLU (those the
+    /// layer has).
+    Op(Applied),
+    /// Nothing: the output is the product.
+    Identity,
+    /// No fused form here: the tensor forms.
+    Unfused,
 }
 
 /// The settings every layer shares.
@@ -347,36 +371,68 @@ impl PopulationNet {
     /// mean-only BN has both), the ReLU.
     fn layer_output(&self, layer: &PopulationLayer, x: &Tensor, stats: BnStats) -> Result<Tensor> {
         let fused = self.fused_on(x);
-        let h = layer.product(
-            x,
-            &layer.effective_weight(false, fused, self.version())?,
-            fused,
-        )?;
-        if let (Some(norm), true, true) = (&layer.norm, layer.relu, fused) {
-            if let Some(applied) = norm.forward_relu(&h, stats, layer.bias.as_ref())? {
-                return Ok(applied.out);
+        let w = layer.effective_weight(false, fused, self.version())?;
+        let h = layer.product(x, &w, fused)?;
+        if fused {
+            match self.after_product(layer, &h, stats)? {
+                After::Op(applied) => return Ok(applied.out),
+                After::Identity => return Ok(h),
+                After::Unfused => {}
             }
         }
         let mut h = match &layer.norm {
             Some(norm) => norm.forward(h, stats)?,
             None => h,
         };
+        if let (Some(g), true) = (&layer.gain, layer.scaled()) {
+            let v = layer.weight.as_tensor();
+            h = h.broadcast_mul(&stacked_scale_reference(v, g.as_tensor(), h.rank())?)?;
+        }
         if let Some(b) = &layer.bias {
-            if fused {
-                // Bias and ReLU in one op with a one-pass backward, per agent.
-                let kernel = AgentBias::of(h.shape(), layer.relu)?;
-                let op = PerAgent {
-                    kernel,
-                    agents: self.settings.agents,
-                };
-                return op.forward1(&h, b.as_tensor());
-            }
             h = h.broadcast_add(b.as_tensor())?;
         }
         if layer.relu {
             h = relu(&h)?;
         }
         Ok(h)
+    }
+
+    /// The fused op after `layer`'s product `h` (on the CPU).
+    pub(super) fn after_product(
+        &self,
+        layer: &PopulationLayer,
+        h: &Tensor,
+        stats: BnStats,
+    ) -> Result<After> {
+        let agents = self.settings.agents;
+        let norm = layer.norm.as_ref().filter(|n| !n.passes_through());
+        if let Some(norm) = norm {
+            let applied = match layer.relu {
+                true => norm.forward_relu(h, stats, layer.bias.as_ref())?,
+                false => None,
+            };
+            return Ok(applied.map_or(After::Unfused, After::Op));
+        }
+        let units = || Units::of(&candle_core::Shape::from(&h.dims()[1..]));
+        match (&layer.bias, &layer.gain) {
+            (Some(b), Some(_)) if layer.scaled() => {
+                let s = layer.fused_gain(self.version())?;
+                let kernel = AgentScaledBias {
+                    units: units()?,
+                    relu: layer.relu,
+                };
+                let op = PerAgent { kernel, agents };
+                Ok(After::Op(op.apply2(h, &s.out, b.as_tensor())?))
+            }
+            (Some(b), _) => {
+                // Bias and ReLU in one op with a one-pass backward, per agent.
+                let kernel = AgentBias::of(h.shape(), layer.relu)?;
+                let op = PerAgent { kernel, agents };
+                Ok(After::Op(op.apply1(h, b.as_tensor())?))
+            }
+            (None, _) if !layer.relu => Ok(After::Identity),
+            (None, _) => Ok(After::Unfused),
+        }
     }
 
     /// Weight norm's data-dependent init on each agent's batch `x` `[P, B, obs]`, layer

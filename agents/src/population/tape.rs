@@ -14,11 +14,10 @@ use std::sync::Arc;
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, TensorId};
 
-use super::net::PopulationLayer;
+use super::net::{After, PopulationLayer};
 use super::PopulationNet;
 use crate::kernels::agent_product;
-use crate::kernels::bias_relu::AgentBias;
-use crate::kernels::per_agent::{accumulate, Applied, PerAgent};
+use crate::kernels::per_agent::{accumulate, Applied};
 use crate::nn::BnStats;
 
 /// What a training forward keeps for [`PopulationNet::backward`].
@@ -40,7 +39,18 @@ struct LayerTape {
 
 enum WeightSource {
     Var(TensorId),
-    WeightNorm { v: TensorId, op: Arc<Applied> },
+    WeightNorm {
+        v: TensorId,
+        op: Arc<Applied>,
+    },
+    /// Weight norm's scale `s` of the layer's output ([`PopulationLayer::scaled`]): the
+    /// product's gradient is `v`'s, and the scale's (which the op after the product
+    /// left under the scale, `op`'s output) reaches `g` and `v` through `op`.
+    Scaled {
+        v: TensorId,
+        g: TensorId,
+        op: Arc<Applied>,
+    },
 }
 
 impl PopulationNet {
@@ -79,30 +89,26 @@ impl PopulationNet {
         }
         let v = layer.weight.as_tensor();
         let (weight, weight_source) = match &layer.gain {
+            Some(g) if layer.scaled() => {
+                let (op, g) = (layer.fused_gain(self.version())?, g.as_tensor().id());
+                let v = v.id();
+                (
+                    layer.weight.as_tensor().clone(),
+                    WeightSource::Scaled { v, g, op },
+                )
+            }
             Some(_) => {
-                let op = layer.fused_weight(self.version())?;
+                let op = layer.fused_gain(self.version())?;
                 let v = v.id();
                 (op.out.clone(), WeightSource::WeightNorm { v, op })
             }
             None => (v.clone(), WeightSource::Var(v.id())),
         };
         let h = layer.product(x, &weight, true)?;
-        let norm = layer.norm.as_ref().filter(|n| !n.passes_through());
-        let after = match (norm, &layer.bias) {
-            (Some(norm), bias) => match norm.forward_relu(&h, stats, bias.as_ref())? {
-                Some(applied) => Some(applied),
-                None => return Ok(None),
-            },
-            (None, Some(b)) => {
-                let kernel = AgentBias::of(h.shape(), layer.relu)?;
-                let op = PerAgent {
-                    kernel,
-                    agents: self.agents(),
-                };
-                Some(op.apply1(&h, b.as_tensor())?)
-            }
-            (None, None) if !layer.relu => None,
-            (None, None) => return Ok(None),
+        let after = match self.after_product(layer, &h, stats)? {
+            After::Op(applied) => Some(applied),
+            After::Identity => None,
+            After::Unfused => return Ok(None),
         };
         let out = after.as_ref().map_or(h, |a| a.out.clone());
         let saved = LayerTape {
@@ -137,6 +143,14 @@ impl PopulationNet {
                 WeightSource::WeightNorm { v, op } => {
                     let dv = op.backward(&dw, &mut grads)?;
                     accumulate(&mut grads, *v, dv)?;
+                }
+                WeightSource::Scaled { v, g, op } => {
+                    accumulate(&mut grads, *v, dw)?;
+                    let Some(ds) = grads.remove(&op.out) else {
+                        candle_core::bail!("weight norm's scale received no gradient");
+                    };
+                    let dg = op.backward(&ds, &mut grads)?;
+                    accumulate(&mut grads, *g, dg)?;
                 }
             }
             match dx {
