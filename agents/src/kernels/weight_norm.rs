@@ -417,7 +417,28 @@ impl super::per_agent::AgentKernel<1> for AgentWeightScale {
         _s: &[f32],
         ds: &[f32],
     ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        let (dg, dv) = Self::gradients(v, g, None, ds)?;
+        Ok((dg, [dv]))
+    }
+}
+
+impl AgentWeightScale {
+    /// `dg` and `v`'s gradient from the scale's gradient `ds`, plus `dw` (the
+    /// product's gradient with respect to `v`) where given: the whole of `v`'s in one
+    /// pass.
+    pub(crate) fn gradients(
+        v: &[f32],
+        g: &[f32],
+        dw: Option<&[f32]>,
+        ds: &[f32],
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
         AgentWeight::check(v, g)?;
+        if ds.len() != g.len() || dw.is_some_and(|d| d.len() != v.len()) {
+            candle_core::bail!(
+                "weight norm's scale: gradients do not fit {} gains",
+                g.len()
+            );
+        }
         let inv = AgentWeight::inverse_norms(v, g.len());
         let inputs = v.len() / g.len();
         let dg = ds
@@ -426,13 +447,26 @@ impl super::per_agent::AgentKernel<1> for AgentWeightScale {
             .map(|(&d, i)| (f64::from(d) * i) as f32)
             .collect();
         let mut dv = vec![0f32; v.len()];
-        let units = dv.chunks_exact_mut(inputs).zip(v.chunks_exact(inputs));
-        for (((out, row), (&g, &d)), &inv) in units.zip(g.iter().zip(ds)).zip(&inv) {
-            let c = -(f64::from(g) * f64::from(d) * inv * inv * inv);
-            for (o, &x) in out.iter_mut().zip(row) {
-                *o = (c * f64::from(x)) as f32;
+        let units = dv
+            .chunks_exact_mut(inputs)
+            .zip(v.chunks_exact(inputs))
+            .enumerate();
+        for ((u, (out, row)), (&g, &d)) in units.zip(g.iter().zip(ds)) {
+            let c = -(f64::from(g) * f64::from(d) * inv[u] * inv[u] * inv[u]);
+            match dw {
+                Some(dw) => {
+                    let product = &dw[u * inputs..(u + 1) * inputs];
+                    for ((o, &x), &p) in out.iter_mut().zip(row).zip(product) {
+                        *o = (f64::from(p) + c * f64::from(x)) as f32;
+                    }
+                }
+                None => {
+                    for (o, &x) in out.iter_mut().zip(row) {
+                        *o = (c * f64::from(x)) as f32;
+                    }
+                }
             }
         }
-        Ok((dg, [dv]))
+        Ok((dg, dv))
     }
 }

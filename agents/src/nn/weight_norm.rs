@@ -356,6 +356,46 @@ pub(crate) fn stacked_scale_applied(
     op.apply1(g, v)
 }
 
+/// The gradients of `v` and `g` `(dv, dg)` of a layer scaled by
+/// [`stacked_scale_applied`], from its product's gradient with respect to `v` (`dw`,
+/// `[P, out, in]`) and its scale's (`ds`, `[P, 1, out]`): one pass over `v` per agent
+/// (the scale's own backward and a sum made three).
+pub(crate) fn stacked_scale_gradients(
+    v: &Tensor,
+    g: &Tensor,
+    dw: &Tensor,
+    ds: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    use crate::kernels::weight_norm::AgentWeightScale;
+    use crate::kernels::with_values;
+    let p = v.dim(0)?;
+    let (dv, dg) = with_values(&v.contiguous()?, |v| {
+        with_values(&g.contiguous()?, |g| {
+            with_values(&dw.contiguous()?, |dw| {
+                with_values(&ds.contiguous()?, |ds| {
+                    let (mut dv, mut dg) = (Vec::with_capacity(v.len()), Vec::new());
+                    fn run(x: &[f32], i: usize, p: usize) -> &[f32] {
+                        let n = x.len() / p.max(1);
+                        &x[i * n..(i + 1) * n]
+                    }
+                    for i in 0..p {
+                        let (v, g, ds) = (run(v, i, p), run(g, i, p), run(ds, i, p));
+                        let dw = Some(run(dw, i, p));
+                        let (g1, v1) = AgentWeightScale::gradients(v, g, dw, ds)?;
+                        dg.extend(g1);
+                        dv.extend(v1);
+                    }
+                    Ok((dv, dg))
+                })
+            })
+        })
+    })?;
+    Ok((
+        Tensor::from_vec(dv, v.shape(), v.device())?,
+        Tensor::from_vec(dg, g.shape(), g.device())?,
+    ))
+}
+
 /// [`stacked_scale_applied`] as tensor ops, on any device (and the fused op's
 /// reference): `g / ||v||`, shaped for outputs of `rank` (`[P, 1, out]`, or `[P, 1,
 /// out, 1]` over feature maps).
@@ -465,6 +505,13 @@ mod tests {
                 assert!(max_relative(a, b) < 1e-5, "gradient of {:?}", var.dims());
             }
         }
+        // With the product's gradient `dw` added in the same pass.
+        let dw = random(&[3, 5, 7]);
+        let (dv, dg) =
+            super::stacked_scale_gradients(v.as_tensor(), g.as_tensor(), &dw, &weights).unwrap();
+        let dv_ref = (gr.get(v.as_tensor()).unwrap() + &dw).unwrap();
+        assert!(max_relative(&dv, &dv_ref) < 1e-5);
+        assert!(max_relative(&dg, gr.get(g.as_tensor()).unwrap()) < 1e-5);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::net::{After, PopulationLayer};
 use super::PopulationNet;
 use crate::kernels::agent_product;
 use crate::kernels::per_agent::{accumulate, Applied};
+use crate::nn::weight_norm::stacked_scale_gradients;
 use crate::nn::BnStats;
 
 /// What a training forward keeps for [`PopulationNet::backward`].
@@ -43,12 +44,10 @@ enum WeightSource {
         v: TensorId,
         op: Arc<Applied>,
     },
-    /// Weight norm's scale `s` of the layer's output ([`PopulationLayer::scaled`]): the
-    /// product's gradient is `v`'s, and the scale's (which the op after the product
-    /// left under the scale, `op`'s output) reaches `g` and `v` through `op`.
+    /// Weight norm's scale of the layer's output ([`PopulationLayer::scaled`], `op`'s
+    /// output): `v`'s gradient is the product's plus the scale's share, whose
+    /// gradient the op after the product left under the scale.
     Scaled {
-        v: TensorId,
-        g: TensorId,
         op: Arc<Applied>,
     },
 }
@@ -89,13 +88,9 @@ impl PopulationNet {
         }
         let v = layer.weight.as_tensor();
         let (weight, weight_source) = match &layer.gain {
-            Some(g) if layer.scaled() => {
-                let (op, g) = (layer.fused_gain(self.version())?, g.as_tensor().id());
-                let v = v.id();
-                (
-                    layer.weight.as_tensor().clone(),
-                    WeightSource::Scaled { v, g, op },
-                )
+            Some(_) if layer.scaled() => {
+                let op = layer.fused_gain(self.version())?;
+                (v.clone(), WeightSource::Scaled { op })
             }
             Some(_) => {
                 let op = layer.fused_gain(self.version())?;
@@ -144,13 +139,17 @@ impl PopulationNet {
                     let dv = op.backward(&dw, &mut grads)?;
                     accumulate(&mut grads, *v, dv)?;
                 }
-                WeightSource::Scaled { v, g, op } => {
-                    accumulate(&mut grads, *v, dw)?;
+                WeightSource::Scaled { op } => {
                     let Some(ds) = grads.remove(&op.out) else {
                         candle_core::bail!("weight norm's scale received no gradient");
                     };
-                    let dg = op.backward(&ds, &mut grads)?;
-                    accumulate(&mut grads, *g, dg)?;
+                    let (v, g) = (&layer.weight, layer.gain.as_ref());
+                    let Some(g) = g else {
+                        candle_core::bail!("a scaled layer without gains");
+                    };
+                    let (dv, dg) = stacked_scale_gradients(v, g, &dw, &ds)?;
+                    accumulate(&mut grads, v.id(), dv)?;
+                    accumulate(&mut grads, g.id(), dg)?;
                 }
             }
             match dx {
