@@ -777,13 +777,17 @@ fn fused_population_steps_equal_the_tensor_forms() {
     }
 }
 
-/// A population in shards (here of 2, 2 and 1 agents) trains, acts and exports exactly
-/// as one shard of all its agents: each agent's arithmetic is its own in either, so
-/// every value is equal, not only close. Every method with running statistics or
+/// A population in shards (here of 2, 2 and 1 agents, updated on two threads) trains,
+/// acts and exports exactly as one shard of all its agents: each agent's arithmetic is
+/// its own in either, so every value is equal, not only close. Every method with running statistics or
 /// per-agent work after the step is among them, on the MLP and the CNN.
 #[test]
 fn a_sharded_population_equals_one_shard() {
     use normrl_agents::population::ShardedPopulation;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
     let kinds = [
         NormKind::None,
         NormKind::WeightNorm,
@@ -800,7 +804,11 @@ fn a_sharded_population_equals_one_shard() {
             assert_eq!(sharded.shards().len(), 3);
             for step in 0..12 {
                 let batches: Vec<Batch> = (0..5).map(|a| shape.batch(8, a, step)).collect();
-                let a = sharded.update(&batches).unwrap().metrics;
+                // Shards on two threads: the same values as on one.
+                let a = sharded
+                    .update_on(&batches, None, Some(&pool))
+                    .unwrap()
+                    .metrics;
                 let b = whole.update(&batches).unwrap().metrics;
                 let (a, b): (Vec<Vec<f32>>, Vec<Vec<f32>>) =
                     (a.to_vec2().unwrap(), b.to_vec2().unwrap());

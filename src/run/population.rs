@@ -478,9 +478,10 @@ impl Population {
             }
             let sampled = Instant::now();
             let batches: Vec<&Batch> = self.members.iter().map(Trainer::batch).collect();
-            let info = self
-                .agents
-                .update_with_frames(&batches, self.frames.as_ref())?;
+            // The shards of a CPU population update on the run's threads (each shard's
+            // arithmetic is its own: the same results on any number of threads).
+            let (frames, pool) = (self.frames.as_ref(), self.pool.as_ref());
+            let info = self.agents.update_on(&batches, frames, pool)?;
             self.times.sample += sampled - start;
             self.times.update += sampled.elapsed();
             self.sums = Some(match self.sums.take() {

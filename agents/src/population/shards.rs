@@ -90,24 +90,40 @@ impl ShardedPopulation {
     /// One update of every agent on its own batch (`batches[i]` is agent `i`'s), its
     /// observations gathered from `frames` when given: each agent's TD loss, mean Q
     /// of its taken actions and gradient norm `[3, P]`, still on the device.
-    pub fn update_with_frames<B: Borrow<Batch>>(
+    pub fn update_with_frames<B: Borrow<Batch> + Sync>(
         &mut self,
         batches: &[B],
         frames: Option<&DeviceFrames>,
     ) -> Result<PopulationInfo> {
+        self.update_on(batches, frames, None)
+    }
+
+    /// [`Self::update_with_frames`] with the shards spread over `pool`'s threads where
+    /// given (each shard's arithmetic is its own, so the results do not depend on the
+    /// threads).
+    pub fn update_on<B: Borrow<Batch> + Sync>(
+        &mut self,
+        batches: &[B],
+        frames: Option<&DeviceFrames>,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<PopulationInfo> {
+        use rayon::prelude::*;
         if batches.len() != self.agents {
             candle_core::bail!("{} batches for {} agents", batches.len(), self.agents);
         }
-        let mut metrics = Vec::with_capacity(self.shards.len());
-        for (i, (shard, batches)) in self
-            .shards
-            .iter_mut()
-            .zip(batches.chunks(self.size))
-            .enumerate()
-        {
-            let frames = frames.map(|f| f.members_from(i * self.size));
-            metrics.push(shard.update_with_frames(batches, frames.as_ref())?.metrics);
-        }
+        let (size, several) = (self.size, self.shards.len() > 1);
+        let step = |(i, (shard, batches)): (usize, (&mut PopulationDqn, &[B]))| {
+            let frames = frames.map(|f| f.members_from(i * size));
+            Ok(shard.update_with_frames(batches, frames.as_ref())?.metrics)
+        };
+        let shards = self.shards.iter_mut().zip(batches.chunks(size)).enumerate();
+        let mut metrics: Vec<Tensor> = match pool {
+            Some(pool) if several => pool.install(|| {
+                let shards: Vec<_> = shards.collect();
+                shards.into_par_iter().map(step).collect::<Result<_>>()
+            })?,
+            _ => shards.map(step).collect::<Result<_>>()?,
+        };
         let metrics = match metrics.len() {
             1 => metrics.remove(0),
             _ => Tensor::cat(&metrics, 1)?,
@@ -116,7 +132,7 @@ impl ShardedPopulation {
     }
 
     /// [`Self::update_with_frames`] with the observations in the batches.
-    pub fn update<B: Borrow<Batch>>(&mut self, batches: &[B]) -> Result<PopulationInfo> {
+    pub fn update<B: Borrow<Batch> + Sync>(&mut self, batches: &[B]) -> Result<PopulationInfo> {
         self.update_with_frames(batches, None)
     }
 
