@@ -390,7 +390,7 @@ pub fn describe_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -
         let units = population_units(config, runs)?;
         let largest = units.iter().map(Vec::len).max().unwrap_or(0);
         text.push_str(&format!(
-            "; as {} populations of up to {largest} runs (built for a GPU: on a CPU they run slower than the estimate, which is for separate runs)",
+            "; as {} populations of up to {largest} runs (on a CPU a population's agents train about as fast as separate runs, on run.threads cores; the estimate is for the CPU: a GPU's rate is measured with `normrl bench population-train --device cuda`)",
             units.len()
         ));
     }
