@@ -254,8 +254,11 @@ pub fn population_td_loss(
         return population_td_loss_tensor_ops(q, actions, targets, loss);
     }
     let targets = targets.detach().contiguous()?;
-    q.contiguous()?
-        .apply_op3(&actions.contiguous()?, &targets, PopulationTdLoss { loss })
+    q.contiguous()?.apply_op3(
+        &actions.contiguous()?,
+        &targets,
+        PopulationTdLoss::new(loss, TdOutput::Losses),
+    )
 }
 
 /// [`population_td_loss`] as tensor ops, on any device (the fused op's reference).
@@ -276,7 +279,7 @@ pub fn population_mean_taken(q: &Tensor, actions: &Tensor) -> Result<Tensor> {
     }
     q.detach().contiguous()?.apply_op2_no_bwd(
         &actions.contiguous()?,
-        &PopulationTdLoss { loss: Loss::Mse },
+        &PopulationTdLoss::new(Loss::Mse, TdOutput::Losses),
     )
 }
 
@@ -292,7 +295,7 @@ pub fn population_td_gradient(
     q.contiguous()?.apply_op3_no_bwd(
         &actions.contiguous()?,
         &targets.contiguous()?,
-        &PopulationTdGradient(PopulationTdLoss { loss }),
+        &PopulationTdLoss::new(loss, TdOutput::Gradient),
     )
 }
 
@@ -307,13 +310,25 @@ pub fn population_td_stats(
     q.contiguous()?.apply_op3_no_bwd(
         &actions.contiguous()?,
         &targets.contiguous()?,
-        &PopulationTdStats(PopulationTdLoss { loss }),
+        &PopulationTdLoss::new(loss, TdOutput::Stats),
     )
 }
 
 /// [`TdLoss`] of each agent of a population.
 struct PopulationTdLoss {
     loss: Loss,
+    output: TdOutput,
+}
+
+/// What [`PopulationTdLoss`] computes from the Q-values, actions and targets.
+#[derive(Clone, Copy)]
+enum TdOutput {
+    /// Each agent's mean loss `[P]` (with its gradient backward).
+    Losses,
+    /// Each agent's mean loss and mean taken Q-value `[2, P]`.
+    Stats,
+    /// The gradient `[P, B, A]` of the losses' sum with respect to the Q-values.
+    Gradient,
 }
 
 /// A population's `(P, B, A)`: agents, batch rows, actions.
@@ -337,15 +352,13 @@ fn q_and_actions<'a>(
 }
 
 impl PopulationTdLoss {
+    fn new(loss: Loss, output: TdOutput) -> Self {
+        Self { loss, output }
+    }
+
     /// Each agent's mean loss.
     fn losses(&self, q: &[f32], actions: &[u32], targets: &[f32], dims: Dims3) -> Result<Vec<f32>> {
         let (p, b, a) = dims;
-        if targets.len() != p * b {
-            candle_core::bail!(
-                "population TD loss: {} targets for {p} agents' batches of {b}",
-                targets.len()
-            );
-        }
         let mut losses = Vec::with_capacity(p);
         for i in 0..p {
             let op = self.agent(actions, targets, i, b);
@@ -410,49 +423,11 @@ fn population_dims(q: &Shape, n: usize) -> Result<(usize, usize, usize)> {
 
 impl candle_core::CustomOp3 for PopulationTdLoss {
     fn name(&self) -> &'static str {
-        "population-td-loss"
-    }
-
-    fn cpu_fwd(
-        &self,
-        q: &candle_core::CpuStorage,
-        lq: &candle_core::Layout,
-        actions: &candle_core::CpuStorage,
-        la: &candle_core::Layout,
-        targets: &candle_core::CpuStorage,
-        lt: &candle_core::Layout,
-    ) -> Result<(candle_core::CpuStorage, Shape)> {
-        let (q, actions, (p, b, a)) = q_and_actions(q, lq, actions, la)?;
-        let targets = crate::kernels::dense::f32_slice(targets, lt)?;
-        let losses = self.losses(q, actions, targets, (p, b, a))?;
-        Ok((candle_core::CpuStorage::F32(losses), Shape::from(p)))
-    }
-
-    fn bwd(
-        &self,
-        q: &Tensor,
-        actions: &Tensor,
-        targets: &Tensor,
-        _out: &Tensor,
-        grad: &Tensor,
-    ) -> crate::kernels::Grads3 {
-        let (p, b, a) = q.dims3()?;
-        let actions: Vec<u32> = actions.flatten_all()?.to_vec1()?;
-        let targets: Vec<f32> = targets.flatten_all()?.to_vec1()?;
-        let upstream: Vec<f32> = grad.to_vec1()?;
-        let dq = with_values(q, |q| {
-            self.gradient(q, &actions, &targets, (p, b, a), &upstream)
-        })?;
-        Ok((gradient_like(dq, q)?, None, None))
-    }
-}
-
-/// The loss's gradient with respect to the Q-values, every agent's weight 1.
-struct PopulationTdGradient(PopulationTdLoss);
-
-impl candle_core::CustomOp3 for PopulationTdGradient {
-    fn name(&self) -> &'static str {
-        "population-td-gradient"
+        match self.output {
+            TdOutput::Losses => "population-td-loss",
+            TdOutput::Stats => "population-td-stats",
+            TdOutput::Gradient => "population-td-gradient",
+        }
     }
 
     fn cpu_fwd(
@@ -467,37 +442,41 @@ impl candle_core::CustomOp3 for PopulationTdGradient {
         let (q, actions, dims) = q_and_actions(q, lq, actions, la)?;
         let targets = crate::kernels::dense::f32_slice(targets, lt)?;
         population_dims(lq.shape(), targets.len())?;
-        let agents = vec![1f32; dims.0];
-        let dq = self.0.gradient(q, actions, targets, dims, &agents)?;
-        Ok((candle_core::CpuStorage::F32(dq), lq.shape().clone()))
+        let (values, shape) = match self.output {
+            TdOutput::Losses => (self.losses(q, actions, targets, dims)?, Shape::from(dims.0)),
+            TdOutput::Stats => {
+                let mut stats = self.losses(q, actions, targets, dims)?;
+                stats.extend(Self::means_taken(q, actions, dims)?);
+                (stats, Shape::from((2, dims.0)))
+            }
+            TdOutput::Gradient => {
+                let agents = vec![1f32; dims.0];
+                let dq = self.gradient(q, actions, targets, dims, &agents)?;
+                (dq, lq.shape().clone())
+            }
+        };
+        Ok((candle_core::CpuStorage::F32(values), shape))
     }
-}
 
-/// Each agent's loss and mean Q-value at its taken actions.
-struct PopulationTdStats(PopulationTdLoss);
-
-impl candle_core::CustomOp3 for PopulationTdStats {
-    fn name(&self) -> &'static str {
-        "population-td-stats"
-    }
-
-    fn cpu_fwd(
+    fn bwd(
         &self,
-        q: &candle_core::CpuStorage,
-        lq: &candle_core::Layout,
-        actions: &candle_core::CpuStorage,
-        la: &candle_core::Layout,
-        targets: &candle_core::CpuStorage,
-        lt: &candle_core::Layout,
-    ) -> Result<(candle_core::CpuStorage, Shape)> {
-        let (q, actions, dims) = q_and_actions(q, lq, actions, la)?;
-        let targets = crate::kernels::dense::f32_slice(targets, lt)?;
-        let mut stats = self.0.losses(q, actions, targets, dims)?;
-        stats.extend(PopulationTdLoss::means_taken(q, actions, dims)?);
-        Ok((
-            candle_core::CpuStorage::F32(stats),
-            Shape::from((2, dims.0)),
-        ))
+        q: &Tensor,
+        actions: &Tensor,
+        targets: &Tensor,
+        _out: &Tensor,
+        grad: &Tensor,
+    ) -> crate::kernels::Grads3 {
+        if !matches!(self.output, TdOutput::Losses) {
+            candle_core::bail!("population TD op: only the losses have a gradient");
+        }
+        let (p, b, a) = q.dims3()?;
+        let actions: Vec<u32> = actions.flatten_all()?.to_vec1()?;
+        let targets: Vec<f32> = targets.flatten_all()?.to_vec1()?;
+        let upstream: Vec<f32> = grad.to_vec1()?;
+        let dq = with_values(q, |q| {
+            self.gradient(q, &actions, &targets, (p, b, a), &upstream)
+        })?;
+        Ok((gradient_like(dq, q)?, None, None))
     }
 }
 

@@ -41,6 +41,11 @@ pub(crate) struct PerAgent<K> {
 }
 
 impl<K> PerAgent<K> {
+    /// `kernel` over `agents` agents.
+    pub(crate) fn new(kernel: K, agents: usize) -> Self {
+        Self { kernel, agents }
+    }
+
     /// Agent `i`'s run of `values`, checked to divide evenly among the agents.
     fn run<'a>(&self, values: &'a [f32], i: usize) -> Result<&'a [f32]> {
         let p = self.agents.max(1);

@@ -34,6 +34,7 @@ use super::params::StoreVersion;
 use super::{LinearMap, ParamStore, Role};
 use crate::kernels::conv::DataConv2d;
 use crate::kernels::linear::LinearCore;
+use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::kernels::product::Product;
 use crate::kernels::weight_norm::{
     add_norm_gradient, gain_gradient_from_sums, inverse_norms, unit_scales, FusedWeightNorm,
@@ -328,32 +329,18 @@ pub(crate) fn stacked_weight(v: &Tensor, g: &Tensor, direction: bool) -> Result<
 
 /// [`stacked_weight`] as one fused CPU op with its closed-form backward, per agent,
 /// kept for an explicit backward.
-pub(crate) fn stacked_weight_applied(
-    v: &Tensor,
-    g: &Tensor,
-) -> Result<crate::kernels::per_agent::Applied> {
-    let kernel = crate::kernels::weight_norm::AgentWeight;
-    let op = crate::kernels::per_agent::PerAgent {
-        kernel,
-        agents: v.dim(0)?,
-    };
-    op.apply1(v, g)
+pub(crate) fn stacked_weight_applied(v: &Tensor, g: &Tensor) -> Result<Applied> {
+    let agents = v.dim(0)?;
+    PerAgent::new(crate::kernels::weight_norm::AgentWeight, agents).apply1(v, g)
 }
 
 /// Weight norm's per-unit scale `g / ||v||` `[P, 1, out]` from `v` `[P, out, in]` and
 /// gains `g` `[P, 1, out]`, as one fused CPU op with its backward, kept for an explicit
 /// backward: a layer's output is then its product with `v`, scaled per unit
 /// (`kernels::bias_relu::AgentScaledBias`), and `w` is never formed.
-pub(crate) fn stacked_scale_applied(
-    v: &Tensor,
-    g: &Tensor,
-) -> Result<crate::kernels::per_agent::Applied> {
-    let kernel = crate::kernels::weight_norm::AgentWeightScale;
-    let op = crate::kernels::per_agent::PerAgent {
-        kernel,
-        agents: v.dim(0)?,
-    };
-    op.apply1(g, v)
+pub(crate) fn stacked_scale_applied(v: &Tensor, g: &Tensor) -> Result<Applied> {
+    let agents = v.dim(0)?;
+    PerAgent::new(crate::kernels::weight_norm::AgentWeightScale, agents).apply1(g, v)
 }
 
 /// The gradients of `v` and `g` `(dv, dg)` of a layer scaled by
