@@ -292,10 +292,11 @@ pub fn population_td_gradient(
     targets: &Tensor,
     loss: Loss,
 ) -> Result<Tensor> {
-    q.contiguous()?.apply_op3_no_bwd(
-        &actions.contiguous()?,
-        &targets.contiguous()?,
-        &PopulationTdLoss::new(loss, TdOutput::Gradient),
+    td_op(
+        q,
+        actions,
+        targets,
+        PopulationTdLoss::new(loss, TdOutput::Gradient),
     )
 }
 
@@ -307,11 +308,18 @@ pub fn population_td_stats(
     targets: &Tensor,
     loss: Loss,
 ) -> Result<Tensor> {
-    q.contiguous()?.apply_op3_no_bwd(
-        &actions.contiguous()?,
-        &targets.contiguous()?,
-        &PopulationTdLoss::new(loss, TdOutput::Stats),
+    td_op(
+        q,
+        actions,
+        targets,
+        PopulationTdLoss::new(loss, TdOutput::Stats),
     )
+}
+
+/// `op` on the Q-values, actions and targets, outside candle's graph.
+fn td_op(q: &Tensor, actions: &Tensor, targets: &Tensor, op: PopulationTdLoss) -> Result<Tensor> {
+    let (actions, targets) = (actions.contiguous()?, targets.contiguous()?);
+    q.contiguous()?.apply_op3_no_bwd(&actions, &targets, &op)
 }
 
 /// [`TdLoss`] of each agent of a population.
