@@ -30,10 +30,7 @@ fn per_agent(p: usize, values: &[&[f32]], mut f: impl FnMut(&[&[f32]]) -> Vec<f3
     let mut runs = Vec::with_capacity(values.len());
     for i in 0..p {
         runs.clear();
-        runs.extend(values.iter().map(|v| {
-            let n = v.len() / p.max(1);
-            &v[i * n..(i + 1) * n]
-        }));
+        runs.extend(values.iter().map(|v| agent_run(v, p, i)));
         let one = f(&runs);
         if p == 1 {
             return one;
@@ -43,14 +40,32 @@ fn per_agent(p: usize, values: &[&[f32]], mut f: impl FnMut(&[&[f32]]) -> Vec<f3
     out
 }
 
+/// Agent `i`'s run of `values`, `P` equal runs.
+fn agent_run(values: &[f32], p: usize, i: usize) -> &[f32] {
+    let n = values.len() / p.max(1);
+    &values[i * n..(i + 1) * n]
+}
+
+/// Agent `i`'s run of `values` to write, `P` equal runs.
+fn agent_run_mut(values: &mut [f32], p: usize, i: usize) -> &mut [f32] {
+    let n = values.len() / p.max(1);
+    &mut values[i * n..(i + 1) * n]
+}
+
 /// A dense layer's product over every agent.
 struct AgentLinear;
 
 impl CustomOp2 for AgentLinear {
     cpu_forward!("linear-per-agent", |op, x @ lx, w @ lw| {
         let (p, b, core) = linear_dims(lx.shape(), lw.shape())?;
-        let y = per_agent(p, &[x, w], |v| core.forward(v[0], v[1]));
-        Ok((y, Shape::from((p, b, lw.shape().dims()[1]))))
+        let n_out = lw.shape().dims()[1];
+        // Each agent's product written into its run: no per-agent buffer and copy.
+        let mut y = vec![0f32; p * b * n_out];
+        for i in 0..p {
+            let (xi, wi) = (agent_run(x, p, i), agent_run(w, p, i));
+            core.forward_into(xi, wi, agent_run_mut(&mut y, p, i));
+        }
+        Ok((y, Shape::from((p, b, n_out))))
     });
 
     fn bwd(&self, x: &Tensor, w: &Tensor, _y: &Tensor, dy: &Tensor) -> Grads2 {
@@ -85,12 +100,14 @@ pub(crate) fn linear_gradients(
     let (dw, dx) = with_values(&x.contiguous()?, |x| {
         with_values(&w.contiguous()?, |w| {
             with_values(&dy.contiguous()?, |dy| {
-                let mut dx = Vec::new();
-                let dw = per_agent(p, &[x, w, dy], |v| {
-                    let (dw, d) = core.backward(v[0], v[1], v[2], input_gradient);
-                    dx.extend(d.unwrap_or_default());
-                    dw
-                });
+                let mut dw = vec![0f32; w.len()];
+                let mut dx = vec![0f32; if input_gradient { x.len() } else { 0 }];
+                for i in 0..p {
+                    let (xi, wi, dyi) =
+                        (agent_run(x, p, i), agent_run(w, p, i), agent_run(dy, p, i));
+                    let dxi = input_gradient.then(|| agent_run_mut(&mut dx, p, i));
+                    core.backward_into(xi, wi, dyi, agent_run_mut(&mut dw, p, i), dxi);
+                }
                 Ok((dw, dx))
             })
         })

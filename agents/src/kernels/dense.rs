@@ -82,6 +82,17 @@ pub(crate) fn product(order: Order, a: View, b: View) -> Vec<f32> {
     dst
 }
 
+/// `a * b` written into `dst` (at least `a.rows * b.cols` values; a population writes
+/// each agent's product into its run of the stacked output, with no copy).
+pub(crate) fn product_into(order: Order, a: View, b: View, dst: &mut [f32]) {
+    assert!(
+        dst.len() >= a.rows * b.cols,
+        "matrix product destination too small"
+    );
+    // SAFETY: `dst` holds at least the product's values.
+    unsafe { matmul_raw(dst.as_mut_ptr(), order, a, b) }
+}
+
 /// `dst = a * b`, `dst` dense in `order`, single-threaded. Never reads `dst`.
 ///
 /// # Safety

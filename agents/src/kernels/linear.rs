@@ -15,7 +15,7 @@
 
 use candle_core::{CustomOp2, Result, Shape, Tensor};
 
-use super::dense::{product, transposed, Order, View};
+use super::dense::{product, product_into, transposed, Order, View};
 use super::product::Product;
 use super::with_values;
 use super::{cpu_forward, gradient_like, Grads2};
@@ -66,10 +66,9 @@ impl Product for LinearCore {
         // y [b, out] = x [b, in] * W^T [in, out]. Written row-major, gemm packs
         // (gathers) all of W; written column-major it packs x instead, and y then needs
         // a transpose. That pays for large weights and small batches.
-        if b < n_out && n_out * n_in >= 1 << 14 {
-            transposed(&product(Order::ColMajor, x, w.t()), 1, n_out, b, 1)
-        } else {
-            product(Order::RowMajor, x, w.t())
+        match self.packs_the_batch() {
+            true => transposed(&product(Order::ColMajor, x, w.t()), 1, n_out, b, 1),
+            false => product(Order::RowMajor, x, w.t()),
         }
     }
 
@@ -88,6 +87,50 @@ impl Product for LinearCore {
         let dw = product(Order::RowMajor, gv.t(), xv);
         let dx = input_gradient.then(|| product(Order::RowMajor, gv, wv));
         (dw, dx)
+    }
+}
+
+impl LinearCore {
+    /// Whether the product is written column-major, so that gemm packs the batch
+    /// rather than the weights (large weights, small batches).
+    fn packs_the_batch(&self) -> bool {
+        self.b < self.n_out && self.n_out * self.n_in >= 1 << 14
+    }
+
+    /// [`Product::forward`] written into `y` (`[b, out]`): a population's agent into its
+    /// run of the stacked output.
+    pub(crate) fn forward_into(&self, x: &[f32], w: &[f32], y: &mut [f32]) {
+        if self.packs_the_batch() {
+            let t = self.forward(x, w);
+            y[..t.len()].copy_from_slice(&t);
+            return;
+        }
+        let (x, w) = (
+            View::row_major(x, self.b, self.n_in),
+            View::row_major(w, self.n_out, self.n_in),
+        );
+        product_into(Order::RowMajor, x, w.t(), y);
+    }
+
+    /// [`Product::backward`] written into `dw` (`[out, in]`) and, when given, `dx`
+    /// (`[b, in]`).
+    pub(crate) fn backward_into(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        dy: &[f32],
+        dw: &mut [f32],
+        dx: Option<&mut [f32]>,
+    ) {
+        let (b, n_in, n_out) = (self.b, self.n_in, self.n_out);
+        let xv = View::row_major(x, b, n_in);
+        let wv = View::row_major(w, n_out, n_in);
+        let gv = View::row_major(dy, b, n_out);
+        // dW [out, in] = dy^T [out, b] * x [b, in]; dx [b, in] = dy [b, out] * W [out, in]
+        product_into(Order::RowMajor, gv.t(), xv, dw);
+        if let Some(dx) = dx {
+            product_into(Order::RowMajor, gv, wv, dx);
+        }
     }
 }
 

@@ -73,6 +73,12 @@ impl<K> PerAgent<K> {
     where
         K: AgentKernel<N>,
     {
+        if self.agents == 1 {
+            // One agent (a CPU shard of one): its output is the op's, with no copy.
+            return self
+                .kernel
+                .forward(0, self.run(t, 0)?, self.runs(params, 0)?);
+        }
         let mut out = Vec::with_capacity(t.len());
         for i in 0..self.agents {
             let mine = self.runs(params, i)?;
@@ -93,6 +99,12 @@ impl<K> PerAgent<K> {
     where
         K: AgentKernel<N>,
     {
+        if self.agents == 1 {
+            let (t, params) = (self.run(t, 0)?, self.runs(params, 0)?);
+            return self
+                .kernel
+                .backward(0, t, params, self.run(out, 0)?, self.run(dy, 0)?);
+        }
         let mut dt = Vec::with_capacity(t.len());
         let mut dparams: [Vec<f32>; N] = std::array::from_fn(|_| Vec::new());
         for i in 0..self.agents {
