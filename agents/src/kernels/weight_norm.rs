@@ -432,15 +432,43 @@ impl AgentWeightScale {
         dw: Option<&[f32]>,
         ds: &[f32],
     ) -> Result<(Vec<f32>, Vec<f32>)> {
+        Self::gradients_with(v, g, None, dw, ds)
+    }
+
+    /// [`Self::gradients`] with the scale `s` as the forward formed it, where given:
+    /// each unit's `1 / ||v||` is then `s / g` (one pass over `v` fewer), its norm
+    /// where the gain is 0.
+    pub(crate) fn gradients_with(
+        v: &[f32],
+        g: &[f32],
+        s: Option<&[f32]>,
+        dw: Option<&[f32]>,
+        ds: &[f32],
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
         AgentWeight::check(v, g)?;
-        if ds.len() != g.len() || dw.is_some_and(|d| d.len() != v.len()) {
+        let fits = |x: &[f32], n: usize| x.len() == n;
+        if !fits(ds, g.len())
+            || s.is_some_and(|s| !fits(s, g.len()))
+            || dw.is_some_and(|d| !fits(d, v.len()))
+        {
             candle_core::bail!(
                 "weight norm's scale: gradients do not fit {} gains",
                 g.len()
             );
         }
-        let inv = AgentWeight::inverse_norms(v, g.len());
         let inputs = v.len() / g.len();
+        let inv: Vec<f64> = match s {
+            Some(s) => (0..g.len())
+                .map(|u| match g[u] {
+                    0.0 => {
+                        let row = &v[u * inputs..(u + 1) * inputs];
+                        1.0 / dot64(row, row).sqrt()
+                    }
+                    gain => f64::from(s[u]) / f64::from(gain),
+                })
+                .collect(),
+            None => AgentWeight::inverse_norms(v, g.len()),
+        };
         let dg = ds
             .iter()
             .zip(&inv)
@@ -452,19 +480,16 @@ impl AgentWeightScale {
             .zip(v.chunks_exact(inputs))
             .enumerate();
         for ((u, (out, row)), (&g, &d)) in units.zip(g.iter().zip(ds)) {
-            let c = -(f64::from(g) * f64::from(d) * inv[u] * inv[u] * inv[u]);
+            // Each unit's factor in f64, the pass over its row in f32 (it vectorizes).
+            let c = -(f64::from(g) * f64::from(d) * inv[u] * inv[u] * inv[u]) as f32;
             match dw {
                 Some(dw) => {
                     let product = &dw[u * inputs..(u + 1) * inputs];
                     for ((o, &x), &p) in out.iter_mut().zip(row).zip(product) {
-                        *o = (f64::from(p) + c * f64::from(x)) as f32;
+                        *o = p + c * x;
                     }
                 }
-                None => {
-                    for (o, &x) in out.iter_mut().zip(row) {
-                        *o = (c * f64::from(x)) as f32;
-                    }
-                }
+                None => out.iter_mut().zip(row).for_each(|(o, &x)| *o = c * x),
             }
         }
         Ok((dg, dv))

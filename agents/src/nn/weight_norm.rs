@@ -348,8 +348,7 @@ pub(crate) fn stacked_scale_applied(v: &Tensor, g: &Tensor) -> Result<Applied> {
 /// `[P, out, in]`) and its scale's (`ds`, `[P, 1, out]`): one pass over `v` per agent
 /// (the scale's own backward and a sum made three).
 pub(crate) fn stacked_scale_gradients(
-    v: &Tensor,
-    g: &Tensor,
+    (v, g, s): (&Tensor, &Tensor, &Tensor),
     dw: &Tensor,
     ds: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
@@ -360,6 +359,7 @@ pub(crate) fn stacked_scale_gradients(
         with_values(&g.contiguous()?, |g| {
             with_values(&dw.contiguous()?, |dw| {
                 with_values(&ds.contiguous()?, |ds| {
+                    let scales = with_values(&s.contiguous()?, |s| Ok(s.to_vec()))?;
                     let (mut dv, mut dg) = (Vec::with_capacity(v.len()), Vec::new());
                     fn run(x: &[f32], i: usize, p: usize) -> &[f32] {
                         let n = x.len() / p.max(1);
@@ -367,8 +367,8 @@ pub(crate) fn stacked_scale_gradients(
                     }
                     for i in 0..p {
                         let (v, g, ds) = (run(v, i, p), run(g, i, p), run(ds, i, p));
-                        let dw = Some(run(dw, i, p));
-                        let (g1, v1) = AgentWeightScale::gradients(v, g, dw, ds)?;
+                        let (dw, s) = (Some(run(dw, i, p)), Some(run(&scales, i, p)));
+                        let (g1, v1) = AgentWeightScale::gradients_with(v, g, s, dw, ds)?;
                         dg.extend(g1);
                         dv.extend(v1);
                     }
@@ -494,8 +494,8 @@ mod tests {
         }
         // With the product's gradient `dw` added in the same pass.
         let dw = random(&[3, 5, 7]);
-        let (dv, dg) =
-            super::stacked_scale_gradients(v.as_tensor(), g.as_tensor(), &dw, &weights).unwrap();
+        let forms = (v.as_tensor(), g.as_tensor(), &applied.out);
+        let (dv, dg) = super::stacked_scale_gradients(forms, &dw, &weights).unwrap();
         let dv_ref = (gr.get(v.as_tensor()).unwrap() + &dw).unwrap();
         assert!(max_relative(&dv, &dv_ref) < 1e-5);
         assert!(max_relative(&dg, gr.get(g.as_tensor()).unwrap()) < 1e-5);
