@@ -265,6 +265,16 @@ fn each_agent_of_a_population_trains_as_it_would_alone() {
             clipped > 0,
             "{net:?} {kind:?}: the per-agent clipping never bound"
         );
+        // The population runs its single agents' own kernels on each agent's values:
+        // from the same state, the same update bit for bit. Weight norm's two methods
+        // differ by rounding: the population sums each unit's norm its own way.
+        if !matches!(kind, NormKind::WeightNorm | NormKind::WnMeanOnlyBn) {
+            assert_eq!(
+                (worst, change),
+                (0.0, 0.0),
+                "{net:?} {kind:?}: not bit for bit"
+            );
+        }
         unclipped += 300 - clipped;
     }
     assert!(
