@@ -1,8 +1,9 @@
-//! One DQN update for a whole population, each step one tensor operation over all
-//! agents: TD targets, the TD loss (each agent's mean over its batch, summed over
-//! agents, so that each agent's gradient is its own), gradient clipping per agent, and
-//! the single agents' optimizer over the stacked variables (elementwise, so each
-//! agent's moments are its own). Agents train exactly as they would alone.
+//! One DQN update for a whole population, each step one operation over all agents: TD
+//! targets, the TD loss (each agent's mean over its batch, summed over agents, so that
+//! each agent's gradient is its own) and its gradient (on the CPU by the fused ops'
+//! explicit backward, elsewhere candle's), gradient clipping per agent, and the single
+//! agents' optimizer over the stacked variables (elementwise, so each agent's moments
+//! are its own). Agents train exactly as they would alone.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;

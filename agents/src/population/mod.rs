@@ -12,6 +12,10 @@
 //! trainer's checkpoints are single runs'), and each trains exactly as alone
 //! (`agents/tests/population.rs`). The members' replay frames can live on the device
 //! (`DeviceFrames`: one scatter per step, one gather per batch).
+//!
+//! On the CPU an update's backward is taken by hand over the fused ops (`tape`), and a
+//! population runs in shards of agents that fit a core's cache (`ShardedPopulation`),
+//! on the run's threads.
 
 pub(crate) mod conv;
 pub use crate::count;

@@ -1,6 +1,8 @@
 //! A population of Q-networks (MLPs and convolutional ones) as one network: every
-//! parameter carries a leading population axis, each layer is one batched product over
-//! all agents. A hidden layer's normalization is its method's population form
+//! parameter carries a leading population axis, and each layer is one product over all
+//! agents (on the CPU each agent's with the single network's kernel, elsewhere one
+//! batched product) and one op after it. A hidden layer's normalization is its
+//! method's population form
 //! (`nn::stacked`, written in the method's own file), with each agent's statistics its
 //! own; this file names no method. The agents' networks are stacked from single
 //! [`QNetwork`]s, so each starts exactly as it would alone.
