@@ -571,6 +571,33 @@ fn members_step_on_threads_without_changing_a_run() {
     let _ = std::fs::remove_dir_all(&two);
 }
 
+/// A MinAtar population's shards (one agent each on the CPU) update on the run's two
+/// threads: every member's run and checkpoint equal the one-thread run's, bit for bit.
+#[test]
+fn shards_update_on_threads_without_changing_a_run() {
+    let mut config = config("configs/minatar/breakout.toml", "weight_norm", 1000);
+    let run = |name: &str, config: &TrainConfig| {
+        let root = temp(name);
+        let summaries = population_of(config, &root, 3).run(None).unwrap();
+        (root, summaries)
+    };
+    let (one, on_one) = run("shards-1", &config);
+    config.run.threads = 2;
+    let (two, on_two) = run("shards-2", &config);
+    for (a, b) in on_one.iter().zip(&on_two) {
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert!(a.updates > 100);
+        assert_eq!(a.train_curve, b.train_curve);
+        assert_eq!(a.eval_curve, b.eval_curve);
+    }
+    for seed in [1, 2, 3] {
+        let run = |root: &Path| common::checkpoint_weights(&root.join(format!("seed-{seed}")));
+        assert_eq!(run(&one), run(&two), "seed {seed}");
+    }
+    let _ = std::fs::remove_dir_all(&one);
+    let _ = std::fs::remove_dir_all(&two);
+}
+
 /// MinAtar's frames mirrored on the device (forced on the CPU here; automatic on an
 /// accelerator) give every member the run the host replay gives, bit for bit; its
 /// batches are gathered there by the slots the host drew. CartPole's frames of floats

@@ -185,3 +185,35 @@ pub fn cpu_shard_size(agent: &Dqn, batch: usize) -> usize {
     let bytes = 4 * (5 * params + activations);
     (CPU_SHARD_BYTES / bytes.max(1)).max(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+    use crate::dqn::DqnConfig;
+    use crate::nn::{NormConfig, QNetworkConfig};
+    use crate::optim::OptimizerConfig;
+
+    fn agent(network: QNetworkConfig, obs: &[usize]) -> Dqn {
+        let (norm, opt, dqn) = (
+            NormConfig::default(),
+            OptimizerConfig::default(),
+            DqnConfig::default(),
+        );
+        Dqn::new(&network, &norm, &opt, &dqn, obs, 3, 0, &Device::Cpu).unwrap()
+    }
+
+    /// A MinAtar CNN agent's step (about 2.7 MB of variables with their gradients and
+    /// moments) fills a shard alone; CartPole's small MLP shares one with a dozen or
+    /// more; a shard is never empty.
+    #[test]
+    fn shards_hold_what_fits_the_cache() {
+        let cnn = agent(QNetworkConfig::minatar_cnn(), &[4, 10, 10]);
+        assert_eq!(cpu_shard_size(&cnn, 32), 1);
+        let mlp = agent(QNetworkConfig::mlp(vec![64, 64]), &[4]);
+        let (small, large) = (cpu_shard_size(&mlp, 4), cpu_shard_size(&mlp, 256));
+        assert!((12..=40).contains(&small), "{small}");
+        assert!(large >= 1 && large < small, "{large} against {small}");
+    }
+}
