@@ -28,18 +28,20 @@ pub(crate) struct Tape {
 
 struct LayerTape {
     input: Tensor,
-    /// The product's weight: the variable's, or weight norm's `g v / ||v||`.
+    /// The product's weight: the variable's (weight norm's `v` where the layer scales
+    /// its output), or weight norm's `g v / ||v||`.
     weight: Tensor,
     /// Where the weight's gradient goes: the weight variable, or weight norm's op
     /// (whose backward hands it to `v` and `g`).
     weight_source: WeightSource,
-    /// The normalization, bias and ReLU after the product; `None` for a layer that
-    /// has neither (its output is the product).
+    /// The op after the product (the normalization, weight norm's scale, the bias and
+    /// the ReLU, those the layer has); `None` for a layer with none of them.
     after: Option<Applied>,
 }
 
 enum WeightSource {
     Var(TensorId),
+    /// Weight norm's formed weight (before mean-only batch norm), `op`'s output.
     WeightNorm {
         v: TensorId,
         op: Arc<Applied>,
