@@ -11,6 +11,7 @@ use candle_core::{CustomOp2, Result, Shape, Tensor};
 
 use super::conv::Dims;
 use super::linear::LinearCore;
+use super::per_agent::{agent_run, agent_run_mut};
 use super::product::Product;
 use super::{cpu_forward, with_values, Grads2};
 
@@ -38,18 +39,6 @@ fn per_agent(p: usize, values: &[&[f32]], mut f: impl FnMut(&[&[f32]]) -> Vec<f3
         out.extend(one);
     }
     out
-}
-
-/// Agent `i`'s run of `values`, `P` equal runs.
-fn agent_run(values: &[f32], p: usize, i: usize) -> &[f32] {
-    let n = values.len() / p.max(1);
-    &values[i * n..(i + 1) * n]
-}
-
-/// Agent `i`'s run of `values` to write, `P` equal runs.
-fn agent_run_mut(values: &mut [f32], p: usize, i: usize) -> &mut [f32] {
-    let n = values.len() / p.max(1);
-    &mut values[i * n..(i + 1) * n]
 }
 
 /// A dense layer's product over every agent.
@@ -262,7 +251,7 @@ mod tests {
             assert!(max_relative(gf.get(wv.as_tensor()).unwrap(), r) < 1e-5);
             assert!(max_relative(&explicit, r) < 1e-5, "stride {stride}");
             let wrong = Tensor::zeros(
-                (p, c_in * k * k + 1, c_out),
+                (p, c_out, c_in * k * k + 1),
                 candle_core::DType::F32,
                 &Device::Cpu,
             );

@@ -194,14 +194,20 @@ pub(crate) struct AgentBias {
     pub relu: bool,
 }
 
+/// One agent's per-unit layout in a population's `[P, B, units]` or `[P, B, channels,
+/// positions]`.
+fn agent_units(h: &Shape) -> Result<Units> {
+    let dims = h.dims();
+    if dims.len() < 3 {
+        candle_core::bail!("a population's per-unit op needs [P, B, units, ...], got {dims:?}");
+    }
+    Units::of(&Shape::from(&dims[1..]))
+}
+
 impl AgentBias {
     /// For a population's `[P, B, units]` or `[P, B, channels, positions]`.
     pub(crate) fn of(h: &Shape, relu: bool) -> Result<Self> {
-        let dims = h.dims();
-        if dims.len() < 3 {
-            candle_core::bail!("a population's bias needs [P, B, units, ...], got {dims:?}");
-        }
-        let units = Units::of(&Shape::from(&dims[1..]))?;
+        let units = agent_units(h)?;
         Ok(Self { units, relu })
     }
 }
@@ -253,6 +259,14 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
 pub(crate) struct AgentScaledBias {
     pub units: Units,
     pub relu: bool,
+}
+
+impl AgentScaledBias {
+    /// For a population's `[P, B, units]` or `[P, B, channels, positions]`.
+    pub(crate) fn of(h: &Shape, relu: bool) -> Result<Self> {
+        let units = agent_units(h)?;
+        Ok(Self { units, relu })
+    }
 }
 
 impl super::per_agent::AgentKernel<2> for AgentScaledBias {

@@ -34,6 +34,19 @@ pub(crate) trait AgentKernel<const N: usize>: Send + Sync + 'static {
     ) -> Result<(Vec<f32>, [Vec<f32>; N])>;
 }
 
+/// Agent `i`'s run of `values`, which holds `p` equal runs (a stacked tensor's values:
+/// the agents lead).
+pub(crate) fn agent_run(values: &[f32], p: usize, i: usize) -> &[f32] {
+    let n = values.len() / p.max(1);
+    &values[i * n..(i + 1) * n]
+}
+
+/// [`agent_run`], to write.
+pub(crate) fn agent_run_mut(values: &mut [f32], p: usize, i: usize) -> &mut [f32] {
+    let n = values.len() / p.max(1);
+    &mut values[i * n..(i + 1) * n]
+}
+
 /// An [`AgentKernel`] over every agent of a stacked input.
 pub(crate) struct PerAgent<K> {
     pub kernel: K,
@@ -55,8 +68,7 @@ impl<K> PerAgent<K> {
                 values.len()
             );
         }
-        let n = values.len() / p;
-        Ok(&values[i * n..(i + 1) * n])
+        Ok(agent_run(values, p, i))
     }
 
     /// Agent `i`'s run of each parameter.
@@ -125,14 +137,14 @@ impl<K> PerAgent<K> {
     }
 }
 
-/// A fused op's output with what its explicit backward needs: the op itself (which may
-/// hold the forward's per-agent statistics) and its inputs. A population's update on
-/// the CPU walks these back itself, where candle's backward would add every gradient
-/// into a fresh zero tensor and go through every view.
 /// An applied op's backward: from its output and the output's gradient, the input's
 /// and each parameter's gradients.
 type BackwardFn = dyn Fn(&Tensor, &Tensor) -> Result<(Tensor, Vec<Tensor>)> + Send + Sync;
 
+/// A fused op's output with what its explicit backward needs: the op itself (which may
+/// hold the forward's per-agent statistics) and its inputs. A population's update on
+/// the CPU walks these back itself, where candle's backward would add every gradient
+/// into a fresh zero tensor and go through every view.
 pub(crate) struct Applied {
     pub(crate) out: Tensor,
     /// The parameters' ids, under which their gradients go.

@@ -417,7 +417,7 @@ impl super::per_agent::AgentKernel<1> for AgentWeightScale {
         _s: &[f32],
         ds: &[f32],
     ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
-        let (dg, dv) = Self::gradients(v, g, None, ds)?;
+        let (dg, dv) = Self::gradients(v, g, None, None, ds)?;
         Ok((dg, [dv]))
     }
 }
@@ -425,20 +425,9 @@ impl super::per_agent::AgentKernel<1> for AgentWeightScale {
 impl AgentWeightScale {
     /// `dg` and `v`'s gradient from the scale's gradient `ds`, plus `dw` (the
     /// product's gradient with respect to `v`) where given: the whole of `v`'s in one
-    /// pass.
+    /// pass. With the scale `s` as the forward formed it, each unit's `1 / ||v||` is
+    /// `s / g` (one pass over `v` fewer), its norm where the gain is 0.
     pub(crate) fn gradients(
-        v: &[f32],
-        g: &[f32],
-        dw: Option<&[f32]>,
-        ds: &[f32],
-    ) -> Result<(Vec<f32>, Vec<f32>)> {
-        Self::gradients_with(v, g, None, dw, ds)
-    }
-
-    /// [`Self::gradients`] with the scale `s` as the forward formed it, where given:
-    /// each unit's `1 / ||v||` is then `s / g` (one pass over `v` fewer), its norm
-    /// where the gain is 0.
-    pub(crate) fn gradients_with(
         v: &[f32],
         g: &[f32],
         s: Option<&[f32]>,

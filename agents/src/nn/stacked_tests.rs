@@ -251,7 +251,6 @@ fn a_population_bias_equals_the_tensor_form() {
 #[test]
 fn a_population_scaled_bias_equals_the_tensor_form() {
     use crate::kernels::bias_relu::AgentScaledBias;
-    use crate::kernels::units::Units;
     let mut rng = Normals::new(8);
     let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
     for (h, unit) in [
@@ -263,8 +262,7 @@ fn a_population_scaled_bias_equals_the_tensor_form() {
             let (s, b) = (random(&unit), random(&unit));
             let (s, b) = (Var::from_tensor(&s).unwrap(), Var::from_tensor(&b).unwrap());
             let weights = random(&h);
-            let units = Units::of(&candle_core::Shape::from(&h[1..])).unwrap();
-            let kernel = AgentScaledBias { units, relu };
+            let kernel = AgentScaledBias::of(t.shape(), relu).unwrap();
             let op = crate::kernels::per_agent::PerAgent { kernel, agents: 3 };
             let applied = op
                 .apply2(t.as_tensor(), s.as_tensor(), b.as_tensor())

@@ -361,14 +361,11 @@ pub(crate) fn stacked_scale_gradients(
                 with_values(&ds.contiguous()?, |ds| {
                     let scales = with_values(&s.contiguous()?, |s| Ok(s.to_vec()))?;
                     let (mut dv, mut dg) = (Vec::with_capacity(v.len()), Vec::new());
-                    fn run(x: &[f32], i: usize, p: usize) -> &[f32] {
-                        let n = x.len() / p.max(1);
-                        &x[i * n..(i + 1) * n]
-                    }
+                    let run = |x, i| crate::kernels::per_agent::agent_run(x, p, i);
                     for i in 0..p {
-                        let (v, g, ds) = (run(v, i, p), run(g, i, p), run(ds, i, p));
-                        let (dw, s) = (Some(run(dw, i, p)), Some(run(&scales, i, p)));
-                        let (g1, v1) = AgentWeightScale::gradients_with(v, g, s, dw, ds)?;
+                        let (v, g, ds) = (run(v, i), run(g, i), run(ds, i));
+                        let (dw, s) = (Some(run(dw, i)), Some(run(&scales, i)));
+                        let (g1, v1) = AgentWeightScale::gradients(v, g, s, dw, ds)?;
                         dg.extend(g1);
                         dv.extend(v1);
                     }

@@ -17,7 +17,6 @@ use super::conv::Im2col;
 use crate::kernels::agent_product::{self, AgentConv};
 use crate::kernels::bias_relu::{AgentBias, AgentScaledBias};
 use crate::kernels::per_agent::{Applied, PerAgent};
-use crate::kernels::units::Units;
 use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
 use crate::nn::weight_norm::stacked_weight_reference;
@@ -163,7 +162,7 @@ pub struct PopulationNet {
     layouts: Vec<VarLayout>,
     settings: Settings,
     /// Moved by every change of the variables (the optimizer's steps too, through the
-    /// store it trains: [`Self::store`]); keys the layers' derived weights.
+    /// store it trains: [`Self::version_counter`]); keys the layers' derived weights.
     version: Arc<AtomicU64>,
 }
 
@@ -415,25 +414,21 @@ impl PopulationNet {
             };
             return Ok(applied.map_or(After::Unfused, After::Op));
         }
-        let units = || Units::of(&candle_core::Shape::from(&h.dims()[1..]));
-        match (&layer.bias, &layer.gain) {
-            (Some(b), Some(_)) if layer.scaled() => {
+        match &layer.bias {
+            Some(b) if layer.scaled() => {
                 let s = layer.fused_gain(self.version())?;
-                let kernel = AgentScaledBias {
-                    units: units()?,
-                    relu: layer.relu,
-                };
+                let kernel = AgentScaledBias::of(h.shape(), layer.relu)?;
                 let op = PerAgent { kernel, agents };
                 Ok(After::Op(op.apply2(h, &s.out, b.as_tensor())?))
             }
-            (Some(b), _) => {
+            Some(b) => {
                 // Bias and ReLU in one op with a one-pass backward, per agent.
                 let kernel = AgentBias::of(h.shape(), layer.relu)?;
                 let op = PerAgent { kernel, agents };
                 Ok(After::Op(op.apply1(h, b.as_tensor())?))
             }
-            (None, _) if !layer.relu => Ok(After::Identity),
-            (None, _) => Ok(After::Unfused),
+            None if !layer.relu => Ok(After::Identity),
+            None => Ok(After::Unfused),
         }
     }
 
@@ -441,7 +436,6 @@ impl PopulationNet {
     /// by layer as a single network's: per unit, with `t = (v/||v||) . x`, `g = 1 /
     /// (std(t) + 1e-6)` and `b = -mean(t) g`; then the layer's output feeds the next.
     pub fn data_dependent_init(&self, x: &Tensor) -> Result<()> {
-        self.changed();
         let mut h = x.clone();
         for layer in &self.layers {
             if let (Some(g), Some(b)) = (&layer.gain, &layer.bias) {

@@ -25,7 +25,6 @@ pub struct ShardedPopulation {
     shards: Vec<PopulationDqn>,
     /// Agents per shard; the last holds the rest.
     size: usize,
-    agents: usize,
 }
 
 impl ShardedPopulation {
@@ -52,15 +51,11 @@ impl ShardedPopulation {
             .chunks(size)
             .map(PopulationDqn::from_agents)
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            shards,
-            size,
-            agents: agents.len(),
-        })
+        Ok(Self { shards, size })
     }
 
     pub fn agents(&self) -> usize {
-        self.agents
+        self.shards.iter().map(|s| s.online().agents()).sum()
     }
 
     /// Agents per shard (the last may hold fewer).
@@ -79,8 +74,8 @@ impl ShardedPopulation {
     /// Each agent's greedy action on its own observation (`obs`: one row per agent):
     /// one forward and one read per shard.
     pub fn greedy_actions(&self, obs: &[f32]) -> Result<Vec<u32>> {
-        let row = obs.len() / self.agents.max(1);
-        let mut actions = Vec::with_capacity(self.agents);
+        let row = obs.len() / self.agents().max(1);
+        let mut actions = Vec::with_capacity(self.agents());
         for (shard, rows) in self.shards.iter().zip(obs.chunks(self.size * row)) {
             actions.extend(shard.greedy_actions(rows)?);
         }
@@ -108,8 +103,9 @@ impl ShardedPopulation {
         pool: Option<&rayon::ThreadPool>,
     ) -> Result<PopulationInfo> {
         use rayon::prelude::*;
-        if batches.len() != self.agents {
-            candle_core::bail!("{} batches for {} agents", batches.len(), self.agents);
+        let agents = self.agents();
+        if batches.len() != agents {
+            candle_core::bail!("{} batches for {agents} agents", batches.len());
         }
         let (size, several) = (self.size, self.shards.len() > 1);
         let step = |(i, (shard, batches)): (usize, (&mut PopulationDqn, &[B]))| {
@@ -145,8 +141,9 @@ impl ShardedPopulation {
     /// [`Self::export_agent`] for several agents, `(i, agent)` each, one export per
     /// shard.
     pub fn export_agents(&self, agents: &mut [(usize, &mut Dqn)]) -> Result<()> {
-        if let Some((i, _)) = agents.iter().find(|(i, _)| *i >= self.agents) {
-            candle_core::bail!("no agent {i} in a population of {}", self.agents);
+        let p = self.agents();
+        if let Some((i, _)) = agents.iter().find(|(i, _)| *i >= p) {
+            candle_core::bail!("no agent {i} in a population of {p}");
         }
         for (s, shard) in self.shards.iter().enumerate() {
             let mut mine: Vec<(usize, &mut Dqn)> = agents
