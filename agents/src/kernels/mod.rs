@@ -8,6 +8,7 @@ pub mod avx2;
 pub(crate) mod batch_norm;
 pub mod bias_relu;
 pub(crate) mod conv;
+pub(crate) mod cuda;
 pub(crate) mod dense;
 pub(crate) mod feature_pass;
 pub(crate) mod layer_norm;

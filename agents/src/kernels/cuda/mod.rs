@@ -1,0 +1,10 @@
+//! The population's CUDA kernels (`*.cu` here), each beside the CPU op it mirrors: the
+//! TD targets and loss, the optimizer's step, bias + ReLU, the data convolution's
+//! im2col, and the normalizations' forward and backward passes. `build.rs` compiles them
+//! to PTX with the `cuda` feature, and always for the host under an emulation of CUDA's
+//! built-ins ([`emulate`]), where the tests run them against the CPU ops.
+
+#[cfg(test)]
+pub(crate) mod emulate;
+#[cfg(test)]
+mod tests;
