@@ -24,6 +24,8 @@ use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, Var};
 
 use super::staggered::Staggered;
 use super::{OptimizerConfig, OptimizerKind};
+#[cfg(any(test, feature = "cuda"))]
+use crate::kernels::cuda::optimizer::StepCoefficients;
 use crate::kernels::dense::{f32_slice_mut, lane_sum};
 use crate::nn::{HostGradients, ParamStore, Role};
 use crate::Metric;
@@ -51,6 +53,10 @@ pub struct Optimizer {
     slots: Vec<Slot>,
     steps: u64,
     store: ParamStore,
+    /// Built as the tensor-op reference ([`Self::reference`]): never a fused step (read
+    /// where a device has one).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    reference: bool,
 }
 
 /// The hyperparameters of one update, for the fused loop.
@@ -211,7 +217,7 @@ impl Optimizer {
     /// An optimizer over `store`'s trainable variables; weight-norm gains get
     /// `lr * g_lr_scale`. Uses the fused loop when the variables live on the CPU.
     pub fn new(store: &ParamStore, config: &OptimizerConfig, g_lr_scale: f64) -> Self {
-        Self::build(store, config, g_lr_scale, store.device().is_cpu())
+        Self::build(store, config, g_lr_scale, false)
     }
 
     /// The tensor-op implementation, whatever the device (the fused loop's reference).
@@ -220,10 +226,16 @@ impl Optimizer {
         config: &OptimizerConfig,
         g_lr_scale: f64,
     ) -> Result<Self> {
-        Ok(Self::build(store, config, g_lr_scale, false))
+        Ok(Self::build(store, config, g_lr_scale, true))
     }
 
-    fn build(store: &ParamStore, config: &OptimizerConfig, g_lr_scale: f64, fused: bool) -> Self {
+    fn build(
+        store: &ParamStore,
+        config: &OptimizerConfig,
+        g_lr_scale: f64,
+        reference: bool,
+    ) -> Self {
+        let fused = !reference && store.device().is_cpu();
         let slots = store
             .trainable()
             .map(|p| {
@@ -255,6 +267,7 @@ impl Optimizer {
             slots,
             steps: 0,
             store: store.clone(),
+            reference,
         }
     }
 
@@ -472,6 +485,69 @@ impl Optimizer {
             };
             with_cpu_slice(grad, update)?.transpose()?;
         }
+        self.store.bump_version();
+        Ok(Some(norms))
+    }
+
+    /// Counts a step and returns its hyperparameters as the population's CUDA step
+    /// reads them (`kernels/cuda/optimizer.cu`): the base learning rate, each agent's
+    /// clipping to `max_grad_norm`.
+    #[cfg(any(test, feature = "cuda"))]
+    pub(crate) fn next_kernel_coefficients(&mut self, max_grad_norm: f64) -> StepCoefficients {
+        let c = self.next_coefficients(1.0);
+        StepCoefficients {
+            lr: self.config.lr,
+            max_grad_norm,
+            b1: c.b1,
+            b2: c.b2,
+            bias1: c.bias1,
+            bias2_sqrt: c.bias2_sqrt,
+            eps: c.eps,
+            alpha: c.alpha,
+            adam: i32::from(c.kind == OptimizerKind::Adam),
+            centered: i32::from(c.centered),
+        }
+    }
+
+    /// [`Self::step_agents`] where the variables and state live on a CUDA device: the
+    /// fused step's two kernels over every variable at once, in place. Returns each
+    /// agent's gradient norm before clipping, `[P]` on the device; `None` (nothing
+    /// done) elsewhere.
+    #[cfg(feature = "cuda")]
+    pub fn step_agents_on_device(
+        &mut self,
+        grads: &GradStore,
+        agents: usize,
+        max_grad_norm: f64,
+        lr_ratios: Option<&[f64]>,
+    ) -> Result<Option<Tensor>> {
+        let candle_core::Device::Cuda(dev) = self.store.device().clone() else {
+            return Ok(None);
+        };
+        if self.reference {
+            return Ok(None);
+        }
+        let mut held = Vec::new();
+        for slot in &self.slots {
+            let (Some(g), State::Device([s0, s1])) = (grads.get(slot.var.as_tensor()), &slot.state)
+            else {
+                continue;
+            };
+            let g = g.detach().contiguous()?;
+            held.push((
+                slot.var.as_tensor().clone(),
+                g,
+                s0.clone(),
+                s1.clone(),
+                slot.lr_scale,
+            ));
+        }
+        let vars: Vec<_> = held
+            .iter()
+            .map(|(p, g, a, b, s)| (p, g, a, b, *s))
+            .collect();
+        let c = self.next_kernel_coefficients(max_grad_norm);
+        let norms = crate::kernels::cuda::optimizer::step(&dev, &vars, agents, lr_ratios, c)?;
         self.store.bump_version();
         Ok(Some(norms))
     }

@@ -315,11 +315,7 @@ impl PopulationDqn {
                 let norms = norms.into_iter().map(|n| n as f32).collect();
                 Tensor::from_vec(norms, (1, agents), &self.device())?
             }
-            None => {
-                let norm = self.clip_per_agent(&mut grads)?;
-                self.optimizer_step(&grads)?;
-                norm.unsqueeze(0)?
-            }
+            None => self.device_optimizer_step(&mut grads)?,
         };
         self.updates += 1;
         self.online.after_optimizer_step(self.updates)?;
@@ -330,6 +326,26 @@ impl PopulationDqn {
         }
         let metrics = Tensor::cat(&[stats, grad_norm], 0)?;
         Ok(PopulationInfo { metrics })
+    }
+
+    /// The optimizer's step where the variables live on a device, each agent's gradient
+    /// norm before clipping `[1, P]`: on CUDA the fused step's two kernels, elsewhere
+    /// (and with the tensor optimizer) tensor ops.
+    fn device_optimizer_step(&mut self, grads: &mut GradStore) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        {
+            let (agents, max, ratios) = (self.online.agents(), self.max_grad_norm, &self.lr_ratios);
+            let ratios = ratios.as_deref();
+            let fused = self
+                .optimizer
+                .step_agents_on_device(grads, agents, max, ratios)?;
+            if let Some(norms) = fused {
+                return norms.unsqueeze(0);
+            }
+        }
+        let norm = self.clip_per_agent(grads)?;
+        self.optimizer_step(grads)?;
+        norm.unsqueeze(0)
     }
 
     /// As a single agent's first update: weight norm's data-dependent init on each

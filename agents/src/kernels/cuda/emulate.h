@@ -12,7 +12,7 @@ extern thread_local normrl_dim3 threadIdx, blockIdx, blockDim, gridDim;
 extern "C" void normrl_emu_sync();
 
 #define __global__
-#define __device__
+#define __device__ static
 #define __shared__ static
 #define __forceinline__ inline
 #define __restrict__ __restrict

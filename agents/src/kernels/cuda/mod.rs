@@ -6,5 +6,9 @@
 
 #[cfg(test)]
 pub(crate) mod emulate;
+#[cfg(feature = "cuda")]
+mod launch;
+#[cfg(any(test, feature = "cuda"))]
+pub(crate) mod optimizer;
 #[cfg(test)]
 mod tests;

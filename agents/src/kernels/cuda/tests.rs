@@ -7,9 +7,14 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::emulate::{launch, Ptr};
+use super::optimizer::VarSlot;
+use crate::nn::{ParamStore, Role};
+use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 
 /// The kernels, compiled for the host (`build.rs`).
 mod ffi {
+    use super::super::optimizer::{StepCoefficients, VarSlot};
+
     unsafe extern "C" {
         pub(super) fn population_td_targets(
             next_q: *const f32,
@@ -30,6 +35,15 @@ mod ffi {
             rows: i32,
             actions: i32,
             huber: i32,
+        );
+        pub(super) fn population_grad_square_sums(slots: *const VarSlot, vars: i32, sums: *mut f64);
+        pub(super) fn population_optimizer_step(
+            slots: *const VarSlot,
+            vars: i32,
+            sums: *const f64,
+            lr_ratios: *const f64,
+            c: StepCoefficients,
+            norms: *mut f32,
         );
         pub(super) fn population_td_gradient(
             q: *const f32,
@@ -184,3 +198,128 @@ fn td_loss_and_gradient_are_the_cpu_ops() {
     }
     let _ = DType::F32;
 }
+
+/// A population's variables for the optimizer's test: `[P, ...]` values by shape, the
+/// last a weight-norm gain (its own learning-rate scale).
+const AGENTS: usize = 3;
+const PER_AGENT: [usize; 3] = [35, 5, 300];
+
+/// The kernels' step over host copies of the variables: `(params, grads, states)` each a
+/// `Vec` per variable; returns each agent's norm.
+fn kernel_step(
+    host: &mut [[Vec<f32>; 3]],
+    grads: &[Vec<f32>],
+    lr_scales: &[f64],
+    ratios: &[f64],
+    c: super::optimizer::StepCoefficients,
+) -> Vec<f32> {
+    let slots: Vec<VarSlot> = host
+        .iter_mut()
+        .zip(grads)
+        .zip(lr_scales)
+        .map(|(([p, s0, s1], g), &lr_scale)| VarSlot {
+            param: p.as_mut_ptr() as u64,
+            grad: g.as_ptr() as u64,
+            s0: s0.as_mut_ptr() as u64,
+            s1: s1.as_mut_ptr() as u64,
+            per_agent: (p.len() / AGENTS) as u64,
+            lr_scale,
+        })
+        .collect();
+    let vars = slots.len() as i32;
+    let mut sums = vec![0f64; slots.len() * AGENTS];
+    let mut norms = vec![0f32; AGENTS];
+    let (table, sm, nm) = (Ptr::read(&slots), Ptr::of(&mut sums), Ptr::of(&mut norms));
+    // Blocks of 32 (the GPU's 256 takes 8x the OS threads here; the tree is the same).
+    launch([vars as u32, AGENTS as u32, 1], 32, || unsafe {
+        ffi::population_grad_square_sums(table.p(), vars, sm.p())
+    });
+    let r = Ptr::read(ratios);
+    launch([2, vars as u32, AGENTS as u32], 16, || unsafe {
+        ffi::population_optimizer_step(table.p(), vars, sm.p(), r.p(), c, nm.p())
+    });
+    norms
+}
+
+/// Three steps of the kernels equal three of the CPU's fused step (`step_agents`), for
+/// Adam and both RMSprops, with one agent clipped and the others not, per-agent
+/// learning rates and a gain's learning-rate scale: to the rounding of the norms' sums,
+/// which the kernel adds in another order.
+#[test]
+fn the_optimizer_step_is_the_cpu_fused_step() {
+    let kinds = [
+        (OptimizerKind::Adam, false),
+        (OptimizerKind::Rmsprop, true),
+        (OptimizerKind::Rmsprop, false),
+    ];
+    for (kind, centered) in kinds {
+        let config = OptimizerConfig {
+            kind,
+            centered,
+            lr: 1e-2,
+            max_grad_norm: 1.0,
+            ..Default::default()
+        };
+        let mut r = rng();
+        let mut store = ParamStore::new(Device::Cpu);
+        let mut host = Vec::new();
+        for (v, &n) in PER_AGENT.iter().enumerate() {
+            let values = values(&mut r, AGENTS * n, 1.0);
+            let role = if v == 2 { Role::Gain } else { Role::Weight };
+            let t = Tensor::from_slice(&values, (AGENTS, n), &Device::Cpu).unwrap();
+            store.add(&format!("v{v}"), t, role).unwrap();
+            host.push([values, vec![0f32; AGENTS * n], vec![0f32; AGENTS * n]]);
+        }
+        let lr_scales = [1.0, 1.0, 2.0];
+        let mut cpu = Optimizer::new(&store, &config, 2.0);
+        let mut counter = Optimizer::new(&store, &config, 2.0);
+        let ratios = [1.0, 0.5, 2.0];
+        for step in 0..3 {
+            // Agent 1's gradients are large (clipped); the others' small.
+            let grads: Vec<Vec<f32>> = PER_AGENT
+                .iter()
+                .map(|&n| {
+                    let mut g = values(&mut r, AGENTS * n, 0.05);
+                    g[n..2 * n].iter_mut().for_each(|x| *x *= 100.0);
+                    g
+                })
+                .collect();
+            let vars: Vec<_> = store.trainable().map(|p| p.var.clone()).collect();
+            let mut loss = Tensor::new(0f32, &Device::Cpu).unwrap();
+            for (var, g) in vars.iter().zip(&grads) {
+                let g = Tensor::from_slice(g, var.shape(), &Device::Cpu).unwrap();
+                loss = (loss + (var.as_tensor() * g).unwrap().sum_all().unwrap()).unwrap();
+            }
+            let store_grads = loss.backward().unwrap();
+            let expected_norms = cpu
+                .step_agents(&store_grads, AGENTS, 1.0, Some(&ratios))
+                .unwrap()
+                .unwrap();
+            let c = counter.next_kernel_coefficients(1.0);
+            let norms = kernel_step(&mut host, &grads, &lr_scales, &ratios, c);
+            assert!(
+                expected_norms[1] > 1.0 && expected_norms[0] < 1.0,
+                "{expected_norms:?}"
+            );
+            for (n, e) in norms.iter().zip(&expected_norms) {
+                assert!(
+                    (f64::from(*n) - e).abs() <= 1e-6 * e,
+                    "{kind:?} step {step}: {n} vs {e}"
+                );
+            }
+            for (var, [p, _, _]) in vars.iter().zip(&host) {
+                let expected = host(var.as_tensor());
+                let worst = p
+                    .iter()
+                    .zip(&expected)
+                    .map(|(a, b)| (a - b).abs() / b.abs().max(1e-3))
+                    .fold(0f32, f32::max);
+                assert!(
+                    worst <= 1e-6,
+                    "{kind:?} centered {centered} step {step}: {worst}"
+                );
+            }
+        }
+    }
+}
+
