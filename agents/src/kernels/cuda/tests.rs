@@ -68,7 +68,7 @@ fn values(rng: &mut impl Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-scale..scale)).collect()
 }
 
-fn host(t: &Tensor) -> Vec<f32> {
+fn values_of(t: &Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1().unwrap()
 }
 
@@ -139,7 +139,7 @@ fn td_targets_are_the_cpu_ops() {
         crate::dqn::td::Discount::PerAgent(&gammas),
     )
     .unwrap();
-    assert_eq!(out, host(&expected));
+    assert_eq!(out, values_of(&expected));
 }
 
 #[test]
@@ -161,7 +161,7 @@ fn td_loss_and_gradient_are_the_cpu_ops() {
             ffi::population_td_stats(cq.p(), ca.p(), ct.p(), s.p(), dims.0, dims.1, dims.2, huber)
         });
         let expected = population_td_stats(&q, &actions, &targets, loss).unwrap();
-        assert_eq!(stats, host(&expected), "{loss:?}");
+        assert_eq!(stats, values_of(&expected), "{loss:?}");
 
         // Upstream 1 (the explicit backward's start) and each agent's own weight (the
         // losses' backward in candle's graph).
@@ -193,7 +193,7 @@ fn td_loss_and_gradient_are_the_cpu_ops() {
                     grads.unwrap().get(var.as_tensor()).unwrap().clone()
                 }
             };
-            assert_eq!(dq, host(&expected), "{loss:?}, upstream {upstream:?}");
+            assert_eq!(dq, values_of(&expected), "{loss:?}, upstream {upstream:?}");
         }
     }
     let _ = DType::F32;
@@ -308,7 +308,7 @@ fn the_optimizer_step_is_the_cpu_fused_step() {
                 );
             }
             for (var, [p, _, _]) in vars.iter().zip(&host) {
-                let expected = host(var.as_tensor());
+                let expected = values_of(var.as_tensor());
                 let worst = p
                     .iter()
                     .zip(&expected)
