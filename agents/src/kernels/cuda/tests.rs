@@ -14,6 +14,7 @@ use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 /// The kernels, compiled for the host (`build.rs`).
 mod ffi {
     use super::super::optimizer::{StepCoefficients, VarSlot};
+    use super::ConvDims;
 
     unsafe extern "C" {
         pub(super) fn population_td_targets(
@@ -45,6 +46,42 @@ mod ffi {
             c: StepCoefficients,
             norms: *mut f32,
         );
+        pub(super) fn agent_bias_forward(
+            t: *const f32,
+            scale: *const f32,
+            bias: *const f32,
+            out: *mut f32,
+            agents: i32,
+            outer: i32,
+            units: i32,
+            inner: i32,
+            relu: i32,
+        );
+        pub(super) fn agent_bias_backward_input(
+            scale: *const f32,
+            out: *const f32,
+            dy: *const f32,
+            dt: *mut f32,
+            agents: i32,
+            outer: i32,
+            units: i32,
+            inner: i32,
+            relu: i32,
+        );
+        pub(super) fn agent_bias_backward_params(
+            t: *const f32,
+            out: *const f32,
+            dy: *const f32,
+            dscale: *mut f32,
+            dbias: *mut f32,
+            agents: i32,
+            outer: i32,
+            units: i32,
+            inner: i32,
+            relu: i32,
+        );
+        pub(super) fn population_im2col(x: *const f32, cols: *mut f32, agents: i32, d: ConvDims);
+        pub(super) fn population_col2im(dcols: *const f32, dx: *mut f32, agents: i32, d: ConvDims);
         pub(super) fn population_td_gradient(
             q: *const f32,
             taken: *const u32,
@@ -323,3 +360,172 @@ fn the_optimizer_step_is_the_cpu_fused_step() {
     }
 }
 
+/// Tensors of `shape` with normal values, and the population's layout of them.
+fn random_tensor(r: &mut impl Rng, shape: &[usize]) -> (Tensor, Vec<f32>) {
+    let n = shape.iter().product();
+    let v = values(r, n, 2.0);
+    (Tensor::from_slice(&v, shape, &Device::Cpu).unwrap(), v)
+}
+
+/// The bias (and weight norm's scale) with and without the ReLU, forward and backward,
+/// over features and over channels (11 positions: the CPU's lane sums and their
+/// remainder), equal the CPU's per-agent ops bit for bit.
+#[test]
+fn bias_relu_is_the_cpu_ops() {
+    use crate::kernels::bias_relu::{AgentBias, AgentScaledBias};
+    use crate::kernels::per_agent::PerAgent;
+    let mut r = rng();
+    for (shape, unit) in [
+        (vec![3, 5, 8], vec![3, 1, 8]),
+        (vec![3, 5, 4, 11], vec![3, 1, 4, 1]),
+    ] {
+        let (p, outer, units) = (shape[0], shape[1], shape[2]);
+        let inner: usize = shape[3..].iter().product();
+        let dims = [p, outer, units, inner].map(|d| d as i32);
+        for (relu, scaled) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (t, tv) = random_tensor(&mut r, &shape);
+            let (s, sv) = random_tensor(&mut r, &unit);
+            let (b, bv) = random_tensor(&mut r, &unit);
+            let (dy, dyv) = random_tensor(&mut r, &shape);
+            let vars = [&t, &s, &b].map(|x| candle_core::Var::from_tensor(x).unwrap());
+            let applied = match scaled {
+                false => PerAgent::new(AgentBias::of(t.shape(), relu).unwrap(), p)
+                    .apply1(vars[0].as_tensor(), vars[2].as_tensor()),
+                true => PerAgent::new(AgentScaledBias::of(t.shape(), relu).unwrap(), p).apply2(
+                    vars[0].as_tensor(),
+                    vars[1].as_tensor(),
+                    vars[2].as_tensor(),
+                ),
+            }
+            .unwrap();
+            let grads = (&applied.out * &dy)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let grad = |i: usize| values_of(grads.get(vars[i].as_tensor()).unwrap());
+
+            let n = tv.len();
+            let (mut out, mut dt) = (vec![0f32; n], vec![0f32; n]);
+            let (mut ds, mut db) = (vec![0f32; p * units], vec![0f32; p * units]);
+            let scale = if scaled { Ptr::read(&sv) } else { Ptr::null() };
+            let (tp, bp, o) = (Ptr::read(&tv), Ptr::read(&bv), Ptr::of(&mut out));
+            let [ag, ou, un, inn] = dims;
+            let relu = i32::from(relu);
+            launch([3, 1, 1], 32, || unsafe {
+                ffi::agent_bias_forward(tp.p(), scale.p(), bp.p(), o.p(), ag, ou, un, inn, relu)
+            });
+            assert_eq!(
+                out,
+                values_of(&applied.out),
+                "{shape:?} relu {relu} scaled {scaled}"
+            );
+            let (dyp, dtp) = (Ptr::read(&dyv), Ptr::of(&mut dt));
+            launch([2, 1, 1], 64, || unsafe {
+                ffi::agent_bias_backward_input(
+                    scale.p(),
+                    o.p(),
+                    dyp.p(),
+                    dtp.p(),
+                    ag,
+                    ou,
+                    un,
+                    inn,
+                    relu,
+                )
+            });
+            let dsp = if scaled {
+                Ptr::of(&mut ds)
+            } else {
+                Ptr::null()
+            };
+            let dbp = Ptr::of(&mut db);
+            launch([2, 1, 1], 8, || unsafe {
+                ffi::agent_bias_backward_params(
+                    tp.p(),
+                    o.p(),
+                    dyp.p(),
+                    dsp.p(),
+                    dbp.p(),
+                    ag,
+                    ou,
+                    un,
+                    inn,
+                    relu,
+                )
+            });
+            let case = format!("{shape:?} relu {relu} scaled {scaled}");
+            assert_eq!(dt, grad(0), "{case}: input");
+            assert_eq!(db, grad(2), "{case}: bias");
+            if scaled {
+                assert_eq!(ds, grad(1), "{case}: scale");
+            }
+        }
+    }
+}
+
+/// `ConvDims` in `im2col.cu`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ConvDims {
+    batch: i32,
+    c_in: i32,
+    h: i32,
+    w: i32,
+    k: i32,
+    stride: i32,
+    oh: i32,
+    ow: i32,
+}
+
+/// The population's im2col is each agent's CPU im2col, and col2im is its adjoint:
+/// `<im2col(x), c> = <x, col2im(c)>`, for strides 1 and 2.
+#[test]
+fn im2col_is_the_cpu_ops_and_col2im_its_adjoint() {
+    use crate::kernels::conv::Dims;
+    let mut r = rng();
+    let (p, batch, c_in, h, w, k) = (2usize, 3usize, 2usize, 7usize, 6usize, 3usize);
+    for stride in [1usize, 2] {
+        let d = Dims::new(batch, 4, (c_in, h, w), k, stride).unwrap();
+        let (oh, ow) = ((h - k) / stride + 1, (w - k) / stride + 1);
+        let dims = ConvDims {
+            batch: batch as i32,
+            c_in: c_in as i32,
+            h: h as i32,
+            w: w as i32,
+            k: k as i32,
+            stride: stride as i32,
+            oh: oh as i32,
+            ow: ow as i32,
+        };
+        let input = batch * c_in * h * w;
+        let x = values(&mut r, p * input, 2.0);
+        let per_agent = d.patch() * d.columns();
+        let mut cols = vec![0f32; p * per_agent];
+        let (xp, cp) = (Ptr::read(&x), Ptr::of(&mut cols));
+        launch([3, 1, 1], 32, || unsafe {
+            ffi::population_im2col(xp.p(), cp.p(), p as i32, dims)
+        });
+        let expected: Vec<f32> = x.chunks(input).flat_map(|x| d.im2col(x)).collect();
+        assert_eq!(cols, expected, "stride {stride}");
+
+        let c = values(&mut r, p * per_agent, 2.0);
+        let mut dx = vec![0f32; p * input];
+        let (cq, dxp) = (Ptr::read(&c), Ptr::of(&mut dx));
+        launch([2, 1, 1], 32, || unsafe {
+            ffi::population_col2im(cq.p(), dxp.p(), p as i32, dims)
+        });
+        let dot = |a: &[f32], b: &[f32]| -> f64 {
+            a.iter()
+                .zip(b)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum()
+        };
+        let (left, right) = (dot(&cols, &c), dot(&x, &dx));
+        assert!(
+            (left - right).abs() <= 1e-5 * left.abs().max(1.0),
+            "stride {stride}: {left} vs {right}"
+        );
+    }
+}
