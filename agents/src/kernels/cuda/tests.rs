@@ -14,7 +14,7 @@ use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 /// The kernels, compiled for the host (`build.rs`).
 mod ffi {
     use super::super::optimizer::{StepCoefficients, VarSlot};
-    use super::ConvDims;
+    use super::{ConvDims, RowNorm};
 
     unsafe extern "C" {
         pub(super) fn population_td_targets(
@@ -82,6 +82,32 @@ mod ffi {
         );
         pub(super) fn population_im2col(x: *const f32, cols: *mut f32, agents: i32, d: ConvDims);
         pub(super) fn population_col2im(dcols: *const f32, dx: *mut f32, agents: i32, d: ConvDims);
+        pub(super) fn row_norm_forward(
+            t: *const f32,
+            gamma: *const f32,
+            beta: *const f32,
+            out: *mut f32,
+            stats: *mut f32,
+            s: RowNorm,
+        );
+        pub(super) fn row_norm_backward_input(
+            t: *const f32,
+            gamma: *const f32,
+            out: *const f32,
+            dy: *const f32,
+            stats: *const f32,
+            dt: *mut f32,
+            s: RowNorm,
+        );
+        pub(super) fn row_norm_backward_params(
+            t: *const f32,
+            out: *const f32,
+            dy: *const f32,
+            stats: *const f32,
+            dgamma: *mut f32,
+            dbeta: *mut f32,
+            s: RowNorm,
+        );
         pub(super) fn population_td_gradient(
             q: *const f32,
             taken: *const u32,
@@ -527,5 +553,111 @@ fn im2col_is_the_cpu_ops_and_col2im_its_adjoint() {
             (left - right).abs() <= 1e-5 * left.abs().max(1.0),
             "stride {stride}: {left} vs {right}"
         );
+    }
+}
+
+/// `RowNorm` in `row_norm.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct RowNorm {
+    agents: i32,
+    rows: i32,
+    n: i32,
+    groups: i32,
+    spatial: i32,
+    relu: i32,
+    rms: i32,
+    eps: f64,
+}
+
+/// Layer norm, group norm (over features, and over channels' positions) and RMSNorm,
+/// with and without the ReLU, forward and backward, equal the CPU's per-agent ops bit
+/// for bit.
+#[test]
+fn row_norms_are_the_cpu_ops() {
+    use crate::kernels::layer_norm::FusedLayerNorm;
+    use crate::kernels::per_agent::PerAgent;
+    use crate::kernels::rms_norm::FusedRmsNorm;
+    let mut r = rng();
+    // (input shape, groups, spatial, rms)
+    let cases = [
+        (vec![3, 5, 12], 1, 1, false),
+        (vec![3, 5, 12], 3, 1, false),
+        (vec![2, 4, 4, 5], 2, 5, false),
+        (vec![3, 5, 19], 1, 1, true),
+    ];
+    for (shape, groups, spatial, rms) in cases {
+        for relu in [false, true] {
+            let (p, rows) = (shape[0], shape[1]);
+            let n: usize = shape[2..].iter().product();
+            let params = n / spatial;
+            let (t, tv) = random_tensor(&mut r, &shape);
+            let (g, gv) = random_tensor(&mut r, &[p, params]);
+            let (b, bv) = random_tensor(&mut r, &[p, params]);
+            let (dy, dyv) = random_tensor(&mut r, &shape);
+            let vars = [&t, &g, &b].map(|x| candle_core::Var::from_tensor(x).unwrap());
+            let eps = 1e-5;
+            let applied = match rms {
+                false => {
+                    let kernel = FusedLayerNorm {
+                        eps,
+                        relu,
+                        groups,
+                        spatial,
+                    };
+                    PerAgent::new(kernel, p).apply2(
+                        vars[0].as_tensor(),
+                        vars[1].as_tensor(),
+                        vars[2].as_tensor(),
+                    )
+                }
+                true => PerAgent::new(FusedRmsNorm { eps, relu }, p)
+                    .apply1(vars[0].as_tensor(), vars[1].as_tensor()),
+            }
+            .unwrap();
+            let grads = (&applied.out * &dy)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let grad = |i: usize| values_of(grads.get(vars[i].as_tensor()).unwrap());
+            let s = RowNorm {
+                agents: p as i32,
+                rows: rows as i32,
+                n: n as i32,
+                groups: groups as i32,
+                spatial: spatial as i32,
+                relu: i32::from(relu),
+                rms: i32::from(rms),
+                eps,
+            };
+            let case = format!("{s:?}");
+            let (mut out, mut dt) = (vec![0f32; tv.len()], vec![0f32; tv.len()]);
+            let mut stats = vec![0f32; 2 * p * rows * groups];
+            let (mut dg, mut db) = (vec![0f32; p * params], vec![0f32; p * params]);
+            let (tp, gp, bp) = (Ptr::read(&tv), Ptr::read(&gv), Ptr::read(&bv));
+            let (op, sp, dyp) = (Ptr::of(&mut out), Ptr::of(&mut stats), Ptr::read(&dyv));
+            launch([2, 1, 1], 8, || unsafe {
+                ffi::row_norm_forward(tp.p(), gp.p(), bp.p(), op.p(), sp.p(), s)
+            });
+            assert_eq!(out, values_of(&applied.out), "{case}");
+            let dtp = Ptr::of(&mut dt);
+            launch([2, 1, 1], 8, || unsafe {
+                ffi::row_norm_backward_input(tp.p(), gp.p(), op.p(), dyp.p(), sp.p(), dtp.p(), s)
+            });
+            let (dgp, dbp) = (
+                Ptr::of(&mut dg),
+                if rms { Ptr::null() } else { Ptr::of(&mut db) },
+            );
+            launch([3, 1, 1], 4, || unsafe {
+                ffi::row_norm_backward_params(tp.p(), op.p(), dyp.p(), sp.p(), dgp.p(), dbp.p(), s)
+            });
+            assert_eq!(dt, grad(0), "{case}: input");
+            assert_eq!(dg, grad(1), "{case}: gain");
+            if !rms {
+                assert_eq!(db, grad(2), "{case}: shift");
+            }
+        }
     }
 }
