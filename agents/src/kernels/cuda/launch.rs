@@ -1,22 +1,32 @@
 //! What every kernel launch here shares on a CUDA device: the PTX modules `build.rs`
 //! compiled, and the device address of a tensor's values.
 
-use candle_core::cuda_backend::cudarc::driver::DevicePtr;
-use candle_core::cuda_backend::{CudaDevice, CudaFunc};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, DevicePtr};
+use candle_core::cuda_backend::CudaDevice;
 use candle_core::{Result, Storage, Tensor};
 
 mod ptx {
     include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
 }
 
+/// Every module: a `.cu` file's stem and its PTX.
+const MODULES: [(&str, &str); 6] = [
+    ("batch_norm", ptx::BATCH_NORM),
+    ("bias_relu", ptx::BIAS_RELU),
+    ("im2col", ptx::IM2COL),
+    ("optimizer", ptx::OPTIMIZER),
+    ("row_norm", ptx::ROW_NORM),
+    ("td", ptx::TD),
+];
+
 /// Kernel `name` of module `module` (a `.cu` file's stem), loaded once per device.
-pub(crate) fn module_function(dev: &CudaDevice, name: &str, module: &str) -> Result<CudaFunc> {
-    let source = match module {
-        "optimizer" => ptx::OPTIMIZER,
-        "td" => ptx::TD,
-        other => candle_core::bail!("no CUDA module '{other}'"),
+pub(crate) fn module_function(dev: &CudaDevice, name: &str, module: &str) -> Result<CudaFunction> {
+    let Some(&(_, source)) = MODULES.iter().find(|(m, _)| *m == module) else {
+        candle_core::bail!("no CUDA module '{module}'");
     };
-    dev.get_or_load_custom_func(name, &format!("normrl-{module}"), source)
+    let f = dev.get_or_load_custom_func(name, &format!("normrl-{module}"), source)?;
+    Ok(f.into_cuda_function())
 }
 
 /// The device address of contiguous `t`'s first value. The kernels that take an

@@ -74,17 +74,22 @@ mod device {
         let table = dev.clone_htod(&table)?;
         let n_vars = slots.len() as i32;
         let sums = dev.alloc_zeros::<f64>(slots.len() * agents)?;
+        let stream = dev.cuda_stream();
         let sum = module_function(dev, "population_grad_square_sums", "optimizer")?;
         let cfg = LaunchConfig {
             grid_dim: (slots.len() as u32, agents as u32, 1),
             block_dim: (SUM_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = sum.builder();
+        let mut b = stream.launch_builder(&sum);
         b.arg(&table).arg(&n_vars).arg(&sums);
         unsafe { b.launch(cfg) }.w()?;
 
-        let norms = Tensor::zeros(agents, candle_core::DType::F32, &dev.clone().into())?;
+        let norms = Tensor::zeros(
+            agents,
+            candle_core::DType::F32,
+            &candle_core::Device::Cuda(dev.clone()),
+        )?;
         let ratios = match lr_ratios {
             Some(r) => Some(dev.clone_htod(r)?),
             None => None,
@@ -102,7 +107,7 @@ mod device {
         };
         let norms_at = address(&norms)?;
         let step = module_function(dev, "population_optimizer_step", "optimizer")?;
-        let mut b = step.builder();
+        let mut b = stream.launch_builder(&step);
         b.arg(&table).arg(&n_vars).arg(&sums);
         match &ratios {
             Some(r) => b.arg(r),

@@ -14,7 +14,7 @@ use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 /// The kernels, compiled for the host (`build.rs`).
 mod ffi {
     use super::super::optimizer::{StepCoefficients, VarSlot};
-    use super::{ConvDims, RowNorm};
+    use super::{BatchNorm, ConvDims, RowNorm};
 
     unsafe extern "C" {
         pub(super) fn population_td_targets(
@@ -107,6 +107,48 @@ mod ffi {
             dgamma: *mut f32,
             dbeta: *mut f32,
             s: RowNorm,
+        );
+        pub(super) fn batch_norm_moments(
+            t: *const f32,
+            mean: *mut f32,
+            var: *mut f32,
+            s: BatchNorm,
+        );
+        pub(super) fn batch_norm_forward(
+            t: *const f32,
+            mean: *const f32,
+            var: *const f32,
+            gamma: *const f32,
+            beta: *const f32,
+            r: *const f32,
+            d: *const f32,
+            out: *mut f32,
+            s: BatchNorm,
+        );
+        pub(super) fn batch_norm_backward_params(
+            t: *const f32,
+            out: *const f32,
+            dy: *const f32,
+            mean: *const f32,
+            var: *const f32,
+            r: *const f32,
+            d: *const f32,
+            sums: *mut f32,
+            dgamma: *mut f32,
+            dbeta: *mut f32,
+            s: BatchNorm,
+        );
+        pub(super) fn batch_norm_backward_input(
+            t: *const f32,
+            out: *const f32,
+            dy: *const f32,
+            mean: *const f32,
+            var: *const f32,
+            gamma: *const f32,
+            r: *const f32,
+            sums: *const f32,
+            dt: *mut f32,
+            s: BatchNorm,
         );
         pub(super) fn population_td_gradient(
             q: *const f32,
@@ -658,6 +700,192 @@ fn row_norms_are_the_cpu_ops() {
             if !rms {
                 assert_eq!(db, grad(2), "{case}: shift");
             }
+        }
+    }
+}
+
+/// `BatchNorm` in `batch_norm.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct BatchNorm {
+    agents: i32,
+    outer: i32,
+    units: i32,
+    inner: i32,
+    relu: i32,
+    batch_statistics: i32,
+    eps: f64,
+}
+
+/// Batch norm's moments, forward and backward, over features and over feature maps
+/// (9 positions: the CPU's four-lane sums and their remainder), with batch statistics,
+/// with running ones, and renormalized, with and without the ReLU, equal the CPU's
+/// per-agent ops bit for bit.
+#[test]
+fn batch_norm_is_the_cpu_ops() {
+    use crate::kernels::batch_norm::{
+        moments_of, AgentBatchNorm, BatchNormOp, Renorm, RenormBounds,
+    };
+    use crate::kernels::per_agent::PerAgent;
+    use crate::kernels::units::Units;
+    let mut r = rng();
+    for shape in [vec![3usize, 6, 10], vec![2, 4, 3, 9]] {
+        let (p, outer, units) = (shape[0], shape[1], shape[2]);
+        let inner: usize = shape[3..].iter().product();
+        let layout = Units {
+            outer,
+            units,
+            inner,
+        };
+        for (mode, relu) in [(0, false), (0, true), (1, true), (2, false), (2, true)] {
+            let (t, tv) = random_tensor(&mut r, &shape);
+            let (g, gv) = random_tensor(&mut r, &[p, units]);
+            let (b, bv) = random_tensor(&mut r, &[p, units]);
+            let (dy, dyv) = random_tensor(&mut r, &shape);
+            let eps = 1e-5;
+            let s = BatchNorm {
+                agents: p as i32,
+                outer: outer as i32,
+                units: units as i32,
+                inner: inner as i32,
+                relu: i32::from(relu),
+                batch_statistics: i32::from(mode != 1),
+                eps,
+            };
+            // The kernel's moments against the CPU's; running statistics for mode 1, a
+            // renormalization against them for mode 2.
+            let (mut mean, mut var) = (vec![0f32; p * units], vec![0f32; p * units]);
+            let (tp, mp, vp) = (Ptr::read(&tv), Ptr::of(&mut mean), Ptr::of(&mut var));
+            launch([2, 1, 1], 4, || unsafe {
+                ffi::batch_norm_moments(tp.p(), mp.p(), vp.p(), s)
+            });
+            let per_agent = tv.len() / p;
+            let cpu: Vec<_> = tv
+                .chunks(per_agent)
+                .map(|x| moments_of(&layout, x))
+                .collect();
+            let flat = |f: fn(&(Vec<f32>, Vec<f32>)) -> &Vec<f32>| -> Vec<f32> {
+                cpu.iter().flat_map(|m| f(m).clone()).collect()
+            };
+            assert_eq!((&mean, &var), (&flat(|m| &m.0), &flat(|m| &m.1)), "{s:?}");
+            let running: Vec<(Vec<f32>, Vec<f32>)> = (0..p)
+                .map(|_| {
+                    (
+                        values(&mut r, units, 0.5),
+                        values(&mut r, units, 0.5)
+                            .iter()
+                            .map(|v| v.abs() + 0.5)
+                            .collect(),
+                    )
+                })
+                .collect();
+            let mut renorms = Vec::new();
+            let ops: Vec<BatchNormOp> = (0..p)
+                .map(|i| {
+                    let (m, v) = &cpu[i];
+                    let op = match mode {
+                        1 => BatchNormOp::evaluation(running[i].0.clone(), &running[i].1, eps),
+                        _ => BatchNormOp::training(m.clone(), v, eps),
+                    };
+                    if mode != 2 {
+                        return op.with_relu(relu);
+                    }
+                    let bounds = RenormBounds {
+                        r_max: 1.5,
+                        d_max: 0.5,
+                        eps,
+                    };
+                    let rn = Renorm::of((m, v), (&running[i].0, &running[i].1), bounds);
+                    renorms.push(rn.clone());
+                    op.with_renorm(rn).with_relu(relu)
+                })
+                .collect();
+            let vars = [&t, &g, &b].map(|x| candle_core::Var::from_tensor(x).unwrap());
+            let applied = PerAgent::new(AgentBatchNorm { ops, units: layout }, p)
+                .apply2(
+                    vars[0].as_tensor(),
+                    vars[1].as_tensor(),
+                    vars[2].as_tensor(),
+                )
+                .unwrap();
+            let grads = (&applied.out * &dy)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let grad = |i: usize| values_of(grads.get(vars[i].as_tensor()).unwrap());
+
+            if mode == 1 {
+                mean = running.iter().flat_map(|r| r.0.clone()).collect();
+                var = running.iter().flat_map(|r| r.1.clone()).collect();
+            }
+            let rv: Vec<f32> = renorms.iter().flat_map(|x| x.r.clone()).collect();
+            let dv: Vec<f32> = renorms.iter().flat_map(|x| x.d.clone()).collect();
+            let (rp, dp) = match mode {
+                2 => (Ptr::read(&rv), Ptr::read(&dv)),
+                _ => (Ptr::null(), Ptr::null()),
+            };
+            let n = tv.len();
+            let (mut out, mut dt, mut sums) =
+                (vec![0f32; n], vec![0f32; n], vec![0f32; 2 * p * units]);
+            let (mut dg, mut db) = (vec![0f32; p * units], vec![0f32; p * units]);
+            let (mp, vp, gp, bp) = (
+                Ptr::read(&mean),
+                Ptr::read(&var),
+                Ptr::read(&gv),
+                Ptr::read(&bv),
+            );
+            let (op, dyp) = (Ptr::of(&mut out), Ptr::read(&dyv));
+            launch([3, 1, 1], 16, || unsafe {
+                ffi::batch_norm_forward(
+                    tp.p(),
+                    mp.p(),
+                    vp.p(),
+                    gp.p(),
+                    bp.p(),
+                    rp.p(),
+                    dp.p(),
+                    op.p(),
+                    s,
+                )
+            });
+            assert_eq!(out, values_of(&applied.out), "{s:?} mode {mode}");
+            let (sp, dgp, dbp) = (Ptr::of(&mut sums), Ptr::of(&mut dg), Ptr::of(&mut db));
+            launch([2, 1, 1], 4, || unsafe {
+                ffi::batch_norm_backward_params(
+                    tp.p(),
+                    op.p(),
+                    dyp.p(),
+                    mp.p(),
+                    vp.p(),
+                    rp.p(),
+                    dp.p(),
+                    sp.p(),
+                    dgp.p(),
+                    dbp.p(),
+                    s,
+                )
+            });
+            let dtp = Ptr::of(&mut dt);
+            launch([3, 1, 1], 16, || unsafe {
+                ffi::batch_norm_backward_input(
+                    tp.p(),
+                    op.p(),
+                    dyp.p(),
+                    mp.p(),
+                    vp.p(),
+                    gp.p(),
+                    rp.p(),
+                    sp.p(),
+                    dtp.p(),
+                    s,
+                )
+            });
+            let case = format!("{s:?} mode {mode}");
+            assert_eq!(dt, grad(0), "{case}: input");
+            assert_eq!(dg, grad(1), "{case}: gain");
+            assert_eq!(db, grad(2), "{case}: shift");
         }
     }
 }
