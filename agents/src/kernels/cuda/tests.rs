@@ -764,10 +764,9 @@ fn batch_norm_is_the_cpu_ops() {
                 .chunks(per_agent)
                 .map(|x| moments_of(&layout, x))
                 .collect();
-            let flat = |f: fn(&(Vec<f32>, Vec<f32>)) -> &Vec<f32>| -> Vec<f32> {
-                cpu.iter().flat_map(|m| f(m).clone()).collect()
-            };
-            assert_eq!((&mean, &var), (&flat(|m| &m.0), &flat(|m| &m.1)), "{s:?}");
+            let cpu_means: Vec<f32> = cpu.iter().flat_map(|m| m.0.clone()).collect();
+            let cpu_vars: Vec<f32> = cpu.iter().flat_map(|m| m.1.clone()).collect();
+            assert_eq!((&mean, &var), (&cpu_means, &cpu_vars), "{s:?}");
             let running: Vec<(Vec<f32>, Vec<f32>)> = (0..p)
                 .map(|_| {
                     (
@@ -822,70 +821,83 @@ fn batch_norm_is_the_cpu_ops() {
             }
             let rv: Vec<f32> = renorms.iter().flat_map(|x| x.r.clone()).collect();
             let dv: Vec<f32> = renorms.iter().flat_map(|x| x.d.clone()).collect();
-            let (rp, dp) = match mode {
-                2 => (Ptr::read(&rv), Ptr::read(&dv)),
-                _ => (Ptr::null(), Ptr::null()),
-            };
-            let n = tv.len();
-            let (mut out, mut dt, mut sums) =
-                (vec![0f32; n], vec![0f32; n], vec![0f32; 2 * p * units]);
-            let (mut dg, mut db) = (vec![0f32; p * units], vec![0f32; p * units]);
-            let (mp, vp, gp, bp) = (
-                Ptr::read(&mean),
-                Ptr::read(&var),
-                Ptr::read(&gv),
-                Ptr::read(&bv),
-            );
-            let (op, dyp) = (Ptr::of(&mut out), Ptr::read(&dyv));
-            launch([3, 1, 1], 16, || unsafe {
-                ffi::batch_norm_forward(
-                    tp.p(),
-                    mp.p(),
-                    vp.p(),
-                    gp.p(),
-                    bp.p(),
-                    rp.p(),
-                    dp.p(),
-                    op.p(),
-                    s,
-                )
-            });
+            let renorm = (mode == 2).then_some((rv.as_slice(), dv.as_slice()));
+            let inputs = [&tv, &dyv, &mean, &var, &gv, &bv].map(|v| v.as_slice());
+            let [out, dt, dg, db] = batch_norm_kernels(s, inputs, renorm);
             assert_eq!(out, values_of(&applied.out), "{s:?} mode {mode}");
-            let (sp, dgp, dbp) = (Ptr::of(&mut sums), Ptr::of(&mut dg), Ptr::of(&mut db));
-            launch([2, 1, 1], 4, || unsafe {
-                ffi::batch_norm_backward_params(
-                    tp.p(),
-                    op.p(),
-                    dyp.p(),
-                    mp.p(),
-                    vp.p(),
-                    rp.p(),
-                    dp.p(),
-                    sp.p(),
-                    dgp.p(),
-                    dbp.p(),
-                    s,
-                )
-            });
-            let dtp = Ptr::of(&mut dt);
-            launch([3, 1, 1], 16, || unsafe {
-                ffi::batch_norm_backward_input(
-                    tp.p(),
-                    op.p(),
-                    dyp.p(),
-                    mp.p(),
-                    vp.p(),
-                    gp.p(),
-                    rp.p(),
-                    sp.p(),
-                    dtp.p(),
-                    s,
-                )
-            });
             let case = format!("{s:?} mode {mode}");
             assert_eq!(dt, grad(0), "{case}: input");
             assert_eq!(dg, grad(1), "{case}: gain");
             assert_eq!(db, grad(2), "{case}: shift");
         }
     }
+}
+
+/// Batch norm's kernels on `[t, dy, mean, var, gamma, beta]` and, renormalized, `(r,
+/// d)`: the output, the input's gradient, the gain's and the shift's.
+fn batch_norm_kernels(
+    s: BatchNorm,
+    [tv, dyv, mean, var, gv, bv]: [&[f32]; 6],
+    renorm: Option<(&[f32], &[f32])>,
+) -> [Vec<f32>; 4] {
+    let (p, units) = (s.agents as usize, s.units as usize);
+    let (rp, dp) = renorm.map_or((Ptr::null(), Ptr::null()), |(r, d)| {
+        (Ptr::read(r), Ptr::read(d))
+    });
+    let tp = Ptr::read(tv);
+    let n = tv.len();
+    let (mut out, mut dt, mut sums) = (vec![0f32; n], vec![0f32; n], vec![0f32; 2 * p * units]);
+    let (mut dg, mut db) = (vec![0f32; p * units], vec![0f32; p * units]);
+    let (mp, vp, gp, bp) = (
+        Ptr::read(mean),
+        Ptr::read(var),
+        Ptr::read(gv),
+        Ptr::read(bv),
+    );
+    let (op, dyp) = (Ptr::of(&mut out), Ptr::read(dyv));
+    launch([3, 1, 1], 16, || unsafe {
+        ffi::batch_norm_forward(
+            tp.p(),
+            mp.p(),
+            vp.p(),
+            gp.p(),
+            bp.p(),
+            rp.p(),
+            dp.p(),
+            op.p(),
+            s,
+        )
+    });
+    let (sp, dgp, dbp) = (Ptr::of(&mut sums), Ptr::of(&mut dg), Ptr::of(&mut db));
+    launch([2, 1, 1], 4, || unsafe {
+        ffi::batch_norm_backward_params(
+            tp.p(),
+            op.p(),
+            dyp.p(),
+            mp.p(),
+            vp.p(),
+            rp.p(),
+            dp.p(),
+            sp.p(),
+            dgp.p(),
+            dbp.p(),
+            s,
+        )
+    });
+    let dtp = Ptr::of(&mut dt);
+    launch([3, 1, 1], 16, || unsafe {
+        ffi::batch_norm_backward_input(
+            tp.p(),
+            op.p(),
+            dyp.p(),
+            mp.p(),
+            vp.p(),
+            gp.p(),
+            rp.p(),
+            sp.p(),
+            dtp.p(),
+            s,
+        )
+    });
+    [out, dt, dg, db]
 }
