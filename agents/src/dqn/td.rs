@@ -87,6 +87,17 @@ pub fn population_targets(
     terminated: &Tensor,
     gamma: Discount,
 ) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if next_q.device().is_cuda() {
+        // One kernel; the discounts as a tensor on the device (no read of them).
+        let p = next_q.dim(0)?;
+        let gammas = match gamma {
+            Discount::All(g) => Tensor::from_vec(vec![g as f32; p], p, next_q.device())?,
+            Discount::PerAgent(g) => g.flatten_all()?.contiguous()?,
+        };
+        let next_q = next_q.contiguous()?;
+        return crate::kernels::cuda::device::td_targets(&next_q, rewards, terminated, &gammas);
+    }
     if !next_q.device().is_cpu() {
         return bootstrap(rewards, terminated, &best_next(next_q, None)?, gamma);
     }

@@ -318,6 +318,13 @@ pub fn population_td_stats(
 
 /// `op` on the Q-values, actions and targets, outside candle's graph.
 fn td_op(q: &Tensor, actions: &Tensor, targets: &Tensor, op: PopulationTdLoss) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if q.device().is_cuda() {
+        let huber = matches!(op.loss, Loss::Huber);
+        let gradient = matches!(op.output, TdOutput::Gradient).then_some(None);
+        let q = q.contiguous()?;
+        return crate::kernels::cuda::device::td(&q, actions, targets, huber, gradient);
+    }
     let (actions, targets) = (actions.contiguous()?, targets.contiguous()?);
     q.contiguous()?.apply_op3_no_bwd(&actions, &targets, &op)
 }

@@ -85,6 +85,20 @@ pub(crate) fn linear_gradients(
     dy: &Tensor,
     input_gradient: bool,
 ) -> Result<(Tensor, Option<Tensor>)> {
+    if !x.device().is_cpu() {
+        // A device's batched products: `dy^T x` and `dy w`.
+        let flat = if x.rank() > 3 {
+            x.flatten_from(2)?
+        } else {
+            x.clone()
+        };
+        let dw = dy.transpose(1, 2)?.matmul(&flat)?;
+        let dx = match input_gradient {
+            true => Some(dy.matmul(w)?.reshape(x.shape())?),
+            false => None,
+        };
+        return Ok((dw, dx));
+    }
     let (p, _, core) = linear_dims(x.shape(), w.shape())?;
     let (dw, dx) = with_values(&x.contiguous()?, |x| {
         with_values(&w.contiguous()?, |w| {
@@ -147,12 +161,46 @@ impl AgentConv {
     /// Feature maps `[P, B, c_out, positions]` of data `x` `[P, B, c_in * h * w]`; on the
     /// CPU one op.
     pub(crate) fn apply(self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            // Columns `[P, patch, B * positions]` by one kernel, one batched product,
+            // then each agent's maps channel-major.
+            let (p, d) = self.dims(x.shape(), w.shape())?;
+            let cols = super::cuda::device::im2col(x, self.kernel_dims(&d))?;
+            let y = w.contiguous()?.matmul(&cols)?;
+            let y = y.reshape((p, d.c_out(), d.batch(), d.positions()))?;
+            return y.transpose(1, 2)?.contiguous();
+        }
         x.contiguous()?.apply_op2(&w.contiguous()?, self)
+    }
+
+    /// The CUDA kernel's sizes of one agent's convolution.
+    #[cfg(feature = "cuda")]
+    fn kernel_dims(&self, d: &Dims) -> super::cuda::args::ConvDims {
+        let out = |n: usize| ((n - self.k) / self.stride + 1) as i32;
+        super::cuda::args::ConvDims {
+            batch: d.batch() as i32,
+            c_in: self.c_in as i32,
+            h: self.h as i32,
+            w: self.w as i32,
+            k: self.k as i32,
+            stride: self.stride as i32,
+            oh: out(self.h),
+            ow: out(self.w),
+        }
     }
 
     /// The weight gradient `[P, c_out, patch]` from the output's gradient `dy`.
     pub(crate) fn weight_gradient(&self, x: &Tensor, w: &Tensor, dy: &Tensor) -> Result<Tensor> {
         let (p, d) = self.dims(x.shape(), w.shape())?;
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            // `dy` channel-major `[P, c_out, B * positions]` times the columns' transpose.
+            let cols = super::cuda::device::im2col(x, self.kernel_dims(&d))?;
+            let by_channel = dy.transpose(1, 2)?.contiguous()?;
+            let by_channel = by_channel.reshape((p, d.c_out(), d.columns()))?;
+            return by_channel.matmul(&cols.transpose(1, 2)?);
+        }
         let dw = with_values(&x.contiguous()?, |x| {
             with_values(&dy.contiguous()?, |dy| {
                 Ok(per_agent(p, &[x, dy], |v| {

@@ -251,6 +251,31 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
         let db = self.units.sums(&dt);
         Ok((dt, [db]))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_forward(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [b]: [&Tensor; 1],
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        let out = super::cuda::device::bias_forward(t, None, b, (agents, &self.units, self.relu))?;
+        Ok(Some((out, None)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_gradients(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [b]: [&Tensor; 1],
+        (out, _): (&Tensor, Option<&Tensor>),
+        dy: &Tensor,
+    ) -> Result<(Tensor, [Tensor; 1])> {
+        let layout = (agents, &self.units, self.relu);
+        let (dt, _, db) = super::cuda::device::bias_backward((t, None, b), out, dy, layout)?;
+        Ok((dt, [db]))
+    }
 }
 
 /// Weight norm's layer output in a population, per agent: each unit's kernel output
@@ -303,6 +328,35 @@ impl super::per_agent::AgentKernel<2> for AgentScaledBias {
         let dt = self.units.map(&d, s, |d, s| d * s);
         let ds = self.units.sums2(&d, t, &vec![(); s.len()], |d, t, _| d * t);
         let db = self.units.sums(&d);
+        Ok((dt, [ds, db]))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_forward(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [s, b]: [&Tensor; 2],
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        let layout = (agents, &self.units, self.relu);
+        let out = super::cuda::device::bias_forward(t, Some(s), b, layout)?;
+        Ok(Some((out, None)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_gradients(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [s, b]: [&Tensor; 2],
+        (out, _): (&Tensor, Option<&Tensor>),
+        dy: &Tensor,
+    ) -> Result<(Tensor, [Tensor; 2])> {
+        let layout = (agents, &self.units, self.relu);
+        let (dt, ds, db) = super::cuda::device::bias_backward((t, Some(s), b), out, dy, layout)?;
+        let Some(ds) = ds else {
+            candle_core::bail!("weight norm's scale: no gradient from the CUDA kernel");
+        };
         Ok((dt, [ds, db]))
     }
 }

@@ -141,6 +141,54 @@ impl super::per_agent::AgentKernel<2> for FusedLayerNorm {
         let (dt, dg, db) = self.gradients(t, gamma, dy);
         Ok((dt, [dg, db]))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_forward(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [gamma, beta]: [&Tensor; 2],
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        let s = self.cuda_dims(agents, t, gamma)?;
+        let (out, stats) = super::cuda::device::row_norm_forward(t, gamma, Some(beta), s)?;
+        Ok(Some((out, Some(stats))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_gradients(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [gamma, _]: [&Tensor; 2],
+        (out, stats): (&Tensor, Option<&Tensor>),
+        dy: &Tensor,
+    ) -> Result<(Tensor, [Tensor; 2])> {
+        let Some(stats) = stats else {
+            candle_core::bail!("layer norm: the CUDA forward kept no statistics");
+        };
+        let s = self.cuda_dims(agents, t, gamma)?;
+        let kept = (t, gamma, stats);
+        let (dt, dg, db) = super::cuda::device::row_norm_backward(kept, out, dy, s, true)?;
+        let Some(db) = db else {
+            candle_core::bail!("layer norm: no shift gradient from the CUDA kernel");
+        };
+        Ok((dt, [dg, db]))
+    }
+}
+
+impl FusedLayerNorm {
+    /// The CUDA kernels' sizes for `t` and `gamma` over `agents`.
+    #[cfg(feature = "cuda")]
+    fn cuda_dims(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        gamma: &Tensor,
+    ) -> Result<super::cuda::args::RowNorm> {
+        let sizes = (agents, t.elem_count(), gamma.elem_count());
+        let kind = (self.relu, false, self.eps);
+        super::cuda::args::RowNorm::of(sizes, (self.groups, self.spatial), kind)
+    }
 }
 
 impl FusedLayerNorm {

@@ -24,6 +24,12 @@ use candle_core::{Result, Storage, Tensor};
 
 use dense::f32_slice;
 
+/// Whether the fused ops run on `device`: the CPU, and a CUDA device with the `cuda`
+/// feature (`kernels/cuda`).
+pub(crate) fn has_fused_ops(device: &candle_core::Device) -> bool {
+    device.is_cpu() || (cfg!(feature = "cuda") && device.is_cuda())
+}
+
 /// Runs `f` on a CPU tensor's values (every op here reads its inputs this way).
 #[inline]
 pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {

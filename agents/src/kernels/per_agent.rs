@@ -32,6 +32,33 @@ pub(crate) trait AgentKernel<const N: usize>: Send + Sync + 'static {
         out: &[f32],
         dy: &[f32],
     ) -> Result<(Vec<f32>, [Vec<f32>; N])>;
+
+    /// The op on every agent's values at once on a CUDA device (`kernels/cuda`), with
+    /// what its backward keeps (a normalization's statistics); `None` where the method
+    /// has no CUDA kernel.
+    #[cfg(feature = "cuda")]
+    fn cuda_forward(
+        &self,
+        _agents: usize,
+        _t: &Tensor,
+        _params: [&Tensor; N],
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        Ok(None)
+    }
+
+    /// [`Self::cuda_forward`]'s gradients with respect to `t` and each parameter, from
+    /// its output `out`, what it kept and the output's gradient `dy`.
+    #[cfg(feature = "cuda")]
+    fn cuda_gradients(
+        &self,
+        _agents: usize,
+        _t: &Tensor,
+        _params: [&Tensor; N],
+        _saved: (&Tensor, Option<&Tensor>),
+        _dy: &Tensor,
+    ) -> Result<(Tensor, [Tensor; N])> {
+        candle_core::bail!("{}: no CUDA kernel", self.name())
+    }
 }
 
 /// Agent `i`'s run of `values`, which holds `p` equal runs (a stacked tensor's values:
@@ -187,6 +214,10 @@ impl<K: Send + Sync + 'static> PerAgent<K> {
         K: AgentKernel<N>,
         Shared<K>: ApplyN<N>,
     {
+        #[cfg(feature = "cuda")]
+        if t.device().is_cuda() {
+            return self.apply_on_cuda(t, params);
+        }
         let t = t.contiguous()?;
         let ids = params.iter().map(|p| p.id()).collect();
         let params = params.map(|p| p.contiguous()).into_iter();
@@ -196,6 +227,39 @@ impl<K: Send + Sync + 'static> PerAgent<K> {
         let backward = move |out: &Tensor, dy: &Tensor| {
             let refs: [&Tensor; N] = std::array::from_fn(|i| &params[i]);
             let (dt, dps) = op.gradients(&t, refs, out, dy)?;
+            Ok((dt, dps.into_iter().collect()))
+        };
+        Ok(Applied {
+            out,
+            params: ids,
+            backward: Box::new(backward),
+        })
+    }
+
+    /// [`Self::apply`] on a CUDA device: the kernel's launches, kept for the explicit
+    /// backward (no node in candle's graph: a device runs the fused ops only where the
+    /// whole update takes the explicit backward, see `PopulationNet::fused_on`).
+    #[cfg(feature = "cuda")]
+    fn apply_on_cuda<const N: usize>(self, t: &Tensor, params: [&Tensor; N]) -> Result<Applied>
+    where
+        K: AgentKernel<N>,
+    {
+        let t = t.contiguous()?;
+        let ids = params.iter().map(|p| p.id()).collect();
+        let params: Vec<Tensor> = params
+            .iter()
+            .map(|p| p.contiguous())
+            .collect::<Result<_>>()?;
+        let refs: [&Tensor; N] = std::array::from_fn(|i| &params[i]);
+        let Some((out, saved)) = self.kernel.cuda_forward(self.agents, &t, refs)? else {
+            candle_core::bail!("{}: no CUDA kernel", self.kernel.name());
+        };
+        let backward = move |out: &Tensor, dy: &Tensor| {
+            let refs: [&Tensor; N] = std::array::from_fn(|i| &params[i]);
+            let kept = (out, saved.as_ref());
+            let (dt, dps) = self
+                .kernel
+                .cuda_gradients(self.agents, &t, refs, kept, dy)?;
             Ok((dt, dps.into_iter().collect()))
         };
         Ok(Applied {

@@ -71,6 +71,51 @@ impl super::per_agent::AgentKernel<1> for FusedRmsNorm {
         let (dt, dgamma) = rms_gradients(t, &inv, gamma, dy);
         Ok((dt, [dgamma]))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_forward(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [gamma]: [&Tensor; 1],
+    ) -> candle_core::Result<Option<(Tensor, Option<Tensor>)>> {
+        let s = self.cuda_dims(agents, t, gamma)?;
+        let (out, stats) = super::cuda::device::row_norm_forward(t, gamma, None, s)?;
+        Ok(Some((out, Some(stats))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_gradients(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [gamma]: [&Tensor; 1],
+        (out, stats): (&Tensor, Option<&Tensor>),
+        dy: &Tensor,
+    ) -> candle_core::Result<(Tensor, [Tensor; 1])> {
+        let Some(stats) = stats else {
+            candle_core::bail!("RMSNorm: the CUDA forward kept no statistics");
+        };
+        let s = self.cuda_dims(agents, t, gamma)?;
+        let kept = (t, gamma, stats);
+        let (dt, dg, _) = super::cuda::device::row_norm_backward(kept, out, dy, s, false)?;
+        Ok((dt, [dg]))
+    }
+}
+
+impl FusedRmsNorm {
+    /// The CUDA kernels' sizes for `t` and `gamma` over `agents` (one group, per feature
+    /// gains).
+    #[cfg(feature = "cuda")]
+    fn cuda_dims(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        gamma: &Tensor,
+    ) -> candle_core::Result<super::cuda::args::RowNorm> {
+        let sizes = (agents, t.elem_count(), gamma.elem_count());
+        super::cuda::args::RowNorm::of(sizes, (1, 1), (self.relu, true, self.eps))
+    }
 }
 
 crate::kernels::avx2::dispatch! {

@@ -154,13 +154,17 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
         Ok(Box::new(Self::new(gamma, beta, self.groups, self.eps)))
     }
 
+    fn has_cuda_kernel(&self) -> bool {
+        true
+    }
+
     fn forward_relu(
         &self,
         h: &Tensor,
         _stats: super::BnStats,
         bias: Option<&Var>,
     ) -> Result<Option<crate::kernels::per_agent::Applied>> {
-        if !h.device().is_cpu() || bias.is_some() {
+        if !crate::kernels::has_fused_ops(h.device()) || bias.is_some() {
             return Ok(None);
         }
         // Group norm's parameters are per channel, each over its positions; layer

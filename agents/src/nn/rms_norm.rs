@@ -139,6 +139,10 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
         }))
     }
 
+    fn has_cuda_kernel(&self) -> bool {
+        true
+    }
+
     fn forward_relu(
         &self,
         h: &Tensor,
@@ -148,7 +152,9 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
         // Per feature gains only: the loops take a sample's features as one row.
         let (agents, rows) = (h.dim(0)?, h.dim(1)?);
         let per_sample = h.elem_count() / (agents * rows).max(1);
-        if !h.device().is_cpu() || bias.is_some() || self.gamma.elem_count() != agents * per_sample
+        if !crate::kernels::has_fused_ops(h.device())
+            || bias.is_some()
+            || self.gamma.elem_count() != agents * per_sample
         {
             return Ok(None);
         }

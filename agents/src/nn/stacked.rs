@@ -42,6 +42,12 @@ pub(crate) trait StackedNorm: Send + Sync {
         Ok(None)
     }
 
+    /// Whether [`Self::forward_relu`] has a CUDA kernel (`kernels/cuda`): the methods
+    /// without state, whose op is the same on any device.
+    fn has_cuda_kernel(&self) -> bool {
+        false
+    }
+
     /// Weight norm's data-dependent init met this layer, whose scaled batch mean per
     /// unit is `mean`: whether the method took it (mean-only batch norm starts its
     /// running mean there, and the bias at 0), else the bias starts at `-mean`.

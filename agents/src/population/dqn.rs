@@ -55,11 +55,17 @@ impl PopulationDqn {
     }
 
     fn with_target(
-        online: PopulationNet,
-        target: PopulationNet,
+        mut online: PopulationNet,
+        mut target: PopulationNet,
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
+        if config.joint_forward && !online.device().is_cpu() {
+            // CrossQ's joint forward takes candle's graph, where a device's fused ops
+            // make no nodes.
+            online.use_tensor_forms();
+            target.use_tensor_forms();
+        }
         let max_grad_norm = optimizer.max_grad_norm;
         let unclipped = OptimizerConfig {
             max_grad_norm: 0.0,

@@ -560,9 +560,26 @@ impl PopulationNet {
         self.version.clone()
     }
 
-    /// Whether the fused CPU ops run on `x`.
+    /// Whether the fused ops run on `x`: on the CPU, and on a CUDA device where every
+    /// layer has them there (then the whole update takes the explicit backward, which
+    /// the device ops need: they make no nodes in candle's graph).
     pub(super) fn fused_on(&self, x: &Tensor) -> bool {
-        self.settings.fused && x.device().is_cpu()
+        self.settings.fused
+            && (x.device().is_cpu() || (x.device().is_cuda() && self.cuda_fusable()))
+    }
+
+    /// Whether every layer has its fused ops' CUDA kernels: no weight norm, no
+    /// convolution after the first layer, and a normalization only where it has a
+    /// kernel and a ReLU ends the layer (a bias and a ReLU, or a bias alone, otherwise).
+    pub(crate) fn cuda_fusable(&self) -> bool {
+        let layer_fusable = |(i, l): (usize, &PopulationLayer)| {
+            let after = match &l.norm {
+                Some(n) => n.has_cuda_kernel() && l.relu && l.bias.is_none(),
+                None => l.bias.is_some() || !l.relu,
+            };
+            after && l.gain.is_none() && !l.conv_needs_input_gradient(i == 0)
+        };
+        cfg!(feature = "cuda") && self.layers.iter().enumerate().all(layer_fusable)
     }
 
     pub(super) fn layers(&self) -> &[PopulationLayer] {

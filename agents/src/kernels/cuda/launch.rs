@@ -3,7 +3,7 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, DevicePtr};
-use candle_core::cuda_backend::CudaDevice;
+use candle_core::cuda_backend::{CudaDType, CudaDevice};
 use candle_core::{Result, Storage, Tensor};
 
 mod ptx {
@@ -29,9 +29,10 @@ pub(crate) fn module_function(dev: &CudaDevice, name: &str, module: &str) -> Res
     Ok(f.into_cuda_function())
 }
 
-/// The device address of contiguous `t`'s first value. The kernels that take an
-/// address (in a table) run on candle's one stream, after every write before them.
-pub(crate) fn address(t: &Tensor) -> Result<u64> {
+/// The device address of contiguous `t`'s first value (of type `T`). The kernels run
+/// on candle's one stream, after every write before them, so an address is all they
+/// need.
+pub(crate) fn address<T: CudaDType>(t: &Tensor) -> Result<u64> {
     let (storage, layout) = t.storage_and_layout();
     let Storage::Cuda(s) = &*storage else {
         candle_core::bail!("a CUDA kernel's tensor is on {:?}", t.device().location());
@@ -39,8 +40,8 @@ pub(crate) fn address(t: &Tensor) -> Result<u64> {
     if !layout.is_contiguous() {
         candle_core::bail!("a CUDA kernel's tensor must be contiguous");
     }
-    let slice = s.as_cuda_slice::<f32>()?;
+    let slice = s.as_cuda_slice::<T>()?;
     let stream = s.device().cuda_stream();
     let (ptr, _read) = slice.device_ptr(&stream);
-    Ok(ptr + (layout.start_offset() * std::mem::size_of::<f32>()) as u64)
+    Ok(ptr + (layout.start_offset() * std::mem::size_of::<T>()) as u64)
 }

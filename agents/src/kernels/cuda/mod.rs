@@ -4,6 +4,10 @@
 //! to PTX with the `cuda` feature, and always for the host under an emulation of CUDA's
 //! built-ins ([`emulate`]), where the tests run them against the CPU ops.
 
+#[cfg(any(test, feature = "cuda"))]
+pub(crate) mod args;
+#[cfg(feature = "cuda")]
+pub(crate) mod device;
 #[cfg(test)]
 pub(crate) mod emulate;
 #[cfg(feature = "cuda")]

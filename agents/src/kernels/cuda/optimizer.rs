@@ -62,10 +62,10 @@ mod device {
         let mut slots = Vec::with_capacity(vars.len());
         for &(p, g, s0, s1, lr_scale) in vars {
             slots.push(VarSlot {
-                param: address(p)?,
-                grad: address(g)?,
-                s0: address(s0)?,
-                s1: address(s1)?,
+                param: address::<f32>(p)?,
+                grad: address::<f32>(g)?,
+                s0: address::<f32>(s0)?,
+                s1: address::<f32>(s1)?,
                 per_agent: (p.elem_count() / agents.max(1)) as u64,
                 lr_scale,
             });
@@ -105,7 +105,7 @@ mod device {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let norms_at = address(&norms)?;
+        let norms_at = address::<f32>(&norms)?;
         let step = module_function(dev, "population_optimizer_step", "optimizer")?;
         let mut b = stream.launch_builder(&step);
         b.arg(&table).arg(&n_vars).arg(&sums);

@@ -6,6 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
+use super::args::{BatchNorm, ConvDims, RowNorm};
 use super::emulate::{launch, Ptr};
 use super::optimizer::VarSlot;
 use crate::nn::{ParamStore, Role};
@@ -13,8 +14,8 @@ use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 
 /// The kernels, compiled for the host (`build.rs`).
 mod ffi {
+    use super::super::args::{BatchNorm, ConvDims, RowNorm};
     use super::super::optimizer::{StepCoefficients, VarSlot};
-    use super::{BatchNorm, ConvDims, RowNorm};
 
     unsafe extern "C" {
         pub(super) fn population_td_targets(
@@ -533,20 +534,6 @@ fn bias_relu_is_the_cpu_ops() {
     }
 }
 
-/// `ConvDims` in `im2col.cu`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct ConvDims {
-    batch: i32,
-    c_in: i32,
-    h: i32,
-    w: i32,
-    k: i32,
-    stride: i32,
-    oh: i32,
-    ow: i32,
-}
-
 /// The population's im2col is each agent's CPU im2col, and col2im is its adjoint:
 /// `<im2col(x), c> = <x, col2im(c)>`, for strides 1 and 2.
 #[test]
@@ -596,20 +583,6 @@ fn im2col_is_the_cpu_ops_and_col2im_its_adjoint() {
             "stride {stride}: {left} vs {right}"
         );
     }
-}
-
-/// `RowNorm` in `row_norm.cu`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct RowNorm {
-    agents: i32,
-    rows: i32,
-    n: i32,
-    groups: i32,
-    spatial: i32,
-    relu: i32,
-    rms: i32,
-    eps: f64,
 }
 
 /// Layer norm, group norm (over features, and over channels' positions) and RMSNorm,
@@ -702,19 +675,6 @@ fn row_norms_are_the_cpu_ops() {
             }
         }
     }
-}
-
-/// `BatchNorm` in `batch_norm.cu`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct BatchNorm {
-    agents: i32,
-    outer: i32,
-    units: i32,
-    inner: i32,
-    relu: i32,
-    batch_statistics: i32,
-    eps: f64,
 }
 
 /// Batch norm's moments, forward and backward, over features and over feature maps

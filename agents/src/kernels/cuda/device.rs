@@ -1,0 +1,233 @@
+//! The kernels' launches on a CUDA device, at the level of tensors: each op allocates
+//! its outputs, hands the kernel its tensors' device addresses and launches on
+//! candle's stream. These are what a population's fused ops run where its values live
+//! on a GPU; the same kernels' arithmetic is tested against the CPU ops on the host
+//! (`tests.rs`).
+
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{DType, Device, Result, Shape, Tensor};
+
+use super::args::{ConvDims, RowNorm};
+use super::launch::{address, module_function};
+use crate::kernels::units::Units;
+
+/// Threads per block of the element- and unit-parallel kernels.
+const THREADS: u32 = 256;
+
+/// The CUDA device of `t`.
+pub(crate) fn cuda_of(t: &Tensor) -> Result<CudaDevice> {
+    match t.device() {
+        Device::Cuda(d) => Ok(d.clone()),
+        other => candle_core::bail!("a CUDA kernel's input is on {:?}", other.location()),
+    }
+}
+
+/// Blocks of [`THREADS`] over `n` items (the kernels loop over a grid's stride, so the
+/// grid is bounded).
+fn over(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(THREADS as usize).clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A new tensor of `shape` on `dev`, for a kernel to write.
+fn output(dev: &CudaDevice, shape: impl Into<Shape>) -> Result<Tensor> {
+    Tensor::zeros(shape, DType::F32, &Device::Cuda(dev.clone()))
+}
+
+/// `t`'s address, or 0 (a null pointer) for none.
+fn address_or_null(t: Option<&Tensor>) -> Result<u64> {
+    t.map_or(Ok(0), address::<f32>)
+}
+
+/// Launches kernel `$name` of module `$module` with `$cfg`, its arguments the local
+/// variables named (kept alive until the launch, as cudarc's builder borrows them).
+macro_rules! launch {
+    ($dev:expr, $module:literal, $name:literal, $cfg:expr; $($arg:ident),+ $(,)?) => {{
+        let dev: &CudaDevice = $dev;
+        let func = module_function(dev, $name, $module)?;
+        let stream = dev.cuda_stream();
+        let mut builder = stream.launch_builder(&func);
+        $(builder.arg(&$arg);)+
+        unsafe { builder.launch($cfg) }.w()?;
+    }};
+}
+
+/// `(agents, outer, units, inner)` as the kernels take them.
+fn unit_dims(agents: usize, u: &Units) -> [i32; 4] {
+    [agents, u.outer, u.units, u.inner].map(|d| d as i32)
+}
+
+/// `relu?(t * scale_u + bias_u)` per agent (`scale` none: `t + bias_u`).
+pub(crate) fn bias_forward(
+    t: &Tensor,
+    scale: Option<&Tensor>,
+    bias: &Tensor,
+    (agents, units, relu): (usize, &Units, bool),
+) -> Result<Tensor> {
+    let dev = cuda_of(t)?;
+    let out = output(&dev, t.shape())?;
+    let (tp, sp, bp, op) = (
+        address::<f32>(t)?,
+        address_or_null(scale)?,
+        address::<f32>(bias)?,
+        address::<f32>(&out)?,
+    );
+    let [ag, ou, un, inn] = unit_dims(agents, units);
+    let relu = i32::from(relu);
+    launch!(&dev, "bias_relu", "agent_bias_forward", over(t.elem_count()); tp, sp, bp, op, ag, ou, un, inn, relu);
+    Ok(out)
+}
+
+/// [`bias_forward`]'s gradients from its output and the output's gradient `dy`: the
+/// input's, the scale's (where there is one) and the bias's, each like its operand.
+pub(crate) fn bias_backward(
+    (t, scale, bias): (&Tensor, Option<&Tensor>, &Tensor),
+    out: &Tensor,
+    dy: &Tensor,
+    (agents, units, relu): (usize, &Units, bool),
+) -> Result<(Tensor, Option<Tensor>, Tensor)> {
+    let dev = cuda_of(t)?;
+    let dy = dy.contiguous()?;
+    let dt = output(&dev, t.shape())?;
+    let db = output(&dev, bias.shape())?;
+    let ds = scale.map(|s| output(&dev, s.shape())).transpose()?;
+    let (sp, op, dyp, dtp) = (
+        address_or_null(scale)?,
+        address::<f32>(out)?,
+        address::<f32>(&dy)?,
+        address::<f32>(&dt)?,
+    );
+    let [ag, ou, un, inn] = unit_dims(agents, units);
+    let relu = i32::from(relu);
+    launch!(&dev, "bias_relu", "agent_bias_backward_input", over(t.elem_count()); sp, op, dyp, dtp, ag, ou, un, inn, relu);
+    let (tp, dsp, dbp) = (
+        address::<f32>(t)?,
+        address_or_null(ds.as_ref())?,
+        address::<f32>(&db)?,
+    );
+    launch!(&dev, "bias_relu", "agent_bias_backward_params", over(agents * units.units); tp, op, dyp, dsp, dbp, ag, ou, un, inn, relu);
+    Ok((dt, ds, db))
+}
+
+/// Layer norm, group norm or RMSNorm (`s`) of each agent's rows: the output and each
+/// part's statistics (for the backward).
+pub(crate) fn row_norm_forward(
+    t: &Tensor,
+    gamma: &Tensor,
+    beta: Option<&Tensor>,
+    s: RowNorm,
+) -> Result<(Tensor, Tensor)> {
+    let dev = cuda_of(t)?;
+    let parts = (s.agents * s.rows * s.groups) as usize;
+    let (out, stats) = (output(&dev, t.shape())?, output(&dev, 2 * parts)?);
+    let (tp, gp, bp) = (
+        address::<f32>(t)?,
+        address::<f32>(gamma)?,
+        address_or_null(beta)?,
+    );
+    let (op, sp) = (address::<f32>(&out)?, address::<f32>(&stats)?);
+    launch!(&dev, "row_norm", "row_norm_forward", over(parts); tp, gp, bp, op, sp, s);
+    Ok((out, stats))
+}
+
+/// [`row_norm_forward`]'s gradients: the input's, the gain's and (`shift`) the shift's.
+pub(crate) fn row_norm_backward(
+    (t, gamma, stats): (&Tensor, &Tensor, &Tensor),
+    out: &Tensor,
+    dy: &Tensor,
+    s: RowNorm,
+    shift: bool,
+) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+    let dev = cuda_of(t)?;
+    let dy = dy.contiguous()?;
+    let parts = (s.agents * s.rows * s.groups) as usize;
+    let (dt, dg) = (output(&dev, t.shape())?, output(&dev, gamma.shape())?);
+    let db = shift.then(|| output(&dev, gamma.shape())).transpose()?;
+    let (tp, gp, op, dyp) = (
+        address::<f32>(t)?,
+        address::<f32>(gamma)?,
+        address::<f32>(out)?,
+        address::<f32>(&dy)?,
+    );
+    let (sp, dtp) = (address::<f32>(stats)?, address::<f32>(&dt)?);
+    launch!(&dev, "row_norm", "row_norm_backward_input", over(parts); tp, gp, op, dyp, sp, dtp, s);
+    let (dgp, dbp) = (address::<f32>(&dg)?, address_or_null(db.as_ref())?);
+    launch!(&dev, "row_norm", "row_norm_backward_params", over(gamma.elem_count()); tp, op, dyp, sp, dgp, dbp, s);
+    Ok((dt, dg, db))
+}
+
+/// Each agent's TD targets `[P, B]` (see `td.cu`), with each agent's discount
+/// `gammas [P]`.
+pub(crate) fn td_targets(
+    next_q: &Tensor,
+    rewards: &Tensor,
+    terminated: &Tensor,
+    gammas: &Tensor,
+) -> Result<Tensor> {
+    let dev = cuda_of(next_q)?;
+    let (p, b, a) = next_q.dims3()?;
+    let (rewards, terminated) = (rewards.contiguous()?, terminated.contiguous()?);
+    let out = output(&dev, (p, b))?;
+    let (qp, rp, tp) = (
+        address::<f32>(next_q)?,
+        address::<f32>(&rewards)?,
+        address::<f32>(&terminated)?,
+    );
+    let (gp, op) = (address::<f32>(&gammas)?, address::<f32>(&out)?);
+    let (ag, rows, actions) = (p as i32, b as i32, a as i32);
+    launch!(&dev, "td", "population_td_targets", over(p * b); qp, rp, tp, gp, op, ag, rows, actions);
+    Ok(out)
+}
+
+/// Each agent's mean TD loss and mean taken Q-value `[2, P]`, or (with `gradient`, and
+/// each agent's `upstream` weight, 1 without) the loss's gradient `[P, B, A]`.
+pub(crate) fn td(
+    q: &Tensor,
+    actions: &Tensor,
+    targets: &Tensor,
+    huber: bool,
+    gradient: Option<Option<&Tensor>>,
+) -> Result<Tensor> {
+    let dev = cuda_of(q)?;
+    let (p, b, a) = q.dims3()?;
+    let (actions, targets) = (actions.contiguous()?, targets.contiguous()?);
+    let (qp, ap, tp) = (
+        address::<f32>(q)?,
+        address::<u32>(&actions)?,
+        address::<f32>(&targets)?,
+    );
+    let (ag, rows, n, huber) = (p as i32, b as i32, a as i32, i32::from(huber));
+    let Some(upstream) = gradient else {
+        let stats = output(&dev, (2, p))?;
+        let sp = address::<f32>(&stats)?;
+        let cfg = LaunchConfig {
+            grid_dim: (p.clamp(1, 65_535) as u32, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(&dev, "td", "population_td_stats", cfg; qp, ap, tp, sp, ag, rows, n, huber);
+        return Ok(stats);
+    };
+    let upstream = upstream.map(Tensor::contiguous).transpose()?;
+    let dq = output(&dev, (p, b, a))?;
+    let (up, dqp) = (address_or_null(upstream.as_ref())?, address::<f32>(&dq)?);
+    launch!(&dev, "td", "population_td_gradient", over(p * b * a); qp, ap, tp, up, dqp, ag, rows, n, huber);
+    Ok(dq)
+}
+
+/// Each agent's batch as im2col columns `[P, c_in * k * k, B * positions]`.
+pub(crate) fn im2col(x: &Tensor, d: ConvDims) -> Result<Tensor> {
+    let dev = cuda_of(x)?;
+    let x = x.contiguous()?;
+    let p = x.dim(0)?;
+    let patch = (d.c_in * d.k * d.k) as usize;
+    let columns = (d.batch * d.oh * d.ow) as usize;
+    let cols = output(&dev, (p, patch, columns))?;
+    let (xp, cp, agents) = (address::<f32>(&x)?, address::<f32>(&cols)?, p as i32);
+    launch!(&dev, "im2col", "population_im2col", over(p * patch * columns); xp, cp, agents, d);
+    Ok(cols)
+}
