@@ -2,7 +2,9 @@
 # The GPU check, sized for a short lease: at most GPU_CHECK_SECONDS (default 360) on one
 # H100/H200, ending with one table:
 #   1. parity: every normalization method on CUDA against the CPU (Q-values and every
-#      gradient; MLP, MinAtar CNN, Nature CNN), with the worst relative error;
+#      gradient; MLP, MinAtar CNN, Nature CNN), and every method's population of 3
+#      over 5 updates (metrics and weights; on the population kernels where the method
+#      has them, `bench parity` says which), with the worst relative error;
 #   2. memory: the GPU's memory in use (peak, nvidia-smi) over a population of 256
 #      trained N and 2N steps (MinAtar Breakout, capacity 100,000 per member): the
 #      same peak both times when no step keeps what it made;
@@ -64,9 +66,9 @@ code=$?
 worst=$(tail -n +3 "$tmp/parity" | awk 'NF >= 4 { print $(NF-2); print $(NF-1) }' \
     | sort -g | tail -n1)
 case $code in
-    0) row parity "every method, 3 networks" "pass (worst ${worst:-?})" ;;
-    124) row parity "every method, 3 networks" "cut by the deadline" ;;
-    *) row parity "every method, 3 networks" "FAIL (exit $code): $(tail -n1 "$tmp/parity")"
+    0) row parity "methods, networks, populations" "pass (worst ${worst:-?})" ;;
+    124) row parity "methods, networks, populations" "cut by the deadline" ;;
+    *) row parity "methods, networks, populations" "FAIL (exit $code): $(tail -n1 "$tmp/parity")"
        failures=$((failures + 1)) ;;
 esac
 

@@ -366,6 +366,42 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The population rows of `bench parity`: a population's updates on `device` against
+/// the CPU's, with the path the device took; failures are added to `failed`.
+fn population_parity(device: &Device, json: bool, failed: &mut Vec<String>) -> Result<()> {
+    let rows = crate::bench::parity::population_check(device)?;
+    if !json {
+        println!();
+        println!("populations of 3, 5 updates: metrics and weights against the CPU's fused step");
+    }
+    for r in &rows {
+        let ok = r.metric_error <= TOLERANCE && r.weight_error <= TOLERANCE;
+        let network = format!("population {}", r.network).replace(' ', "-");
+        if !ok {
+            failed.push(format!("{} {network}", r.method));
+        }
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"method": r.method.name(), "network": network,
+                    "metric_error": r.metric_error, "weight_error": r.weight_error,
+                    "path": r.path, "ok": ok})
+            );
+        } else {
+            let flag = if ok { "" } else { "  FAILED" };
+            println!(
+                "{:<16} {:<26} {:>10.2e} {:>10.2e}  {}{flag}",
+                r.method.name(),
+                network,
+                r.metric_error,
+                r.weight_error,
+                r.path
+            );
+        }
+    }
+    Ok(())
+}
+
 fn parity(device: &Device, json: bool) -> Result<()> {
     let results = crate::bench::parity::check(device)?;
     if !json {
@@ -400,6 +436,7 @@ fn parity(device: &Device, json: bool) -> Result<()> {
             );
         }
     }
+    population_parity(device, json, &mut failed)?;
     if failed.is_empty() {
         Ok(())
     } else {

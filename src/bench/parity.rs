@@ -159,3 +159,149 @@ impl Case<'_> {
         Ok((q, g))
     }
 }
+
+/// A population's step on a device against the same population's on the CPU.
+pub struct PopulationParity {
+    pub method: NormKind,
+    pub network: &'static str,
+    /// Max relative difference of every agent's metrics (TD loss, mean Q, gradient
+    /// norm) over the updates.
+    pub metric_error: f64,
+    /// `||a - b|| / ||a||` over every stacked variable after the updates (a variable
+    /// near 0, a shift, would make a per-variable ratio meaningless).
+    pub weight_error: f64,
+    /// The device's path: its fused kernels, or the tensor forms.
+    pub path: &'static str,
+}
+
+/// Agents, batch size and updates of [`population_check`].
+const POPULATION: (usize, usize, usize) = (3, 8, 5);
+
+/// Every method's population of three agents, five updates on its own batches, on the
+/// MLP and the MinAtar CNN: on `device` (its fused kernels where the method has them on
+/// that device, the tensor forms elsewhere) against the fused CPU step. On the CPU itself
+/// the second population takes the tensor forms: a check of this check.
+pub fn population_check(device: &Device) -> Result<Vec<PopulationParity>> {
+    use normrl_agents::dqn::{Dqn, DqnConfig};
+    use normrl_agents::optim::OptimizerConfig;
+    use normrl_agents::population::PopulationDqn;
+    let nets: [(&str, QNetworkConfig, Vec<usize>, usize, bool); 2] = [
+        (
+            "mlp 4-64-64-2",
+            QNetworkConfig::mlp(vec![64, 64]),
+            vec![4],
+            2,
+            false,
+        ),
+        (
+            "minatar cnn",
+            QNetworkConfig::minatar_cnn(),
+            vec![4, 10, 10],
+            6,
+            true,
+        ),
+    ];
+    let (agents, batch, updates) = POPULATION;
+    let optimizer = OptimizerConfig {
+        max_grad_norm: 1.0,
+        ..Default::default()
+    };
+    let mut out = vec![];
+    for method in NormKind::ALL {
+        let norm = NormConfig {
+            kind: method,
+            brn_warmup: 0,
+            ..Default::default()
+        };
+        for (network, config, obs, actions, binary) in &nets {
+            let make = |dev: &Device| -> Result<Vec<Dqn>> {
+                let dqn = DqnConfig::default();
+                (0..agents as u64)
+                    .map(|s| {
+                        Ok(Dqn::new(
+                            config, &norm, &optimizer, &dqn, obs, *actions, s, dev,
+                        )?)
+                    })
+                    .collect()
+            };
+            let (cpu, other) = (make(&Device::Cpu)?, make(device)?);
+            for (a, b) in cpu.iter().zip(&other) {
+                b.online().store().load_map(&a.online().store().to_map()?)?;
+            }
+            let mut reference = PopulationDqn::from_agents(&cpu.iter().collect::<Vec<_>>())?;
+            let mut tested = PopulationDqn::from_agents(&other.iter().collect::<Vec<_>>())?;
+            if device.is_cpu() {
+                tested = tested.with_tensor_forms()?;
+            }
+            let path = match device.is_cpu() || !tested.online().runs_device_kernels() {
+                true => "tensor-forms",
+                false => "kernels",
+            };
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(2);
+            let obs_len = obs.iter().product();
+            let mut metric_error = 0f64;
+            for _ in 0..updates {
+                let batches: Vec<_> = (0..agents)
+                    .map(|_| {
+                        crate::bench::timing::random_batch(
+                            batch, obs_len, *actions, *binary, &mut rng,
+                        )
+                    })
+                    .collect();
+                let a = reference.update(&batches)?.metrics;
+                let b = tested.update(&batches)?.metrics;
+                metric_error = metric_error.max(relative_error(&a, &b)?);
+            }
+            let weight_error = weights_apart(&reference, &tested)?;
+            out.push(PopulationParity {
+                method,
+                network,
+                metric_error,
+                weight_error,
+                path,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// `||a - b|| / ||a||` over all the online variables of two populations.
+fn weights_apart(
+    a: &normrl_agents::population::PopulationDqn,
+    b: &normrl_agents::population::PopulationDqn,
+) -> Result<f64> {
+    let (mut diff, mut norm) = (0f64, 0f64);
+    for ((_, x), (_, y)) in a.online().vars().iter().zip(b.online().vars()) {
+        let x = x.as_tensor().flatten_all()?.to_vec1::<f32>()?;
+        let y = y.as_tensor().to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+        for (x, y) in x.iter().zip(&y) {
+            diff += f64::from(x - y).powi(2);
+            norm += f64::from(*x).powi(2);
+        }
+    }
+    Ok(diff.sqrt() / norm.sqrt().max(1e-12))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On the CPU the population check compares the fused step with the tensor forms:
+    /// every method, on both networks, within the tolerance.
+    #[test]
+    fn the_population_check_passes_on_the_cpu() {
+        let rows = population_check(&Device::Cpu).unwrap();
+        assert_eq!(rows.len(), 2 * NormKind::ALL.len());
+        for r in &rows {
+            assert!(
+                r.metric_error <= TOLERANCE && r.weight_error <= TOLERANCE,
+                "{} {}: {:e} {:e}",
+                r.method.name(),
+                r.network,
+                r.metric_error,
+                r.weight_error
+            );
+            assert_eq!(r.path, "tensor-forms");
+        }
+    }
+}

@@ -568,6 +568,12 @@ impl PopulationNet {
             && (x.device().is_cpu() || (x.device().is_cuda() && self.cuda_fusable()))
     }
 
+    /// Whether this network's steps run the fused ops' kernels on its device (a CUDA
+    /// device; see `kernels/cuda`), rather than the tensor forms.
+    pub fn runs_device_kernels(&self) -> bool {
+        self.settings.fused && self.device().is_cuda() && self.cuda_fusable()
+    }
+
     /// Whether every layer has its fused ops' CUDA kernels: no weight norm, no
     /// convolution after the first layer, and a normalization only where it has a
     /// kernel and a ReLU ends the layer (a bias and a ReLU, or a bias alone, otherwise).
