@@ -273,7 +273,11 @@ fn weights_apart(
     let (mut diff, mut norm) = (0f64, 0f64);
     for ((_, x), (_, y)) in a.online().vars().iter().zip(b.online().vars()) {
         let x = x.as_tensor().flatten_all()?.to_vec1::<f32>()?;
-        let y = y.as_tensor().to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+        let y = y
+            .as_tensor()
+            .to_device(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         for (x, y) in x.iter().zip(&y) {
             diff += f64::from(x - y).powi(2);
             norm += f64::from(*x).powi(2);

@@ -531,6 +531,83 @@ impl super::per_agent::AgentKernel<2> for AgentBatchNorm {
     }
 }
 
+/// Batch norm in a population on a CUDA device: every agent's normalization in one
+/// launch each way (`kernels/cuda/batch_norm.cu`), with the statistics `[P, units]`
+/// (the batch's, from the moments kernel, or the running ones) and batch
+/// renormalization's `(r, d)` already on the device.
+#[cfg(feature = "cuda")]
+pub(crate) struct DeviceBatchNorm {
+    pub mean: Tensor,
+    pub var: Tensor,
+    pub renorm: Option<(Tensor, Tensor)>,
+    pub units: Units,
+    pub batch_statistics: bool,
+    pub eps: f64,
+}
+
+#[cfg(feature = "cuda")]
+impl DeviceBatchNorm {
+    fn statistics(&self) -> super::cuda::device::BatchNormStatistics<'_> {
+        super::cuda::device::BatchNormStatistics {
+            moments: (&self.mean, &self.var),
+            renorm: self.renorm.as_ref().map(|(r, d)| (r, d)),
+        }
+    }
+
+    fn dims(&self, agents: usize) -> super::cuda::args::BatchNorm {
+        let kind = (true, self.batch_statistics, self.eps);
+        super::cuda::args::BatchNorm::of(agents, &self.units, kind)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl super::per_agent::AgentKernel<2> for DeviceBatchNorm {
+    fn name(&self) -> &'static str {
+        "batch-norm-per-agent-cuda"
+    }
+
+    fn forward(&self, _: usize, _: &[f32], _: [&[f32]; 2]) -> Result<Vec<f32>> {
+        candle_core::bail!("batch norm's CUDA op runs on a CUDA device only")
+    }
+
+    fn backward(
+        &self,
+        _: usize,
+        _: &[f32],
+        _: [&[f32]; 2],
+        _: &[f32],
+        _: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+        candle_core::bail!("batch norm's CUDA op runs on a CUDA device only")
+    }
+
+    fn cuda_forward(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [gamma, beta]: [&Tensor; 2],
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        let s = self.dims(agents);
+        let out = super::cuda::device::batch_norm_forward(t, &self.statistics(), (gamma, beta), s)?;
+        Ok(Some((out, None)))
+    }
+
+    fn cuda_gradients(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [gamma, _]: [&Tensor; 2],
+        (out, _): (&Tensor, Option<&Tensor>),
+        dy: &Tensor,
+    ) -> Result<(Tensor, [Tensor; 2])> {
+        let s = self.dims(agents);
+        let stats = self.statistics();
+        let (dt, dg, db) =
+            super::cuda::device::batch_norm_backward((t, gamma), &stats, out, dy, s)?;
+        Ok((dt, [dg, db]))
+    }
+}
+
 impl AgentBatchNorm {
     /// Agent `agent`'s op, checked against its values and gains.
     fn op(&self, agent: usize, t: &[f32], gamma: &[f32]) -> Result<&BatchNormOp> {

@@ -426,6 +426,55 @@ impl StackedBatchNorm {
         Ok(ops)
     }
 
+    /// [`StackedNorm::forward_relu`] on a CUDA device: the batch's moments by one
+    /// kernel (and batch renormalization's correction against the running statistics as
+    /// they were, and the running statistics' update, in tensor ops), then the op.
+    #[cfg(feature = "cuda")]
+    fn forward_relu_cuda(
+        &self,
+        h: &Tensor,
+        stats: BnStats,
+    ) -> Result<crate::kernels::per_agent::Applied> {
+        use crate::kernels::batch_norm::DeviceBatchNorm;
+        let h = h.contiguous()?;
+        let agents = h.dim(0)?;
+        let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
+        let shape = self.running_mean.shape().clone();
+        let batch_statistics = matches!(stats, BnStats::Batch);
+        let (mean, var, renorm) = match stats {
+            BnStats::Batch => {
+                let kind = (true, true, self.eps);
+                let s = crate::kernels::cuda::args::BatchNorm::of(agents, &units, kind);
+                let (mean, var) = crate::kernels::cuda::device::batch_norm_moments(&h, s)?;
+                let (mean, var) = (mean.reshape(&shape)?, var.reshape(&shape)?);
+                let running = (&self.running_mean, &self.running_var);
+                let renorm = match &self.renorm {
+                    Some(brn) if brn.count_update()? => {
+                        Some(brn.correction((&mean, &var), running, self.eps)?)
+                    }
+                    _ => None,
+                };
+                self.update_running(&h, (&mean, &var))?;
+                (mean, var, renorm)
+            }
+            BnStats::Running => (
+                self.running_mean.as_tensor().copy()?,
+                self.running_var.as_tensor().copy()?,
+                None,
+            ),
+        };
+        let kernel = DeviceBatchNorm {
+            mean,
+            var,
+            renorm,
+            units,
+            batch_statistics,
+            eps: self.eps,
+        };
+        let op = crate::kernels::per_agent::PerAgent::new(kernel, agents);
+        op.apply2(&h, self.gamma.as_tensor(), self.beta.as_tensor())
+    }
+
     /// The running statistics from one agent batch each: the mean always, the
     /// (unbiased) variance where a batch has more than one row.
     fn update_running(&self, h: &Tensor, (mean, var): (&Tensor, &Tensor)) -> Result<()> {
@@ -475,12 +524,20 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
             .set(&Tensor::from_vec(bounded, gamma.shape(), gamma.device())?)
     }
 
+    fn has_cuda_kernel(&self) -> bool {
+        true
+    }
+
     fn forward_relu(
         &self,
         h: &Tensor,
         stats: BnStats,
         bias: Option<&Var>,
     ) -> Result<Option<crate::kernels::per_agent::Applied>> {
+        #[cfg(feature = "cuda")]
+        if h.device().is_cuda() && bias.is_none() {
+            return self.forward_relu_cuda(h, stats).map(Some);
+        }
         if !h.device().is_cpu() || bias.is_some() {
             return Ok(None);
         }

@@ -579,7 +579,7 @@ impl PopulationNet {
     /// kernel and a ReLU ends the layer (a bias and a ReLU, or a bias alone, otherwise).
     pub(crate) fn cuda_fusable(&self) -> bool {
         let layer_fusable = |(i, l): (usize, &PopulationLayer)| {
-            let after = match &l.norm {
+            let after = match l.norm.as_ref().filter(|n| !n.passes_through()) {
                 Some(n) => n.has_cuda_kernel() && l.relu && l.bias.is_none(),
                 None => l.bias.is_some() || !l.relu,
             };

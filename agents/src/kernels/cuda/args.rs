@@ -69,6 +69,26 @@ pub(crate) struct ConvDims {
     pub ow: i32,
 }
 
+impl BatchNorm {
+    /// For `agents` agents' values laid out as `units` says.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn of(
+        agents: usize,
+        units: &crate::kernels::units::Units,
+        (relu, batch_statistics, eps): (bool, bool, f64),
+    ) -> Self {
+        Self {
+            agents: agents as i32,
+            outer: units.outer as i32,
+            units: units.units as i32,
+            inner: units.inner as i32,
+            relu: i32::from(relu),
+            batch_statistics: i32::from(batch_statistics),
+            eps,
+        }
+    }
+}
+
 #[cfg(feature = "cuda")]
 mod device_repr {
     use candle_core::cuda_backend::cudarc::driver::DeviceRepr;

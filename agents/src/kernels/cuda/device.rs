@@ -8,7 +8,7 @@ use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{DType, Device, Result, Shape, Tensor};
 
-use super::args::{ConvDims, RowNorm};
+use super::args::{BatchNorm, ConvDims, RowNorm};
 use super::launch::{address, module_function};
 use crate::kernels::units::Units;
 
@@ -230,4 +230,94 @@ pub(crate) fn im2col(x: &Tensor, d: ConvDims) -> Result<Tensor> {
     let (xp, cp, agents) = (address::<f32>(&x)?, address::<f32>(&cols)?, p as i32);
     launch!(&dev, "im2col", "population_im2col", over(p * patch * columns); xp, cp, agents, d);
     Ok(cols)
+}
+
+/// Each agent's batch moments `(mean, var)`, each `[P * units]`, of `t` laid out as
+/// `s` says (see `batch_norm.cu`).
+pub(crate) fn batch_norm_moments(t: &Tensor, s: BatchNorm) -> Result<(Tensor, Tensor)> {
+    let dev = cuda_of(t)?;
+    let per_unit = (s.agents * s.units) as usize;
+    let (mean, var) = (output(&dev, per_unit)?, output(&dev, per_unit)?);
+    let (tp, mp, vp) = (
+        address::<f32>(t)?,
+        address::<f32>(&mean)?,
+        address::<f32>(&var)?,
+    );
+    launch!(&dev, "batch_norm", "batch_norm_moments", over(per_unit); tp, mp, vp, s);
+    Ok((mean, var))
+}
+
+/// Batch norm's statistics and renormalization, as its kernels take them: the
+/// `(mean, var)` it normalizes with and, renormalized, `(r, d)`; each `[P, units]`.
+pub(crate) struct BatchNormStatistics<'a> {
+    pub moments: (&'a Tensor, &'a Tensor),
+    pub renorm: Option<(&'a Tensor, &'a Tensor)>,
+}
+
+impl BatchNormStatistics<'_> {
+    /// The addresses `(mean, var, r, d)`, `r` and `d` null without a renormalization.
+    fn addresses(&self) -> Result<[u64; 4]> {
+        let (r, d) = (self.renorm.map(|x| x.0), self.renorm.map(|x| x.1));
+        Ok([
+            address::<f32>(self.moments.0)?,
+            address::<f32>(self.moments.1)?,
+            address_or_null(r)?,
+            address_or_null(d)?,
+        ])
+    }
+}
+
+/// Batch norm's output (see `batch_norm.cu`).
+pub(crate) fn batch_norm_forward(
+    t: &Tensor,
+    stats: &BatchNormStatistics,
+    (gamma, beta): (&Tensor, &Tensor),
+    s: BatchNorm,
+) -> Result<Tensor> {
+    let dev = cuda_of(t)?;
+    let out = output(&dev, t.shape())?;
+    let [mp, vp, rp, dp] = stats.addresses()?;
+    let (tp, gp, bp, op) = (
+        address::<f32>(t)?,
+        address::<f32>(gamma)?,
+        address::<f32>(beta)?,
+        address::<f32>(&out)?,
+    );
+    launch!(&dev, "batch_norm", "batch_norm_forward", over(t.elem_count()); tp, mp, vp, gp, bp, rp, dp, op, s);
+    Ok(out)
+}
+
+/// [`batch_norm_forward`]'s gradients: the input's, the gain's and the shift's.
+pub(crate) fn batch_norm_backward(
+    (t, gamma): (&Tensor, &Tensor),
+    stats: &BatchNormStatistics,
+    out: &Tensor,
+    dy: &Tensor,
+    s: BatchNorm,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let dev = cuda_of(t)?;
+    let dy = dy.contiguous()?;
+    let per_unit = (s.agents * s.units) as usize;
+    let sums = output(&dev, 2 * per_unit)?;
+    let (dt, dg, db) = (
+        output(&dev, t.shape())?,
+        output(&dev, gamma.shape())?,
+        output(&dev, gamma.shape())?,
+    );
+    let [mp, vp, rp, dp] = stats.addresses()?;
+    let (tp, op, dyp, gp) = (
+        address::<f32>(t)?,
+        address::<f32>(out)?,
+        address::<f32>(&dy)?,
+        address::<f32>(gamma)?,
+    );
+    let (sp, dgp, dbp, dtp) = (
+        address::<f32>(&sums)?,
+        address::<f32>(&dg)?,
+        address::<f32>(&db)?,
+        address::<f32>(&dt)?,
+    );
+    launch!(&dev, "batch_norm", "batch_norm_backward_params", over(per_unit); tp, op, dyp, mp, vp, rp, dp, sp, dgp, dbp, s);
+    launch!(&dev, "batch_norm", "batch_norm_backward_input", over(t.elem_count()); tp, op, dyp, mp, vp, gp, rp, sp, dtp, s);
+    Ok((dt, dg, db))
 }
