@@ -420,6 +420,29 @@ impl super::per_agent::AgentKernel<1> for AgentWeightScale {
         let (dg, dv) = Self::gradients(v, g, None, None, ds)?;
         Ok((dg, [dv]))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_forward(
+        &self,
+        _agents: usize,
+        g: &Tensor,
+        [v]: [&Tensor; 1],
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        Ok(Some((super::cuda::device::weight_norm_scale(v, g)?, None)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_gradients(
+        &self,
+        _agents: usize,
+        g: &Tensor,
+        [v]: [&Tensor; 1],
+        _kept: (&Tensor, Option<&Tensor>),
+        ds: &Tensor,
+    ) -> Result<(Tensor, [Tensor; 1])> {
+        let (dv, dg) = super::cuda::device::weight_norm_scale_backward((v, g, None), None, ds)?;
+        Ok((dg, [dv]))
+    }
 }
 
 impl AgentWeightScale {

@@ -354,6 +354,12 @@ pub(crate) fn stacked_scale_gradients(
 ) -> Result<(Tensor, Tensor)> {
     use crate::kernels::weight_norm::AgentWeightScale;
     use crate::kernels::with_values;
+    #[cfg(feature = "cuda")]
+    if v.device().is_cuda() {
+        let (v, g, s) = (v.contiguous()?, g.contiguous()?, s.contiguous()?);
+        let kept = (&v, &g, Some(&s));
+        return crate::kernels::cuda::device::weight_norm_scale_backward(kept, Some(dw), ds);
+    }
     let p = v.dim(0)?;
     let (dv, dg) = with_values(&v.contiguous()?, |v| {
         with_values(&g.contiguous()?, |g| {

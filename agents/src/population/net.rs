@@ -574,16 +574,18 @@ impl PopulationNet {
         self.settings.fused && self.device().is_cuda() && self.cuda_fusable()
     }
 
-    /// Whether every layer has its fused ops' CUDA kernels: no weight norm, no
-    /// convolution after the first layer, and a normalization only where it has a
-    /// kernel and a ReLU ends the layer (a bias and a ReLU, or a bias alone, otherwise).
+    /// Whether every layer has its fused ops' CUDA kernels: weight norm only where it
+    /// scales the layer's output (no normalization after it), no convolution after the
+    /// first layer, and a normalization only where it has a kernel and a ReLU ends the
+    /// layer (a bias and a ReLU, or a bias alone, otherwise).
     pub(crate) fn cuda_fusable(&self) -> bool {
         let layer_fusable = |(i, l): (usize, &PopulationLayer)| {
             let after = match l.norm.as_ref().filter(|n| !n.passes_through()) {
                 Some(n) => n.has_cuda_kernel() && l.relu && l.bias.is_none(),
                 None => l.bias.is_some() || !l.relu,
             };
-            after && l.gain.is_none() && !l.conv_needs_input_gradient(i == 0)
+            let gain = l.gain.is_none() || l.scaled();
+            after && gain && !l.conv_needs_input_gradient(i == 0)
         };
         cfg!(feature = "cuda") && self.layers.iter().enumerate().all(layer_fusable)
     }

@@ -321,3 +321,43 @@ pub(crate) fn batch_norm_backward(
     launch!(&dev, "batch_norm", "batch_norm_backward_input", over(t.elem_count()); tp, op, dyp, mp, vp, gp, rp, sp, dtp, s);
     Ok((dt, dg, db))
 }
+
+/// `(agents, units, inputs)` of weight norm's `v` `[P, units, inputs]` and gains
+/// `g` (`P * units` values).
+fn weight_norm_dims(v: &Tensor, g: &Tensor) -> Result<(i32, i32, i32)> {
+    let agents = v.dim(0)?;
+    let units = g.elem_count() / agents.max(1);
+    let inputs = v.elem_count() / (agents * units).max(1);
+    if agents * units * inputs != v.elem_count() || units == 0 {
+        candle_core::bail!("weight norm: v {:?} for gains {:?}", v.shape(), g.shape());
+    }
+    Ok((agents as i32, units as i32, inputs as i32))
+}
+
+/// Weight norm's per-unit scale `g / ||v||`, shaped like `g` (see `weight_norm.cu`).
+pub(crate) fn weight_norm_scale(v: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let dev = cuda_of(v)?;
+    let (ag, un, inn) = weight_norm_dims(v, g)?;
+    let s = output(&dev, g.shape())?;
+    let (vp, gp, sp) = (address::<f32>(v)?, address::<f32>(g)?, address::<f32>(&s)?);
+    launch!(&dev, "weight_norm", "weight_norm_scale", over(g.elem_count()); vp, gp, sp, ag, un, inn);
+    Ok(s)
+}
+
+/// [`weight_norm_scale`]'s gradients `(dv, dg)` from the scale's `ds`, with the
+/// product's share `dw` of `v`'s where given, and the forward's scale `s` where kept.
+pub(crate) fn weight_norm_scale_backward(
+    (v, g, s): (&Tensor, &Tensor, Option<&Tensor>),
+    dw: Option<&Tensor>,
+    ds: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let dev = cuda_of(v)?;
+    let (ag, un, inn) = weight_norm_dims(v, g)?;
+    let (ds, dw) = (ds.contiguous()?, dw.map(Tensor::contiguous).transpose()?);
+    let (dv, dg) = (output(&dev, v.shape())?, output(&dev, g.shape())?);
+    let (vp, gp, sp) = (address::<f32>(v)?, address::<f32>(g)?, address_or_null(s)?);
+    let (dwp, dsp) = (address_or_null(dw.as_ref())?, address::<f32>(&ds)?);
+    let (dvp, dgp) = (address::<f32>(&dv)?, address::<f32>(&dg)?);
+    launch!(&dev, "weight_norm", "weight_norm_scale_backward", over(g.elem_count()); vp, gp, sp, dwp, dsp, dvp, dgp, ag, un, inn);
+    Ok((dv, dg))
+}

@@ -11,13 +11,14 @@ mod ptx {
 }
 
 /// Every module: a `.cu` file's stem and its PTX.
-const MODULES: [(&str, &str); 6] = [
+const MODULES: [(&str, &str); 7] = [
     ("batch_norm", ptx::BATCH_NORM),
     ("bias_relu", ptx::BIAS_RELU),
     ("im2col", ptx::IM2COL),
     ("optimizer", ptx::OPTIMIZER),
     ("row_norm", ptx::ROW_NORM),
     ("td", ptx::TD),
+    ("weight_norm", ptx::WEIGHT_NORM),
 ];
 
 /// Kernel `name` of module `module` (a `.cu` file's stem), loaded once per device.

@@ -151,6 +151,26 @@ mod ffi {
             dt: *mut f32,
             s: BatchNorm,
         );
+        pub(super) fn weight_norm_scale(
+            v: *const f32,
+            g: *const f32,
+            s: *mut f32,
+            agents: i32,
+            units: i32,
+            inputs: i32,
+        );
+        pub(super) fn weight_norm_scale_backward(
+            v: *const f32,
+            g: *const f32,
+            s: *const f32,
+            dw: *const f32,
+            ds: *const f32,
+            dv: *mut f32,
+            dg: *mut f32,
+            agents: i32,
+            units: i32,
+            inputs: i32,
+        );
         pub(super) fn population_td_gradient(
             q: *const f32,
             taken: *const u32,
@@ -860,4 +880,89 @@ fn batch_norm_kernels(
         )
     });
     [out, dt, dg, db]
+}
+
+/// Weight norm's scale `g / ||v||` and its backward, with the product's share of `v`'s
+/// gradient (the explicit backward's one pass) and without it (the op's own), equal
+/// the CPU's per-agent ops bit for bit; one gain is 0 (the norm taken afresh).
+#[test]
+fn weight_norm_scale_is_the_cpu_ops() {
+    use crate::kernels::per_agent::PerAgent;
+    use crate::kernels::weight_norm::AgentWeightScale;
+    use crate::nn::weight_norm::stacked_scale_gradients;
+    let mut r = rng();
+    let (p, units, inputs) = (3usize, 5usize, 21usize);
+    let (v, vv) = random_tensor(&mut r, &[p, units, inputs]);
+    let mut gv = values(&mut r, p * units, 2.0);
+    gv[3] = 0.0;
+    let g = Tensor::from_slice(&gv, (p, 1, units), &Device::Cpu).unwrap();
+    let (dw, dwv) = random_tensor(&mut r, &[p, units, inputs]);
+    let (ds, dsv) = random_tensor(&mut r, &[p, 1, units]);
+    let vars = [&g, &v].map(|x| candle_core::Var::from_tensor(x).unwrap());
+    let applied = PerAgent::new(AgentWeightScale, p)
+        .apply1(vars[0].as_tensor(), vars[1].as_tensor())
+        .unwrap();
+    let (ag, un, inn) = (p as i32, units as i32, inputs as i32);
+    let mut sv = vec![0f32; p * units];
+    let (vp, gp, sp) = (Ptr::read(&vv), Ptr::read(&gv), Ptr::of(&mut sv));
+    launch([2, 1, 1], 4, || unsafe {
+        ffi::weight_norm_scale(vp.p(), gp.p(), sp.p(), ag, un, inn)
+    });
+    assert_eq!(sv, values_of(&applied.out));
+
+    // With the product's gradient and the forward's scale: the explicit backward's pass.
+    let s = Tensor::from_slice(&sv, (p, 1, units), &Device::Cpu).unwrap();
+    let (dv_cpu, dg_cpu) = stacked_scale_gradients((&vars[1], &vars[0], &s), &dw, &ds).unwrap();
+    let (mut dv, mut dg) = (vec![0f32; vv.len()], vec![0f32; p * units]);
+    let (dwp, dsp) = (Ptr::read(&dwv), Ptr::read(&dsv));
+    let (dvp, dgp) = (Ptr::of(&mut dv), Ptr::of(&mut dg));
+    launch([2, 1, 1], 4, || unsafe {
+        ffi::weight_norm_scale_backward(
+            vp.p(),
+            gp.p(),
+            sp.p(),
+            dwp.p(),
+            dsp.p(),
+            dvp.p(),
+            dgp.p(),
+            ag,
+            un,
+            inn,
+        )
+    });
+    assert_eq!(dv, values_of(&dv_cpu), "with the product's gradient: v");
+    assert_eq!(dg, values_of(&dg_cpu), "with the product's gradient: g");
+
+    // Alone: the op's backward in candle's graph.
+    let grads = (&applied.out * &ds)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let (null, dvp, dgp) = (Ptr::null(), Ptr::of(&mut dv), Ptr::of(&mut dg));
+    launch([2, 1, 1], 4, || unsafe {
+        ffi::weight_norm_scale_backward(
+            vp.p(),
+            gp.p(),
+            null.p(),
+            null.p(),
+            dsp.p(),
+            dvp.p(),
+            dgp.p(),
+            ag,
+            un,
+            inn,
+        )
+    });
+    assert_eq!(
+        dv,
+        values_of(grads.get(vars[1].as_tensor()).unwrap()),
+        "alone: v"
+    );
+    assert_eq!(
+        dg,
+        values_of(grads.get(vars[0].as_tensor()).unwrap()),
+        "alone: g"
+    );
 }
