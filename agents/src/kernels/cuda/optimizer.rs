@@ -73,7 +73,8 @@ mod device {
         let table: Vec<u64> = slots.iter().flat_map(slot_words).collect();
         let table = dev.clone_htod(&table)?;
         let n_vars = slots.len() as i32;
-        let sums = dev.alloc_zeros::<f64>(slots.len() * agents)?;
+        // SAFETY: the first kernel writes every sum before the second reads any.
+        let sums = unsafe { dev.alloc::<f64>(slots.len() * agents) }?;
         let stream = dev.cuda_stream();
         let sum = module_function(dev, "population_grad_square_sums", "optimizer")?;
         let cfg = LaunchConfig {
@@ -85,11 +86,8 @@ mod device {
         b.arg(&table).arg(&n_vars).arg(&sums);
         unsafe { b.launch(cfg) }.w()?;
 
-        let norms = Tensor::zeros(
-            agents,
-            candle_core::DType::F32,
-            &candle_core::Device::Cuda(dev.clone()),
-        )?;
+        // Written by the step kernel for every agent.
+        let norms = crate::kernels::cuda::device::output(dev, agents)?;
         let ratios = match lr_ratios {
             Some(r) => Some(dev.clone_htod(r)?),
             None => None,
