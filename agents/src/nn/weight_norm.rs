@@ -366,12 +366,20 @@ pub(crate) fn stacked_scale_gradients(
             with_values(&dw.contiguous()?, |dw| {
                 with_values(&ds.contiguous()?, |ds| {
                     let scales = with_values(&s.contiguous()?, |s| Ok(s.to_vec()))?;
-                    let (mut dv, mut dg) = (Vec::with_capacity(v.len()), Vec::new());
                     let run = |x, i| crate::kernels::per_agent::agent_run(x, p, i);
-                    for i in 0..p {
+                    let agent = |i| {
                         let (v, g, ds) = (run(v, i), run(g, i), run(ds, i));
                         let (dw, s) = (Some(run(dw, i)), Some(run(&scales, i)));
-                        let (g1, v1) = AgentWeightScale::gradients(v, g, s, dw, ds)?;
+                        AgentWeightScale::gradients(v, g, s, dw, ds)
+                    };
+                    if p == 1 {
+                        // One agent (a CPU shard of one): its gradients, with no copy.
+                        let (dg, dv) = agent(0)?;
+                        return Ok((dv, dg));
+                    }
+                    let (mut dv, mut dg) = (Vec::with_capacity(v.len()), Vec::new());
+                    for i in 0..p {
+                        let (g1, v1) = agent(i)?;
                         dg.extend(g1);
                         dv.extend(v1);
                     }
