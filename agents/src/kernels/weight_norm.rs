@@ -420,7 +420,7 @@ impl super::per_agent::AgentKernel<1> for AgentWeightScale {
         _s: &[f32],
         ds: &[f32],
     ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
-        let (dg, dv) = Self::gradients(v, g, None, None, ds)?;
+        let (dg, dv) = Self::gradients(v, g, ds)?;
         Ok((dg, [dv]))
     }
 
@@ -449,23 +449,32 @@ impl super::per_agent::AgentKernel<1> for AgentWeightScale {
 }
 
 impl AgentWeightScale {
-    /// `dg` and `v`'s gradient from the scale's gradient `ds`, plus `dw` (the
-    /// product's gradient with respect to `v`) where given: the whole of `v`'s in one
-    /// pass. With the scale `s` as the forward formed it, each unit's `1 / ||v||` is
-    /// `s / g` (one pass over `v` fewer), its norm where the gain is 0.
-    pub(crate) fn gradients(
+    /// `dg` and `v`'s share of the gradient through its norms, `c_u v` per unit, from
+    /// the scale's gradient `ds` (the op's own backward; the product's share is the
+    /// product's).
+    pub(crate) fn gradients(v: &[f32], g: &[f32], ds: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
+        let (dg, c) = Self::unit_factors(v, g, None, ds)?;
+        let inputs = v.len() / g.len();
+        // Extended unit by unit, not zero-filled then written.
+        let mut dv = Vec::with_capacity(v.len());
+        for (row, &c) in v.chunks_exact(inputs).zip(&c) {
+            dv.extend(row.iter().map(|&x| c * x));
+        }
+        Ok((dg, dv))
+    }
+
+    /// `dg = ds / ||v||` and each unit's factor `c = -g ds / ||v||^3` of `v`'s share
+    /// through its norms (`c v`). With the scale `s` as the forward formed it, each
+    /// unit's `1 / ||v||` is `s / g` (one pass over `v` fewer), its norm where the gain
+    /// is 0.
+    pub(crate) fn unit_factors(
         v: &[f32],
         g: &[f32],
         s: Option<&[f32]>,
-        dw: Option<&[f32]>,
         ds: &[f32],
     ) -> Result<(Vec<f32>, Vec<f32>)> {
         AgentWeight::check(v, g)?;
-        let fits = |x: &[f32], n: usize| x.len() == n;
-        if !fits(ds, g.len())
-            || s.is_some_and(|s| !fits(s, g.len()))
-            || dw.is_some_and(|d| !fits(d, v.len()))
-        {
+        if ds.len() != g.len() || s.is_some_and(|s| s.len() != g.len()) {
             candle_core::bail!(
                 "weight norm's scale: gradients do not fit {} gains",
                 g.len()
@@ -489,21 +498,51 @@ impl AgentWeightScale {
             .zip(&inv)
             .map(|(&d, i)| (f64::from(d) * i) as f32)
             .collect();
-        // Extended unit by unit, not zero-filled then written: on the CNN's 1024 x 128
-        // layer the fill alone was 512 KB a step.
-        let mut dv = Vec::with_capacity(v.len());
-        let units = v.chunks_exact(inputs).enumerate();
-        for ((u, row), (&g, &d)) in units.zip(g.iter().zip(ds)) {
-            // Each unit's factor in f64, the pass over its row in f32 (it vectorizes).
-            let c = -(f64::from(g) * f64::from(d) * inv[u] * inv[u] * inv[u]) as f32;
-            match dw {
-                Some(dw) => {
-                    let product = &dw[u * inputs..(u + 1) * inputs];
-                    dv.extend(row.iter().zip(product).map(|(&x, &p)| p + c * x));
-                }
-                None => dv.extend(row.iter().map(|&x| c * x)),
+        // Each unit's factor in f64; the pass over its row is f32 (it vectorizes).
+        let c = g
+            .iter()
+            .zip(ds)
+            .zip(&inv)
+            .map(|((&g, &d), i)| -(f64::from(g) * f64::from(d) * i * i * i) as f32)
+            .collect();
+        Ok((dg, c))
+    }
+}
+
+/// `dw += c_u v_u` for each unit's row: weight norm's share of `v`'s gradient through
+/// its norms, added in place to the product's share (a fresh gradient of one update):
+/// `v`'s whole gradient without a buffer of its own.
+pub(crate) struct AddNormShare<'a> {
+    pub v: &'a [f32],
+    pub c: &'a [f32],
+}
+
+impl candle_core::InplaceOp1 for AddNormShare<'_> {
+    fn name(&self) -> &'static str {
+        "weight-norm-add-norm-share"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &mut candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<()> {
+        let dw = super::dense::f32_slice_mut(storage, layout)?;
+        if self.c.is_empty() || dw.len() != self.v.len() || !dw.len().is_multiple_of(self.c.len()) {
+            candle_core::bail!(
+                "weight norm: a gradient of {} for {} weights of {} units",
+                dw.len(),
+                self.v.len(),
+                self.c.len()
+            );
+        }
+        let inputs = dw.len() / self.c.len();
+        let rows = dw.chunks_exact_mut(inputs).zip(self.v.chunks_exact(inputs));
+        for ((d, x), &c) in rows.zip(self.c) {
+            for (o, &x) in d.iter_mut().zip(x) {
+                *o += c * x;
             }
         }
-        Ok((dg, dv))
+        Ok(())
     }
 }

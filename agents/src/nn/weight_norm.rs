@@ -345,53 +345,51 @@ pub(crate) fn stacked_scale_applied(v: &Tensor, g: &Tensor) -> Result<Applied> {
 
 /// The gradients of `v` and `g` `(dv, dg)` of a layer scaled by
 /// [`stacked_scale_applied`], from its product's gradient with respect to `v` (`dw`,
-/// `[P, out, in]`) and its scale's (`ds`, `[P, 1, out]`): one pass over `v` per agent
-/// (the scale's own backward and a sum made three).
+/// `[P, out, in]`, a fresh tensor: `v`'s gradient is made in its place on the CPU) and
+/// its scale's (`ds`, `[P, 1, out]`): one pass over `v` per agent (the scale's own
+/// backward and a sum made three).
 pub(crate) fn stacked_scale_gradients(
     (v, g, s): (&Tensor, &Tensor, &Tensor),
-    dw: &Tensor,
+    dw: Tensor,
     ds: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    use crate::kernels::weight_norm::AgentWeightScale;
+    use crate::kernels::weight_norm::{AddNormShare, AgentWeightScale};
     use crate::kernels::with_values;
     #[cfg(feature = "cuda")]
     if v.device().is_cuda() {
         let (v, g, s) = (v.contiguous()?, g.contiguous()?, s.contiguous()?);
         let kept = (&v, &g, Some(&s));
-        return crate::kernels::cuda::device::weight_norm_scale_backward(kept, Some(dw), ds);
+        return crate::kernels::cuda::device::weight_norm_scale_backward(kept, Some(&dw), ds);
     }
     let p = v.dim(0)?;
-    let (dv, dg) = with_values(&v.contiguous()?, |v| {
-        with_values(&g.contiguous()?, |g| {
-            with_values(&dw.contiguous()?, |dw| {
-                with_values(&ds.contiguous()?, |ds| {
-                    let scales = with_values(&s.contiguous()?, |s| Ok(s.to_vec()))?;
-                    let run = |x, i| crate::kernels::per_agent::agent_run(x, p, i);
-                    let agent = |i| {
-                        let (v, g, ds) = (run(v, i), run(g, i), run(ds, i));
-                        let (dw, s) = (Some(run(dw, i)), Some(run(&scales, i)));
-                        AgentWeightScale::gradients(v, g, s, dw, ds)
-                    };
-                    if p == 1 {
-                        // One agent (a CPU shard of one): its gradients, with no copy.
-                        let (dg, dv) = agent(0)?;
-                        return Ok((dv, dg));
-                    }
-                    let (mut dv, mut dg) = (Vec::with_capacity(v.len()), Vec::new());
+    let dw = dw.contiguous()?;
+    let (v, g, s, ds) = (
+        v.contiguous()?,
+        g.contiguous()?,
+        s.contiguous()?,
+        ds.contiguous()?,
+    );
+    let run = crate::kernels::per_agent::agent_run;
+    let dg = with_values(&v, |v| {
+        with_values(&g, |g| {
+            with_values(&s, |s| {
+                with_values(&ds, |ds| {
+                    let (mut dg, mut c) = (Vec::with_capacity(g.len()), Vec::new());
                     for i in 0..p {
-                        let (g1, v1) = agent(i)?;
+                        let (s, ds) = (Some(run(s, p, i)), run(ds, p, i));
+                        let (v, g) = (run(v, p, i), run(g, p, i));
+                        let (g1, c1) = AgentWeightScale::unit_factors(v, g, s, ds)?;
                         dg.extend(g1);
-                        dv.extend(v1);
+                        c.extend(c1);
                     }
-                    Ok((dv, dg))
+                    // The norms' share into the product's gradient, in place.
+                    dw.inplace_op1(&AddNormShare { v, c: &c })?;
+                    Ok(dg)
                 })
             })
         })
     })?;
-    Ok((
-        Tensor::from_vec(dv, v.shape(), v.device())?,
-        Tensor::from_vec(dg, g.shape(), g.device())?,
-    ))
+    Ok((dw, Tensor::from_vec(dg, g.shape(), g.device())?))
 }
 
 /// [`stacked_scale_applied`] as tensor ops, on any device (and the fused op's
@@ -506,7 +504,7 @@ mod tests {
         // With the product's gradient `dw` added in the same pass.
         let dw = random(&[3, 5, 7]);
         let forms = (v.as_tensor(), g.as_tensor(), &applied.out);
-        let (dv, dg) = super::stacked_scale_gradients(forms, &dw, &weights).unwrap();
+        let (dv, dg) = super::stacked_scale_gradients(forms, dw.copy().unwrap(), &weights).unwrap();
         let dv_ref = (gr.get(v.as_tensor()).unwrap() + &dw).unwrap();
         assert!(max_relative(&dv, &dv_ref) < 1e-5);
         assert!(max_relative(&dg, gr.get(g.as_tensor()).unwrap()) < 1e-5);

@@ -149,7 +149,7 @@ impl PopulationNet {
                     let Some(g) = g else {
                         candle_core::bail!("a scaled layer without gains");
                     };
-                    let (dv, dg) = stacked_scale_gradients((v, g, &op.out), &dw, &ds)?;
+                    let (dv, dg) = stacked_scale_gradients((v, g, &op.out), dw, &ds)?;
                     accumulate(&mut grads, v.id(), dv)?;
                     accumulate(&mut grads, g.id(), dg)?;
                 }

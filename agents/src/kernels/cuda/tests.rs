@@ -912,7 +912,8 @@ fn weight_norm_scale_is_the_cpu_ops() {
 
     // With the product's gradient and the forward's scale: the explicit backward's pass.
     let s = Tensor::from_slice(&sv, (p, 1, units), &Device::Cpu).unwrap();
-    let (dv_cpu, dg_cpu) = stacked_scale_gradients((&vars[1], &vars[0], &s), &dw, &ds).unwrap();
+    let (dv_cpu, dg_cpu) =
+        stacked_scale_gradients((&vars[1], &vars[0], &s), dw.copy().unwrap(), &ds).unwrap();
     let (mut dv, mut dg) = (vec![0f32; vv.len()], vec![0f32; p * units]);
     let (dwp, dsp) = (Ptr::read(&dwv), Ptr::read(&dsv));
     let (dvp, dgp) = (Ptr::of(&mut dv), Ptr::of(&mut dg));
