@@ -159,19 +159,29 @@ impl AgentConv {
     }
 
     /// Feature maps `[P, B, c_out, positions]` of data `x` `[P, B, c_in * h * w]`; on the
-    /// CPU one op.
+    /// CPU one op in candle's graph, on a device the columns' product.
     pub(crate) fn apply(self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-        #[cfg(feature = "cuda")]
-        if x.device().is_cuda() {
-            // Columns `[P, patch, B * positions]` by one kernel, one batched product,
-            // then each agent's maps channel-major.
-            let (p, d) = self.dims(x.shape(), w.shape())?;
-            let cols = super::cuda::device::im2col(x, self.kernel_dims(&d))?;
-            let y = w.contiguous()?.matmul(&cols)?;
-            let y = y.reshape((p, d.c_out(), d.batch(), d.positions()))?;
-            return y.transpose(1, 2)?.contiguous();
+        if !x.device().is_cpu() {
+            return self.columns(x, w)?.apply(w);
         }
         x.contiguous()?.apply_op2(&w.contiguous()?, self)
+    }
+
+    /// Each agent's batch of `x` as im2col columns, for one product with `w` and
+    /// (kept by a training forward) the weight's gradient without unfolding `x` again.
+    pub(crate) fn columns(&self, x: &Tensor, w: &Tensor) -> Result<Columns> {
+        let (p, d) = self.dims(x.shape(), w.shape())?;
+        let shape = (p, d.patch(), d.columns());
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            let cols = super::cuda::device::im2col(x, self.kernel_dims(&d))?;
+            return Ok(Columns { cols, d });
+        }
+        let cols = with_values(&x.contiguous()?, |x| {
+            Ok(per_agent(p, &[x], |v| d.im2col(v[0])))
+        })?;
+        let cols = Tensor::from_vec(cols, shape, x.device())?;
+        Ok(Columns { cols, d })
     }
 
     /// The CUDA kernel's sizes of one agent's convolution.
@@ -192,19 +202,49 @@ impl AgentConv {
 
     /// The weight gradient `[P, c_out, patch]` from the output's gradient `dy`.
     pub(crate) fn weight_gradient(&self, x: &Tensor, w: &Tensor, dy: &Tensor) -> Result<Tensor> {
-        let (p, d) = self.dims(x.shape(), w.shape())?;
-        #[cfg(feature = "cuda")]
-        if x.device().is_cuda() {
+        self.columns(x, w)?.weight_gradient(w, dy)
+    }
+}
+
+/// A population's data convolution unfolded: each agent's columns `[P, c_in * k * k, B *
+/// positions]` (one row per kernel tap) and one agent's sizes.
+pub(crate) struct Columns {
+    cols: Tensor,
+    d: Dims,
+}
+
+impl Columns {
+    /// Feature maps `[P, B, c_out, positions]`: each agent's weights times its columns,
+    /// outside candle's graph (a training forward keeps the columns for its backward).
+    pub(crate) fn apply(&self, w: &Tensor) -> Result<Tensor> {
+        let (p, d) = (self.cols.dim(0)?, &self.d);
+        if !self.cols.device().is_cpu() {
+            // One batched product, then each agent's maps channel-major.
+            let y = w.contiguous()?.matmul(&self.cols)?;
+            let y = y.reshape((p, d.c_out(), d.batch(), d.positions()))?;
+            return y.transpose(1, 2)?.contiguous();
+        }
+        let y = with_values(&self.cols, |cols| {
+            with_values(&w.contiguous()?, |w| {
+                Ok(per_agent(p, &[cols, w], |v| d.forward(v[0], v[1])))
+            })
+        })?;
+        Tensor::from_vec(y, (p, d.batch(), d.c_out(), d.positions()), w.device())
+    }
+
+    /// The weight gradient `[P, c_out, patch]` from the output's gradient `dy`.
+    pub(crate) fn weight_gradient(&self, w: &Tensor, dy: &Tensor) -> Result<Tensor> {
+        let (p, d) = (self.cols.dim(0)?, &self.d);
+        if !self.cols.device().is_cpu() {
             // `dy` channel-major `[P, c_out, B * positions]` times the columns' transpose.
-            let cols = super::cuda::device::im2col(x, self.kernel_dims(&d))?;
             let by_channel = dy.transpose(1, 2)?.contiguous()?;
             let by_channel = by_channel.reshape((p, d.c_out(), d.columns()))?;
-            return by_channel.matmul(&cols.transpose(1, 2)?);
+            return by_channel.matmul(&self.cols.transpose(1, 2)?);
         }
-        let dw = with_values(&x.contiguous()?, |x| {
+        let dw = with_values(&self.cols, |cols| {
             with_values(&dy.contiguous()?, |dy| {
-                Ok(per_agent(p, &[x, dy], |v| {
-                    d.backward(&d.im2col(v[0]), &[], v[1], false).0
+                Ok(per_agent(p, &[cols, dy], |v| {
+                    d.backward(v[0], &[], v[1], false).0
                 }))
             })
         })?;

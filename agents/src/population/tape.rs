@@ -16,7 +16,7 @@ use candle_core::{Result, Tensor, TensorId};
 
 use super::net::{After, PopulationLayer};
 use super::PopulationNet;
-use crate::kernels::agent_product;
+use crate::kernels::agent_product::{self, Columns};
 use crate::kernels::per_agent::{accumulate, Applied};
 use crate::nn::weight_norm::stacked_scale_gradients;
 use crate::nn::BnStats;
@@ -37,6 +37,9 @@ struct LayerTape {
     /// The op after the product (the normalization, weight norm's scale, the bias and
     /// the ReLU, those the layer has); `None` for a layer with none of them.
     after: Option<Applied>,
+    /// The first layer's data convolution, unfolded: its weight's gradient reads these
+    /// columns rather than unfolding the input again.
+    columns: Option<Columns>,
 }
 
 enum WeightSource {
@@ -101,7 +104,13 @@ impl PopulationNet {
             }
             None => (v.clone(), WeightSource::Var(v.id())),
         };
-        let h = layer.product(x, &weight, true)?;
+        let (h, columns) = match (&layer.data_conv, first) {
+            (Some(conv), true) => {
+                let columns = conv.columns(x, &weight)?;
+                (columns.apply(&weight)?, Some(columns))
+            }
+            _ => (layer.product(x, &weight, true)?, None),
+        };
         let after = match self.after_product(layer, &h, stats)? {
             After::Op(applied) => Some(applied),
             After::Identity => None,
@@ -113,6 +122,7 @@ impl PopulationNet {
             weight,
             weight_source,
             after,
+            columns,
         };
         Ok(Some((saved, out)))
     }
@@ -128,12 +138,9 @@ impl PopulationNet {
                 Some(after) => after.backward(&dy, &mut grads)?,
                 None => dy,
             };
-            let (dw, dx) = match &layer.data_conv {
-                Some(conv) if i == 0 => (
-                    conv.weight_gradient(&saved.input, &saved.weight, &dh)?,
-                    None,
-                ),
-                _ => agent_product::linear_gradients(&saved.input, &saved.weight, &dh, i > 0)?,
+            let (dw, dx) = match &saved.columns {
+                Some(columns) => (columns.weight_gradient(&saved.weight, &dh)?, None),
+                None => agent_product::linear_gradients(&saved.input, &saved.weight, &dh, i > 0)?,
             };
             match &saved.weight_source {
                 WeightSource::Var(id) => accumulate(&mut grads, *id, dw)?,
