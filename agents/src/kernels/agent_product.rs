@@ -10,8 +10,9 @@
 use candle_core::{CustomOp2, Result, Shape, Tensor};
 
 use super::conv::Dims;
+use super::dense::written_by_agents;
 use super::linear::LinearCore;
-use super::per_agent::{agent_run, agent_run_mut};
+use super::per_agent::agent_run;
 use super::product::Product;
 use super::{cpu_forward, with_values, Grads2};
 
@@ -49,11 +50,9 @@ impl CustomOp2 for AgentLinear {
         let (p, b, core) = linear_dims(lx.shape(), lw.shape())?;
         let n_out = lw.shape().dims()[1];
         // Each agent's product written into its run: no per-agent buffer and copy.
-        let mut y = vec![0f32; p * b * n_out];
-        for i in 0..p {
-            let (xi, wi) = (agent_run(x, p, i), agent_run(w, p, i));
-            core.forward_into(xi, wi, agent_run_mut(&mut y, p, i));
-        }
+        let y = written_by_agents(p * b * n_out, p, |i, run| {
+            core.forward_into(agent_run(x, p, i), agent_run(w, p, i), run)
+        });
         Ok((y, Shape::from((p, b, n_out))))
     });
 
@@ -103,14 +102,15 @@ pub(crate) fn linear_gradients(
     let (dw, dx) = with_values(&x.contiguous()?, |x| {
         with_values(&w.contiguous()?, |w| {
             with_values(&dy.contiguous()?, |dy| {
-                let mut dw = vec![0f32; w.len()];
-                let mut dx = vec![0f32; if input_gradient { x.len() } else { 0 }];
-                for i in 0..p {
-                    let (xi, wi, dyi) =
-                        (agent_run(x, p, i), agent_run(w, p, i), agent_run(dy, p, i));
-                    let dxi = input_gradient.then(|| agent_run_mut(&mut dx, p, i));
-                    core.backward_into(xi, wi, dyi, agent_run_mut(&mut dw, p, i), dxi);
-                }
+                let dw = written_by_agents(w.len(), p, |i, dwi| {
+                    core.weight_gradient_into(agent_run(x, p, i), agent_run(dy, p, i), dwi)
+                });
+                let dx = match input_gradient {
+                    true => written_by_agents(x.len(), p, |i, dxi| {
+                        core.input_gradient_into(agent_run(w, p, i), agent_run(dy, p, i), dxi)
+                    }),
+                    false => Vec::new(),
+                };
                 Ok((dw, dx))
             })
         })

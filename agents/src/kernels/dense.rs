@@ -8,6 +8,7 @@
 //! Callers pick the destination order that keeps their largest operand unpacked.
 
 use candle_core::{CpuStorage, Layout, Result};
+use std::mem::MaybeUninit;
 
 /// The `f32` values of a contiguous CPU storage.
 #[inline]
@@ -82,15 +83,36 @@ pub(crate) fn product(order: Order, a: View, b: View) -> Vec<f32> {
     dst
 }
 
-/// `a * b` written into `dst` (at least `a.rows * b.cols` values; a population writes
-/// each agent's product into its run of the stacked output, with no copy).
-pub(crate) fn product_into(order: Order, a: View, b: View, dst: &mut [f32]) {
+/// `a * b` written into `dst` (at least `a.rows * b.cols` values, which may start
+/// uninitialized: a population writes each agent's product into its run of the stacked
+/// output, with no copy and no zero fill first). Every one of those values is written.
+pub(crate) fn product_into(order: Order, a: View, b: View, dst: &mut [MaybeUninit<f32>]) {
     assert!(
         dst.len() >= a.rows * b.cols,
         "matrix product destination too small"
     );
-    // SAFETY: `dst` holds at least the product's values.
-    unsafe { matmul_raw(dst.as_mut_ptr(), order, a, b) }
+    // SAFETY: `dst` holds at least the product's values, and the product never reads
+    // its destination.
+    unsafe { matmul_raw(dst.as_mut_ptr().cast::<f32>(), order, a, b) }
+}
+
+/// A vector of `len` values, each agent's run (of `len / agents`) written by `write`
+/// into its uninitialized run; `write` must write every value of the run it is given.
+/// For a population's products: the zero fill of `vec![0.0; len]` cost as much as a
+/// pass of its own.
+pub(crate) fn written_by_agents(
+    len: usize,
+    agents: usize,
+    mut write: impl FnMut(usize, &mut [MaybeUninit<f32>]),
+) -> Vec<f32> {
+    let mut out = Vec::with_capacity(len);
+    let runs = out.spare_capacity_mut()[..len].chunks_mut(len / agents.max(1));
+    for (i, run) in runs.enumerate() {
+        write(i, run);
+    }
+    // SAFETY: every run of the `len` values was written by `write`.
+    unsafe { out.set_len(len) };
+    out
 }
 
 /// `dst = a * b`, `dst` dense in `order`, single-threaded. Never reads `dst`.

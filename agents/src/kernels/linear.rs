@@ -14,6 +14,7 @@
 //! ```
 
 use candle_core::{CustomOp2, Result, Shape, Tensor};
+use std::mem::MaybeUninit;
 
 use super::dense::{product, product_into, transposed, Order, View};
 use super::product::Product;
@@ -97,12 +98,14 @@ impl LinearCore {
         self.b < self.n_out && self.n_out * self.n_in >= 1 << 14
     }
 
-    /// [`Product::forward`] written into `y` (`[b, out]`): a population's agent into its
-    /// run of the stacked output.
-    pub(crate) fn forward_into(&self, x: &[f32], w: &[f32], y: &mut [f32]) {
+    /// [`Product::forward`] written into `y` (`[b, out]`, every value; it may start
+    /// uninitialized): a population's agent into its run of the stacked output.
+    pub(crate) fn forward_into(&self, x: &[f32], w: &[f32], y: &mut [MaybeUninit<f32>]) {
         if self.packs_the_batch() {
             let t = self.forward(x, w);
-            y[..t.len()].copy_from_slice(&t);
+            for (d, &v) in y.iter_mut().zip(&t) {
+                d.write(v);
+            }
             return;
         }
         let (x, w) = (
@@ -112,25 +115,20 @@ impl LinearCore {
         product_into(Order::RowMajor, x, w.t(), y);
     }
 
-    /// [`Product::backward`] written into `dw` (`[out, in]`) and, when given, `dx`
-    /// (`[b, in]`).
-    pub(crate) fn backward_into(
-        &self,
-        x: &[f32],
-        w: &[f32],
-        dy: &[f32],
-        dw: &mut [f32],
-        dx: Option<&mut [f32]>,
-    ) {
-        let (b, n_in, n_out) = (self.b, self.n_in, self.n_out);
-        let xv = View::row_major(x, b, n_in);
-        let wv = View::row_major(w, n_out, n_in);
-        let gv = View::row_major(dy, b, n_out);
-        // dW [out, in] = dy^T [out, b] * x [b, in]; dx [b, in] = dy [b, out] * W [out, in]
+    /// The weight's gradient `dy^T x` written into `dw` (`[out, in]`, every value; it
+    /// may start uninitialized).
+    pub(crate) fn weight_gradient_into(&self, x: &[f32], dy: &[f32], dw: &mut [MaybeUninit<f32>]) {
+        let xv = View::row_major(x, self.b, self.n_in);
+        let gv = View::row_major(dy, self.b, self.n_out);
         product_into(Order::RowMajor, gv.t(), xv, dw);
-        if let Some(dx) = dx {
-            product_into(Order::RowMajor, gv, wv, dx);
-        }
+    }
+
+    /// The input's gradient `dy w` written into `dx` (`[b, in]`, every value; it may
+    /// start uninitialized).
+    pub(crate) fn input_gradient_into(&self, w: &[f32], dy: &[f32], dx: &mut [MaybeUninit<f32>]) {
+        let wv = View::row_major(w, self.n_out, self.n_in);
+        let gv = View::row_major(dy, self.b, self.n_out);
+        product_into(Order::RowMajor, gv, wv, dx);
     }
 }
 

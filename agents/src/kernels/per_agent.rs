@@ -68,12 +68,6 @@ pub(crate) fn agent_run(values: &[f32], p: usize, i: usize) -> &[f32] {
     &values[i * n..(i + 1) * n]
 }
 
-/// [`agent_run`], to write.
-pub(crate) fn agent_run_mut(values: &mut [f32], p: usize, i: usize) -> &mut [f32] {
-    let n = values.len() / p.max(1);
-    &mut values[i * n..(i + 1) * n]
-}
-
 /// An [`AgentKernel`] over every agent of a stacked input.
 pub(crate) struct PerAgent<K> {
     pub kernel: K,
