@@ -15,7 +15,9 @@
 
 use candle_core::{CustomOp1, CustomOp2, Result, Shape, Tensor};
 
-use super::feature_pass::{affine_features, output_gradient, Affine, SavedOutput};
+use super::feature_pass::{
+    affine_features, affine_features_into, output_gradient, Affine, SavedOutput,
+};
 use super::units::Units;
 use super::{cpu_forward, gradient_like, with_values, Grads2};
 
@@ -250,6 +252,51 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
         };
         let db = self.units.sums(&dt);
         Ok((dt, [db]))
+    }
+
+    fn forward_extend(
+        &self,
+        agent: usize,
+        t: &[f32],
+        [b]: [&[f32]; 1],
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        if self.units.inner != 1 || !self.relu || b.len() != self.units.units {
+            out.extend(self.forward(agent, t, [b])?);
+            return Ok(());
+        }
+        // Features: the single network's one pass, written where the agent's run goes.
+        let affine = Affine {
+            bias: Some(b),
+            relu: true,
+            ..Default::default()
+        };
+        affine_features_into(t, self.units.units, affine, out);
+        Ok(())
+    }
+
+    fn backward_extend(
+        &self,
+        agent: usize,
+        (t, [b]): (&[f32], [&[f32]; 1]),
+        out: &[f32],
+        dy: &[f32],
+        dt: &mut Vec<f32>,
+    ) -> Result<[Vec<f32>; 1]> {
+        if self.units.inner != 1 || dy.len() != out.len() {
+            let (d, [db]) = self.backward(agent, t, [b], out, dy)?;
+            dt.extend(d);
+            return Ok([db]);
+        }
+        // Features: the ReLU's mask and the bias's sums in one pass over the agent's run,
+        // as the single network's backward takes them.
+        let at = dt.len();
+        dt.extend_from_slice(dy);
+        let saved = SavedOutput {
+            y: self.relu.then_some(out),
+            scaled: None,
+        };
+        Ok([output_gradient(&mut dt[at..], self.units.units, saved).d])
     }
 
     #[cfg(feature = "cuda")]

@@ -34,14 +34,22 @@ fn assert_whole_rows(len: usize, units: usize) {
     );
 }
 
+/// `relu((t - c_u) * s_u + b_u)` for every value of `t` (`[B, units]`), each part only
+/// where the layer has it, block by block of units ([`BLOCK`]) down the rows.
+pub(crate) fn affine_features(t: &[f32], units: usize, affine: Affine<'_>) -> Vec<f32> {
+    let mut out = Vec::new();
+    affine_features_into(t, units, affine, &mut out);
+    out
+}
+
 crate::kernels::avx2::dispatch! {
-    /// `relu((t - c_u) * s_u + b_u)` for every value of `t` (`[B, units]`), each part
-    /// only where the layer has it, block by block of units ([`BLOCK`]) down the rows.
-    pub(crate) fn affine_features(t: &[f32], units: usize, affine: Affine<'_>) -> Vec<f32> {
+    /// [`affine_features`] appended to `out` (a population appends each agent's).
+    pub(crate) fn affine_features_into(t: &[f32], units: usize, affine: Affine<'_>, out: &mut Vec<f32>) {
         // Checked before the length is set below: a partial row would leave values
         // unwritten.
         assert_whole_rows(t.len(), units);
-        let mut out = Vec::with_capacity(t.len());
+        let at = out.len();
+        out.reserve(t.len());
         let spare = &mut out.spare_capacity_mut()[..t.len()];
         // Loops, not a closure: that would compile outside the AVX2 copy.
         let full = units / BLOCK * BLOCK;
@@ -51,10 +59,9 @@ crate::kernels::avx2::dispatch! {
         for start in full..units {
             affine_block::<1>(t, spare, units, affine, start);
         }
-        // SAFETY: the blocks cover every unit of every row, so all `t.len()` values were
-        // written. (Zeroing the buffer first cost a third of the pass.)
-        unsafe { out.set_len(t.len()) };
-        out
+        // SAFETY: the blocks cover every unit of every row, so all `t.len()` values
+        // after `at` were written. (Zeroing the buffer first cost a third of the pass.)
+        unsafe { out.set_len(at + t.len()) };
     }
 }
 

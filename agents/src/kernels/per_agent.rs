@@ -33,6 +33,33 @@ pub(crate) trait AgentKernel<const N: usize>: Send + Sync + 'static {
         dy: &[f32],
     ) -> Result<(Vec<f32>, [Vec<f32>; N])>;
 
+    /// [`Self::forward`] appended to `out`, where a population stacks each agent's
+    /// (a kernel that can write there saves the copy).
+    fn forward_extend(
+        &self,
+        agent: usize,
+        t: &[f32],
+        params: [&[f32]; N],
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        out.extend(self.forward(agent, t, params)?);
+        Ok(())
+    }
+
+    /// [`Self::backward`] with the gradient of `t` appended to `dt`.
+    fn backward_extend(
+        &self,
+        agent: usize,
+        (t, params): (&[f32], [&[f32]; N]),
+        out: &[f32],
+        dy: &[f32],
+        dt: &mut Vec<f32>,
+    ) -> Result<[Vec<f32>; N]> {
+        let (d, dparams) = self.backward(agent, t, params, out, dy)?;
+        dt.extend(d);
+        Ok(dparams)
+    }
+
     /// The op on every agent's values at once on a CUDA device (`kernels/cuda`), with
     /// what its backward keeps (a normalization's statistics); `None` where the method
     /// has no CUDA kernel.
@@ -115,7 +142,8 @@ impl<K> PerAgent<K> {
         let mut out = Vec::with_capacity(t.len());
         for i in 0..self.agents {
             let mine = self.runs(params, i)?;
-            out.extend(self.kernel.forward(i, self.run(t, i)?, mine)?);
+            self.kernel
+                .forward_extend(i, self.run(t, i)?, mine, &mut out)?;
         }
         Ok(out)
     }
@@ -141,15 +169,9 @@ impl<K> PerAgent<K> {
         let mut dt = Vec::with_capacity(t.len());
         let mut dparams: [Vec<f32>; N] = std::array::from_fn(|_| Vec::new());
         for i in 0..self.agents {
-            let mine = self.runs(params, i)?;
-            let (d, ds) = self.kernel.backward(
-                i,
-                self.run(t, i)?,
-                mine,
-                self.run(out, i)?,
-                self.run(dy, i)?,
-            )?;
-            dt.extend(d);
+            let inputs = (self.run(t, i)?, self.runs(params, i)?);
+            let (out, dy) = (self.run(out, i)?, self.run(dy, i)?);
+            let ds = self.kernel.backward_extend(i, inputs, out, dy, &mut dt)?;
             for (all, one) in dparams.iter_mut().zip(ds) {
                 all.extend(one);
             }
