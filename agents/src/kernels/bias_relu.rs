@@ -378,6 +378,55 @@ impl super::per_agent::AgentKernel<2> for AgentScaledBias {
         Ok((dt, [ds, db]))
     }
 
+    fn forward_extend(
+        &self,
+        agent: usize,
+        t: &[f32],
+        [s, b]: [&[f32]; 2],
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let units = self.units.units;
+        if self.units.inner != 1 || s.len() != units || b.len() != units {
+            out.extend(self.forward(agent, t, [s, b])?);
+            return Ok(());
+        }
+        // Features: the single network's one pass, written where the agent's run goes.
+        let affine = Affine {
+            scale: Some(s),
+            bias: Some(b),
+            relu: self.relu,
+            ..Default::default()
+        };
+        affine_features_into(t, units, affine, out);
+        Ok(())
+    }
+
+    fn backward_extend(
+        &self,
+        agent: usize,
+        (t, [s, b]): (&[f32], [&[f32]; 2]),
+        out: &[f32],
+        dy: &[f32],
+        dt: &mut Vec<f32>,
+    ) -> Result<[Vec<f32>; 2]> {
+        let fits = dy.len() == out.len() && t.len() == out.len() && s.len() == self.units.units;
+        if self.units.inner != 1 || !fits {
+            let (d, [ds, db]) = self.backward(agent, t, [s, b], out, dy)?;
+            dt.extend(d);
+            return Ok([ds, db]);
+        }
+        // Features: the ReLU's mask, the scale and both sums in one pass over the agent's
+        // run, as the single network's backward takes them.
+        let at = dt.len();
+        dt.extend_from_slice(dy);
+        let saved = SavedOutput {
+            y: self.relu.then_some(out),
+            scaled: Some((t, s)),
+        };
+        let sums = output_gradient(&mut dt[at..], self.units.units, saved);
+        Ok([sums.d_t, sums.d])
+    }
+
     #[cfg(feature = "cuda")]
     fn cuda_forward(
         &self,
