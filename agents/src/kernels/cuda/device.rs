@@ -181,7 +181,7 @@ pub(crate) fn td_targets(
         address::<f32>(&rewards)?,
         address::<f32>(&terminated)?,
     );
-    let (gp, op) = (address::<f32>(&gammas)?, address::<f32>(&out)?);
+    let (gp, op) = (address::<f32>(gammas)?, address::<f32>(&out)?);
     let (ag, rows, actions) = (p as i32, b as i32, a as i32);
     launch!(&dev, "td", "population_td_targets", over(p * b); qp, rp, tp, gp, op, ag, rows, actions);
     Ok(out)
