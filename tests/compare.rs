@@ -268,3 +268,67 @@ fn a_comparison_trains_its_seeds_as_populations() {
     assert!(err.contains("population = 'variants' must be"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--dry-run --measure`: the study's first population is trained for a few hundred
+/// steps with updates in a scratch folder, its rate is stated and the study's time
+/// estimated by it (steps over rate); nothing is left behind and no run is created.
+#[test]
+fn a_dry_run_measures_the_studys_rate_on_its_device() {
+    let (dir, config) = setup("measure");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("seeds = 2", "seeds = 2\npopulation = \"seeds\""),
+    )
+    .unwrap();
+    let runs = dir.join("runs");
+    let (code, _, err) = normrl(&[
+        "compare",
+        "--config",
+        config.to_str().unwrap(),
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--dry-run",
+        "--measure",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let measured = err
+        .split("measured on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{err}"));
+    let rate: f64 = measured
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(rate > 10.0, "{err}");
+    assert!(
+        measured.contains("a population of 2, 300 steps with updates"),
+        "{err}"
+    );
+    // The study's total steps over that rate, in the estimate's own units.
+    let steps: f64 = err
+        .split(" environment steps")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    let minutes = (steps / rate / 60.0).round();
+    assert!(
+        measured.contains(&format!("take about {minutes:.0} minutes there")),
+        "{steps} steps at {rate}/s: {err}"
+    );
+    assert!(!runs.exists(), "a dry run created {}", runs.display());
+    let scratch = std::env::temp_dir().join("normrl-measure-");
+    let left = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .any(|e| {
+            e.path()
+                .to_string_lossy()
+                .starts_with(scratch.to_string_lossy().as_ref())
+        });
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(!left, "the measurement's scratch folder was left behind");
+}

@@ -71,7 +71,7 @@ fn every_shipped_config_parses_and_every_comparison_plans() {
         let config = CompareConfig::load(path).unwrap_or_else(|e| fail(e));
         let runs = config.expand().unwrap_or_else(|e| fail(e));
         assert!(!runs.is_empty(), "{}: no runs", path.display());
-        describe_plan(&config, &runs, 1).unwrap_or_else(|e| fail(e));
+        describe_plan(&config, &runs, 1, None).unwrap_or_else(|e| fail(e));
         for run in &runs {
             config.config_for(run).unwrap_or_else(|e| fail(e));
         }

@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use crate::config::parse_assignment;
 use crate::report;
 use crate::study::compare::{
-    check_plan, describe_plan, execute, parse_shard, CompareConfig, PlannedRun, ReportConfig,
+    check_plan, describe_plan, execute, measure_rate, parse_shard, study_on_gpu, CompareConfig,
+    PlannedRun, ReportConfig, MEASURED_STEPS,
 };
 use crate::study::plan::{task_index, Plan};
 use crate::study::slurm::{self, SlurmConfig, TaskCommand};
@@ -30,6 +31,12 @@ pub struct CompareArgs {
     /// Print the plan and stop.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run: measure the study's rate on its device (its first population,
+    /// or first run, trained for a few hundred steps with updates in a scratch folder)
+    /// and estimate its time by that. Done by default when the study's device is a
+    /// GPU, whose rate the CPU's estimate cannot give.
+    #[arg(long)]
+    pub measure: bool,
     /// Accept legal values that are almost surely a mistake in every run
     /// (`run.allow_odd = true`).
     #[arg(long)]
@@ -164,7 +171,14 @@ pub fn compare(args: &CompareArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("runs").join(&config.name));
     if args.dry_run {
-        eprintln!("{}", describe_plan(&config, &runs, args.jobs)?);
+        let measured = match args.measure || study_on_gpu(&config, &runs)? {
+            true => Some(measure_rate(&config, &runs, MEASURED_STEPS)?),
+            false => None,
+        };
+        eprintln!(
+            "{}",
+            describe_plan(&config, &runs, args.jobs, measured.as_ref())?
+        );
         for r in &runs {
             println!("{}", r.rel_dir.display());
         }
@@ -278,7 +292,7 @@ fn run_locally(
             .collect();
         eprintln!("shard {i}/{n}: {} of {total} runs", runs.len());
     }
-    eprintln!("{}", describe_plan(config, &runs, args.jobs)?);
+    eprintln!("{}", describe_plan(config, &runs, args.jobs, None)?);
     eprintln!("runs directory: {}", root.display());
     let skipped = execute(config, &runs, root, args.jobs)?;
     if skipped > 0 {

@@ -357,8 +357,89 @@ pub fn check_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -> R
     Ok(())
 }
 
-/// Prints the plan: how many runs, how many steps, about how long.
-pub fn describe_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -> Result<String> {
+/// Steps with updates that `compare --dry-run` times on the study's device.
+pub const MEASURED_STEPS: u64 = 300;
+
+/// A study's rate as measured on its device ([`measure_rate`]).
+pub struct MeasuredRate {
+    pub agent_steps_per_second: f64,
+    pub device: String,
+    pub members: usize,
+    pub steps: u64,
+}
+
+/// Whether the study's runs ask for a GPU (`run.device` of its first run: `cuda`,
+/// `cuda:N`, or `auto` where this binary finds one).
+pub fn study_on_gpu(config: &CompareConfig, runs: &[PlannedRun]) -> Result<bool> {
+    let Some(first) = runs.first() else {
+        return Ok(false);
+    };
+    let spec = crate::config::parse_device_spec(&config.config_for(first)?.run.device)?;
+    Ok(match spec {
+        crate::config::DeviceSpec::Cpu => false,
+        crate::config::DeviceSpec::Cuda(_) => true,
+        crate::config::DeviceSpec::Auto => !crate::config::select_device(spec)?.is_cpu(),
+    })
+}
+
+/// The study's rate on its own device: its first population (or first run) trained in
+/// a scratch folder, learning from its first batch, then `steps` steps with updates
+/// timed. Aggregate agent-steps per second.
+pub fn measure_rate(
+    config: &CompareConfig,
+    runs: &[PlannedRun],
+    steps: u64,
+) -> Result<MeasuredRate> {
+    let units = population_units(config, runs)?;
+    let Some(unit) = units.first() else {
+        bail!("the plan has no runs to measure");
+    };
+    let scratch = std::env::temp_dir().join(format!("normrl-measure-{}", std::process::id()));
+    let result = time_unit(config, runs, unit, &scratch, steps);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// [`measure_rate`] of `unit`, its runs in `scratch`.
+fn time_unit(
+    config: &CompareConfig,
+    runs: &[PlannedRun],
+    unit: &[usize],
+    scratch: &Path,
+    steps: u64,
+) -> Result<MeasuredRate> {
+    use crate::run::population::Population;
+    use crate::run::train::Trainer;
+    let mut members = vec![];
+    for &i in unit {
+        let mut c = config.config_for(&runs[i])?;
+        // Updates from the first batch: the timed steps are the study's steady state.
+        c.replay.learning_starts = c.replay.batch_size.max(1) as u64;
+        members.push(Trainer::new(c, &scratch.join(format!("run-{i}")))?);
+    }
+    let warmup = members[0].config().replay.learning_starts + 1;
+    let device = members[0].config().run.device.clone();
+    let mut population = Population::new(members)?;
+    population.run(Some(warmup))?;
+    let t = std::time::Instant::now();
+    population.run(Some(warmup + steps))?;
+    let seconds = t.elapsed().as_secs_f64();
+    Ok(MeasuredRate {
+        agent_steps_per_second: (unit.len() as u64 * steps) as f64 / seconds.max(1e-9),
+        device,
+        members: unit.len(),
+        steps,
+    })
+}
+
+/// Prints the plan: how many runs, how many steps, about how long (by the rate
+/// `measured` on the study's device where given).
+pub fn describe_plan(
+    config: &CompareConfig,
+    runs: &[PlannedRun],
+    jobs: usize,
+    measured: Option<&MeasuredRate>,
+) -> Result<String> {
     let mut steps = 0u64;
     let mut seconds = 0.0;
     for run in runs {
@@ -392,6 +473,16 @@ pub fn describe_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -
         text.push_str(&format!(
             "; as {} populations of up to {largest} runs (on a CPU a population's agents train about as fast as separate runs, on run.threads cores; the estimate is for the CPU: a GPU's rate is measured with `normrl bench population-train --device cuda`)",
             units.len()
+        ));
+    }
+    if let Some(m) = measured {
+        text.push_str(&format!(
+            "; measured on {}: {:.0} agent-steps/s (a population of {}, {} steps with updates), so the study's {steps} agent-steps take about {} there",
+            m.device,
+            m.agent_steps_per_second,
+            m.members,
+            m.steps,
+            duration(steps as f64 / m.agent_steps_per_second.max(1e-9))
         ));
     }
     Ok(text)
