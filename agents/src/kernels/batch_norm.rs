@@ -17,7 +17,9 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Result, Tensor, Var};
 
 use super::bias_relu::{gradient_through_relu, relu_in_place};
 use super::dense::f32_slice_mut;
-use super::feature_pass::{affine_features, affine_in_place, block, Affine, BLOCK};
+use super::feature_pass::{
+    affine_features, affine_features_into, affine_in_place, block, Affine, BLOCK,
+};
 use super::units::Units;
 use super::with_values;
 use super::{cpu_forward, gradient_like, Grads3};
@@ -311,6 +313,23 @@ impl BatchNormOp {
         Ok(out)
     }
 
+    /// [`Self::normalize`] of features (`[B, units]`) appended to `out` (a population
+    /// appends each agent's).
+    pub(crate) fn normalize_features_into(
+        &self,
+        t: &[f32],
+        (gamma, beta): (&[f32], &[f32]),
+        relu: bool,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (gamma, beta) = self.renormed(gamma, beta);
+        let scale = self.scale(&gamma);
+        let units = self.mean.len();
+        let affine = self.feature_affine(units, &scale, &beta, relu)?;
+        affine_features_into(t, units, affine, out);
+        Ok(())
+    }
+
     /// [`Self::normalize`] of features (`[B, units]`) in place, where the input is not
     /// kept (evaluation forwards): no buffer to allocate.
     pub(crate) fn normalize_features_in_place(
@@ -528,6 +547,43 @@ impl super::per_agent::AgentKernel<2> for AgentBatchNorm {
         let masked = super::bias_relu::through_relu(op.relu, out, dy);
         let (dt, dgain, dbeta) = op.channel_gradients(&self.units, x, &op.gain(gamma), &masked);
         Ok((dt, [op.gamma_gradient(dgain, &dbeta), dbeta]))
+    }
+
+    fn forward_extend(
+        &self,
+        agent: usize,
+        t: &[f32],
+        [gamma, beta]: [&[f32]; 2],
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let op = self.op(agent, t, gamma)?;
+        if self.units.inner != 1 {
+            out.extend(op.normalize(&self.units, t, gamma, beta, op.relu)?);
+            return Ok(());
+        }
+        // Features: the single network's one pass, written where the agent's run goes.
+        op.normalize_features_into(t, (gamma, beta), op.relu, out)
+    }
+
+    fn backward_extend(
+        &self,
+        agent: usize,
+        (x, [gamma, beta]): (&[f32], [&[f32]; 2]),
+        out: &[f32],
+        dy: &[f32],
+        dt: &mut Vec<f32>,
+    ) -> Result<[Vec<f32>; 2]> {
+        let op = self.op(agent, x, gamma)?;
+        if self.units.inner != 1 || dy.len() != x.len() || out.len() != x.len() {
+            let (d, params) = self.backward(agent, x, [gamma, beta], out, dy)?;
+            dt.extend(d);
+            return Ok(params);
+        }
+        // Features: the gradient made in place where the agent's run goes.
+        let at = dt.len();
+        dt.extend_from_slice(dy);
+        let (dgamma, dbeta) = op.feature_gradients(gamma, x, out, &mut dt[at..], op.relu);
+        Ok([dgamma, dbeta])
     }
 }
 
