@@ -261,17 +261,9 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
         [b]: [&[f32]; 1],
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        if self.units.inner != 1 || !self.relu || b.len() != self.units.units {
+        if !extend_features(&self.units, self.relu, (t, None, b), out) {
             out.extend(self.forward(agent, t, [b])?);
-            return Ok(());
         }
-        // Features: the single network's one pass, written where the agent's run goes.
-        let affine = Affine {
-            bias: Some(b),
-            relu: true,
-            ..Default::default()
-        };
-        affine_features_into(t, self.units.units, affine, out);
         Ok(())
     }
 
@@ -283,20 +275,14 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
         dy: &[f32],
         dt: &mut Vec<f32>,
     ) -> Result<[Vec<f32>; 1]> {
-        if self.units.inner != 1 || dy.len() != out.len() {
-            let (d, [db]) = self.backward(agent, t, [b], out, dy)?;
-            dt.extend(d);
-            return Ok([db]);
+        match extend_feature_gradients(&self.units, self.relu, (t, None), (out, dy), dt) {
+            Some(sums) => Ok([sums.d]),
+            None => {
+                let (d, [db]) = self.backward(agent, t, [b], out, dy)?;
+                dt.extend(d);
+                Ok([db])
+            }
         }
-        // Features: the ReLU's mask and the bias's sums in one pass over the agent's run,
-        // as the single network's backward takes them.
-        let at = dt.len();
-        dt.extend_from_slice(dy);
-        let saved = SavedOutput {
-            y: self.relu.then_some(out),
-            scaled: None,
-        };
-        Ok([output_gradient(&mut dt[at..], self.units.units, saved).d])
     }
 
     #[cfg(feature = "cuda")]
@@ -323,6 +309,53 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
         let (dt, _, db) = super::cuda::device::bias_backward((t, None, b), out, dy, layout)?;
         Ok((dt, [db]))
     }
+}
+
+/// Over features (`inner == 1`), a population agent's `relu?(t s_u + b_u)` (`s` none:
+/// `t + b_u`) appended to `out` in the single network's one pass; `false` (nothing
+/// appended) for other layouts or sizes, which take the per-agent op.
+fn extend_features(
+    units: &Units,
+    relu: bool,
+    (t, s, b): (&[f32], Option<&[f32]>, &[f32]),
+    out: &mut Vec<f32>,
+) -> bool {
+    let n = units.units;
+    if units.inner != 1 || b.len() != n || s.is_some_and(|s| s.len() != n) {
+        return false;
+    }
+    let affine = Affine {
+        scale: s,
+        bias: Some(b),
+        relu,
+        ..Default::default()
+    };
+    affine_features_into(t, n, affine, out);
+    true
+}
+
+/// Over features, the gradient below [`extend_features`]'s output `out` from its
+/// gradient `dy`, appended to `dt` in one pass (the ReLU's mask, the scale), with the
+/// per-unit sums (the bias's and, with a scale, the scale's gradients); `None`
+/// (nothing appended) for other layouts or sizes.
+fn extend_feature_gradients(
+    units: &Units,
+    relu: bool,
+    (t, s): (&[f32], Option<&[f32]>),
+    (out, dy): (&[f32], &[f32]),
+    dt: &mut Vec<f32>,
+) -> Option<super::feature_pass::UnitSums> {
+    let fits = dy.len() == out.len() && (s.is_none() || t.len() == out.len());
+    if units.inner != 1 || !fits || s.is_some_and(|s| s.len() != units.units) {
+        return None;
+    }
+    let at = dt.len();
+    dt.extend_from_slice(dy);
+    let saved = SavedOutput {
+        y: relu.then_some(out),
+        scaled: s.map(|s| (t, s)),
+    };
+    Some(output_gradient(&mut dt[at..], units.units, saved))
 }
 
 /// Weight norm's layer output in a population, per agent: each unit's kernel output
@@ -385,19 +418,9 @@ impl super::per_agent::AgentKernel<2> for AgentScaledBias {
         [s, b]: [&[f32]; 2],
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        let units = self.units.units;
-        if self.units.inner != 1 || s.len() != units || b.len() != units {
+        if !extend_features(&self.units, self.relu, (t, Some(s), b), out) {
             out.extend(self.forward(agent, t, [s, b])?);
-            return Ok(());
         }
-        // Features: the single network's one pass, written where the agent's run goes.
-        let affine = Affine {
-            scale: Some(s),
-            bias: Some(b),
-            relu: self.relu,
-            ..Default::default()
-        };
-        affine_features_into(t, units, affine, out);
         Ok(())
     }
 
@@ -409,22 +432,14 @@ impl super::per_agent::AgentKernel<2> for AgentScaledBias {
         dy: &[f32],
         dt: &mut Vec<f32>,
     ) -> Result<[Vec<f32>; 2]> {
-        let fits = dy.len() == out.len() && t.len() == out.len() && s.len() == self.units.units;
-        if self.units.inner != 1 || !fits {
-            let (d, [ds, db]) = self.backward(agent, t, [s, b], out, dy)?;
-            dt.extend(d);
-            return Ok([ds, db]);
+        match extend_feature_gradients(&self.units, self.relu, (t, Some(s)), (out, dy), dt) {
+            Some(sums) => Ok([sums.d_t, sums.d]),
+            None => {
+                let (d, [ds, db]) = self.backward(agent, t, [s, b], out, dy)?;
+                dt.extend(d);
+                Ok([ds, db])
+            }
         }
-        // Features: the ReLU's mask, the scale and both sums in one pass over the agent's
-        // run, as the single network's backward takes them.
-        let at = dt.len();
-        dt.extend_from_slice(dy);
-        let saved = SavedOutput {
-            y: self.relu.then_some(out),
-            scaled: Some((t, s)),
-        };
-        let sums = output_gradient(&mut dt[at..], self.units.units, saved);
-        Ok([sums.d_t, sums.d])
     }
 
     #[cfg(feature = "cuda")]

@@ -18,7 +18,6 @@ pub(crate) struct RowNorm {
 impl RowNorm {
     /// For `agents` agents' values of `values` in all, with `params` parameters in all
     /// (each over `spatial` positions), `groups` per row.
-    #[cfg(feature = "cuda")]
     pub(crate) fn of(
         (agents, values, params): (usize, usize, usize),
         (groups, spatial): (usize, usize),
@@ -71,7 +70,6 @@ pub(crate) struct ConvDims {
 
 impl BatchNorm {
     /// For `agents` agents' values laid out as `units` says.
-    #[cfg(feature = "cuda")]
     pub(crate) fn of(
         agents: usize,
         units: &crate::kernels::units::Units,

@@ -194,6 +194,15 @@ fn values(rng: &mut impl Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-scale..scale)).collect()
 }
 
+/// The gradients of `Σ out · dy` with respect to each of `vars`, by candle's backward
+/// (through the CPU op's own); empty for a variable the op does not read.
+fn candle_gradients(out: &Tensor, dy: &Tensor, vars: &[candle_core::Var]) -> Vec<Vec<f32>> {
+    let grads = (out * dy).unwrap().sum_all().unwrap().backward().unwrap();
+    vars.iter()
+        .map(|v| grads.get(v.as_tensor()).map(values_of).unwrap_or_default())
+        .collect()
+}
+
 fn values_of(t: &Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1().unwrap()
 }
@@ -487,13 +496,8 @@ fn bias_relu_is_the_cpu_ops() {
                 ),
             }
             .unwrap();
-            let grads = (&applied.out * &dy)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let grad = |i: usize| values_of(grads.get(vars[i].as_tensor()).unwrap());
+            let grads = candle_gradients(&applied.out, &dy, &vars);
+            let grad = |i: usize| grads[i].clone();
 
             let n = tv.len();
             let (mut out, mut dt) = (vec![0f32; n], vec![0f32; n]);
@@ -650,23 +654,14 @@ fn row_norms_are_the_cpu_ops() {
                     .apply1(vars[0].as_tensor(), vars[1].as_tensor()),
             }
             .unwrap();
-            let grads = (&applied.out * &dy)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let grad = |i: usize| values_of(grads.get(vars[i].as_tensor()).unwrap());
-            let s = RowNorm {
-                agents: p as i32,
-                rows: rows as i32,
-                n: n as i32,
-                groups: groups as i32,
-                spatial: spatial as i32,
-                relu: i32::from(relu),
-                rms: i32::from(rms),
-                eps,
-            };
+            let grads = candle_gradients(&applied.out, &dy, &vars);
+            let grad = |i: usize| grads[i].clone();
+            let s = RowNorm::of(
+                (p, tv.len(), p * params),
+                (groups, spatial),
+                (relu, rms, eps),
+            )
+            .unwrap();
             let case = format!("{s:?}");
             let (mut out, mut dt) = (vec![0f32; tv.len()], vec![0f32; tv.len()]);
             let mut stats = vec![0f32; 2 * p * rows * groups];
@@ -723,15 +718,7 @@ fn batch_norm_is_the_cpu_ops() {
             let (b, bv) = random_tensor(&mut r, &[p, units]);
             let (dy, dyv) = random_tensor(&mut r, &shape);
             let eps = 1e-5;
-            let s = BatchNorm {
-                agents: p as i32,
-                outer: outer as i32,
-                units: units as i32,
-                inner: inner as i32,
-                relu: i32::from(relu),
-                batch_statistics: i32::from(mode != 1),
-                eps,
-            };
+            let s = BatchNorm::of(p, &layout, (relu, mode != 1, eps));
             // The kernel's moments against the CPU's; running statistics for mode 1, a
             // renormalization against them for mode 2.
             let (mut mean, mut var) = (vec![0f32; p * units], vec![0f32; p * units]);
@@ -787,13 +774,8 @@ fn batch_norm_is_the_cpu_ops() {
                     vars[2].as_tensor(),
                 )
                 .unwrap();
-            let grads = (&applied.out * &dy)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let grad = |i: usize| values_of(grads.get(vars[i].as_tensor()).unwrap());
+            let grads = candle_gradients(&applied.out, &dy, &vars);
+            let grad = |i: usize| grads[i].clone();
 
             if mode == 1 {
                 mean = running.iter().flat_map(|r| r.0.clone()).collect();
