@@ -499,56 +499,10 @@ fn bias_relu_is_the_cpu_ops() {
             let grads = candle_gradients(&applied.out, &dy, &vars);
             let grad = |i: usize| grads[i].clone();
 
-            let n = tv.len();
-            let (mut out, mut dt) = (vec![0f32; n], vec![0f32; n]);
-            let (mut ds, mut db) = (vec![0f32; p * units], vec![0f32; p * units]);
-            let scale = if scaled { Ptr::read(&sv) } else { Ptr::null() };
-            let (tp, bp, o) = (Ptr::read(&tv), Ptr::read(&bv), Ptr::of(&mut out));
-            let [ag, ou, un, inn] = dims;
-            let relu = i32::from(relu);
-            launch([3, 1, 1], 32, || unsafe {
-                ffi::agent_bias_forward(tp.p(), scale.p(), bp.p(), o.p(), ag, ou, un, inn, relu)
-            });
-            assert_eq!(
-                out,
-                values_of(&applied.out),
-                "{shape:?} relu {relu} scaled {scaled}"
-            );
-            let (dyp, dtp) = (Ptr::read(&dyv), Ptr::of(&mut dt));
-            launch([2, 1, 1], 64, || unsafe {
-                ffi::agent_bias_backward_input(
-                    scale.p(),
-                    o.p(),
-                    dyp.p(),
-                    dtp.p(),
-                    ag,
-                    ou,
-                    un,
-                    inn,
-                    relu,
-                )
-            });
-            let dsp = if scaled {
-                Ptr::of(&mut ds)
-            } else {
-                Ptr::null()
-            };
-            let dbp = Ptr::of(&mut db);
-            launch([2, 1, 1], 8, || unsafe {
-                ffi::agent_bias_backward_params(
-                    tp.p(),
-                    o.p(),
-                    dyp.p(),
-                    dsp.p(),
-                    dbp.p(),
-                    ag,
-                    ou,
-                    un,
-                    inn,
-                    relu,
-                )
-            });
+            let scale = scaled.then_some(sv.as_slice());
+            let [out, dt, ds, db] = bias_kernels(dims, [&tv, &bv, &dyv], scale, relu);
             let case = format!("{shape:?} relu {relu} scaled {scaled}");
+            assert_eq!(out, values_of(&applied.out), "{case}: output");
             assert_eq!(dt, grad(0), "{case}: input");
             assert_eq!(db, grad(2), "{case}: bias");
             if scaled {
@@ -698,9 +652,7 @@ fn row_norms_are_the_cpu_ops() {
 /// per-agent ops bit for bit.
 #[test]
 fn batch_norm_is_the_cpu_ops() {
-    use crate::kernels::batch_norm::{
-        moments_of, AgentBatchNorm, BatchNormOp, Renorm, RenormBounds,
-    };
+    use crate::kernels::batch_norm::{moments_of, AgentBatchNorm};
     use crate::kernels::per_agent::PerAgent;
     use crate::kernels::units::Units;
     let mut r = rng();
@@ -734,38 +686,17 @@ fn batch_norm_is_the_cpu_ops() {
             let cpu_means: Vec<f32> = cpu.iter().flat_map(|m| m.0.clone()).collect();
             let cpu_vars: Vec<f32> = cpu.iter().flat_map(|m| m.1.clone()).collect();
             assert_eq!((&mean, &var), (&cpu_means, &cpu_vars), "{s:?}");
-            let running: Vec<(Vec<f32>, Vec<f32>)> = (0..p)
+            let running: Vec<Moments> = (0..p)
                 .map(|_| {
-                    (
-                        values(&mut r, units, 0.5),
-                        values(&mut r, units, 0.5)
-                            .iter()
-                            .map(|v| v.abs() + 0.5)
-                            .collect(),
-                    )
+                    let mean = values(&mut r, units, 0.5);
+                    let var = values(&mut r, units, 0.5)
+                        .iter()
+                        .map(|v| v.abs() + 0.5)
+                        .collect();
+                    (mean, var)
                 })
                 .collect();
-            let mut renorms = Vec::new();
-            let ops: Vec<BatchNormOp> = (0..p)
-                .map(|i| {
-                    let (m, v) = &cpu[i];
-                    let op = match mode {
-                        1 => BatchNormOp::evaluation(running[i].0.clone(), &running[i].1, eps),
-                        _ => BatchNormOp::training(m.clone(), v, eps),
-                    };
-                    if mode != 2 {
-                        return op.with_relu(relu);
-                    }
-                    let bounds = RenormBounds {
-                        r_max: 1.5,
-                        d_max: 0.5,
-                        eps,
-                    };
-                    let rn = Renorm::of((m, v), (&running[i].0, &running[i].1), bounds);
-                    renorms.push(rn.clone());
-                    op.with_renorm(rn).with_relu(relu)
-                })
-                .collect();
+            let (ops, renorms) = batch_norm_ops(&cpu, &running, (mode, relu, eps));
             let vars = [&t, &g, &b].map(|x| candle_core::Var::from_tensor(x).unwrap());
             let applied = PerAgent::new(AgentBatchNorm { ops, units: layout }, p)
                 .apply2(
@@ -793,6 +724,46 @@ fn batch_norm_is_the_cpu_ops() {
             assert_eq!(db, grad(2), "{case}: shift");
         }
     }
+}
+
+/// Per-unit `(mean, var)` of one agent.
+type Moments = (Vec<f32>, Vec<f32>);
+
+/// Each agent's CPU batch norm op from its batch moments `cpu`: `mode` 0 with them, 1
+/// with the `running` statistics instead, 2 renormalized against those; and the
+/// renormalizations made.
+fn batch_norm_ops(
+    cpu: &[Moments],
+    running: &[Moments],
+    (mode, relu, eps): (i32, bool, f64),
+) -> (
+    Vec<crate::kernels::batch_norm::BatchNormOp>,
+    Vec<crate::kernels::batch_norm::Renorm>,
+) {
+    use crate::kernels::batch_norm::{BatchNormOp, Renorm, RenormBounds};
+    let mut renorms = Vec::new();
+    let ops = cpu
+        .iter()
+        .zip(running)
+        .map(|((m, v), (rm, rv))| {
+            let op = match mode {
+                1 => BatchNormOp::evaluation(rm.clone(), rv, eps),
+                _ => BatchNormOp::training(m.clone(), v, eps),
+            };
+            if mode != 2 {
+                return op.with_relu(relu);
+            }
+            let bounds = RenormBounds {
+                r_max: 1.5,
+                d_max: 0.5,
+                eps,
+            };
+            let rn = Renorm::of((m, v), (rm, rv), bounds);
+            renorms.push(rn.clone());
+            op.with_renorm(rn).with_relu(relu)
+        })
+        .collect();
+    (ops, renorms)
 }
 
 /// Batch norm's kernels on `[t, dy, mean, var, gamma, beta]` and, renormalized, `(r,
@@ -948,4 +919,50 @@ fn weight_norm_scale_is_the_cpu_ops() {
         values_of(grads.get(vars[0].as_tensor()).unwrap()),
         "alone: g"
     );
+}
+
+/// The bias kernels on `[t, bias, dy]` laid out as `dims` (agents, outer, units,
+/// inner), with weight norm's `scale` where given: the output, the input's gradient,
+/// the scale's (empty without one) and the bias's.
+fn bias_kernels(
+    dims: [i32; 4],
+    [tv, bv, dyv]: [&[f32]; 3],
+    scale: Option<&[f32]>,
+    relu: bool,
+) -> [Vec<f32>; 4] {
+    let [ag, ou, un, inn] = dims;
+    let (n, per_unit) = (tv.len(), (ag * un) as usize);
+    let (mut out, mut dt) = (vec![0f32; n], vec![0f32; n]);
+    let (mut ds, mut db) = (vec![0f32; per_unit], vec![0f32; per_unit]);
+    let sp = scale.map_or(Ptr::null(), Ptr::read);
+    let (tp, bp, o) = (Ptr::read(tv), Ptr::read(bv), Ptr::of(&mut out));
+    let relu = i32::from(relu);
+    launch([3, 1, 1], 32, || unsafe {
+        ffi::agent_bias_forward(tp.p(), sp.p(), bp.p(), o.p(), ag, ou, un, inn, relu)
+    });
+    let (dyp, dtp) = (Ptr::read(dyv), Ptr::of(&mut dt));
+    launch([2, 1, 1], 64, || unsafe {
+        ffi::agent_bias_backward_input(sp.p(), o.p(), dyp.p(), dtp.p(), ag, ou, un, inn, relu)
+    });
+    let dsp = if scale.is_some() {
+        Ptr::of(&mut ds)
+    } else {
+        Ptr::null()
+    };
+    let dbp = Ptr::of(&mut db);
+    launch([2, 1, 1], 8, || unsafe {
+        ffi::agent_bias_backward_params(
+            tp.p(),
+            o.p(),
+            dyp.p(),
+            dsp.p(),
+            dbp.p(),
+            ag,
+            ou,
+            un,
+            inn,
+            relu,
+        )
+    });
+    [out, dt, ds, db]
 }
