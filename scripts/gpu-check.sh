@@ -7,7 +7,8 @@
 #      has them, `bench parity` says which), with the worst relative error;
 #   2. memory: the GPU's memory in use (peak, nvidia-smi) over a population of 256
 #      trained N and 2N steps (MinAtar Breakout, capacity 100,000 per member): the
-#      same peak both times when no step keeps what it made;
+#      same peak both times when no step keeps what it made; then the population
+#      kernels' gain: one update at P = 256 through them and through the tensor forms;
 #   3. speed: aggregate agent-steps/s with an update every step through `normrl train`
 #      (the line it prints), MinAtar Breakout, P = 1, 16, 64, 256, 1024 at batch 32 and
 #      P = 256 at batch 4, for none, weight norm and batch norm. P = 1 is one agent.
@@ -117,6 +118,20 @@ for steps in 1000 2000; do
     [ -z "$(used_mib)" ] && peak="n/a (no nvidia-smi)"
     row memory "P=$MEMORY_P b32 none, $steps steps" "peak $peak; $result"
 done
+
+# 2b. The population kernels' gain: one update of MinAtar's CNN at P = 256, batch 32,
+# through the kernels and through the tensor forms, interleaved in one process.
+limited 90 "$BIN" bench population --device "$DEVICE" --method none --case "cnn b32 P=256" \
+    --iters 20 > "$tmp/kernels" 2>&1
+code=$?
+rate() { grep "^$1 agent-updates/s" "$tmp/kernels" | awk '{ print $(NF-1) }'; }
+case $code in
+    0) row kernels "P=256 b32 none, one update" \
+           "$(rate population) agent-updates/s; tensor forms $(rate tensor-forms)" ;;
+    124) row kernels "P=256 b32 none, one update" "cut by the deadline" ;;
+    *) row kernels "P=256 b32 none, one update" "FAIL (exit $code): $(tail -n1 "$tmp/kernels")"
+       failures=$((failures + 1)) ;;
+esac
 
 # 3. Speed: the rows that matter most first, in case the deadline cuts the rest.
 speed() {

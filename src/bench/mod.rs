@@ -26,12 +26,14 @@ use timing::{bench_train_config, random_batch, time_interleaved, time_us, Row, T
 pub struct BenchArgs {
     /// What to measure: `nn` (updates and acting per method), `replay`, `train`
     /// (end to end), `all` of these, `population` (P agents' updates as one against P
-    /// separate ones, P = 1, 4, 16, 64, with tensors and device reads per step),
+    /// separate ones, P = 1, 4, 16, 64 (to 256 on a GPU), with tensors and device reads
+    /// per step; on a GPU also through the tensor forms, the population kernels' gain),
     /// `population-train` (P agents trained end to end as one population against P
     /// single runs: agent-steps/s; use a small `--steps`, e.g. 300), `population-host`
     /// (a population's host work: start-up, microseconds per member per step acting
     /// only and with updates, its parts, and the end; `--population P`), or `parity`
-    /// (every method's values and gradients on `--device` against the CPU's; exits with
+    /// (every method's values and gradients on `--device` against the CPU's, and every
+    /// method's population over five updates; exits with
     /// an error beyond tolerance).
     #[arg(value_enum, default_value_t = Bench::All)]
     pub what: Bench,

@@ -87,6 +87,17 @@ fn case_rows(
     let mut population =
         ShardedPopulation::from_agents(&separate.iter().collect::<Vec<_>>(), batch)?;
     let shard = population.shard_size();
+    // On a device, the same population through the tensor forms as well: the device
+    // kernels' gain, measured on the same machine in the same sitting.
+    let mut forms = match device.is_cpu() {
+        true => None,
+        false => {
+            let nets: Vec<_> = separate.iter().map(Dqn::online).collect();
+            let config = (DqnConfig::default(), OptimizerConfig::default());
+            let stacked = PopulationDqn::new(PopulationNet::stack(&nets)?, config.0, config.1)?;
+            Some(stacked.with_tensor_forms()?)
+        }
+    };
     let timings = {
         let batches = &batches;
         let mut fs: Vec<Box<dyn FnMut() -> Result<()> + '_>> = vec![
@@ -98,11 +109,14 @@ fn case_rows(
                 Ok(())
             }),
         ];
+        if let Some(forms) = forms.as_mut() {
+            fs.push(Box::new(|| forms.update(batches).map(|_| ()).map_err(Into::into)));
+        }
         time_interleaved(iters, device, &mut fs)?
     };
     let case = format!("{} b{batch} P={p}", net.name);
     let mut rows = vec![];
-    for (name, t) in ["population", "separate"].iter().zip(&timings) {
+    for (name, t) in ["population", "separate", "tensor-forms"].iter().zip(&timings) {
         rows.push(Row {
             bench: format!("{name} update {kind}"),
             case: case.clone(),
