@@ -110,13 +110,18 @@ fn case_rows(
             }),
         ];
         if let Some(forms) = forms.as_mut() {
-            fs.push(Box::new(|| forms.update(batches).map(|_| ()).map_err(Into::into)));
+            fs.push(Box::new(|| {
+                forms.update(batches).map(|_| ()).map_err(Into::into)
+            }));
         }
         time_interleaved(iters, device, &mut fs)?
     };
     let case = format!("{} b{batch} P={p}", net.name);
     let mut rows = vec![];
-    for (name, t) in ["population", "separate", "tensor-forms"].iter().zip(&timings) {
+    for (name, t) in ["population", "separate", "tensor-forms"]
+        .iter()
+        .zip(&timings)
+    {
         rows.push(Row {
             bench: format!("{name} update {kind}"),
             case: case.clone(),

@@ -253,8 +253,9 @@ impl<K: Send + Sync + 'static> PerAgent<K> {
     }
 
     /// [`Self::apply`] on a CUDA device: the kernel's launches, kept for the explicit
-    /// backward (no node in candle's graph: a device runs the fused ops only where the
-    /// whole update takes the explicit backward, see `PopulationNet::fused_on`).
+    /// backward (no node in candle's graph: a device runs the fused ops in forwards
+    /// without a gradient and under the explicit backward, never in the forward that
+    /// candle's backward takes, `PopulationNet::forward_in_graph`).
     #[cfg(feature = "cuda")]
     fn apply_on_cuda<const N: usize>(self, t: &Tensor, params: [&Tensor; N]) -> Result<Applied>
     where

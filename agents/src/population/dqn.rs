@@ -55,17 +55,11 @@ impl PopulationDqn {
     }
 
     fn with_target(
-        mut online: PopulationNet,
-        mut target: PopulationNet,
+        online: PopulationNet,
+        target: PopulationNet,
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
-        if config.joint_forward && !online.device().is_cpu() {
-            // CrossQ's joint forward takes candle's graph, where a device's fused ops
-            // make no nodes.
-            online.use_tensor_forms();
-            target.use_tensor_forms();
-        }
         let max_grad_norm = optimizer.max_grad_norm;
         let unclipped = OptimizerConfig {
             max_grad_norm: 0.0,
@@ -397,7 +391,7 @@ impl PopulationDqn {
             false => {
                 let targets = self.targets(stacked)?;
                 let stats = self.config.online_bn_mode;
-                (self.online.forward(&stacked.obs, stats)?, targets)
+                (self.online.forward_in_graph(&stacked.obs, stats)?, targets)
             }
             true => self.joint_forward(stacked)?,
         };
@@ -452,7 +446,9 @@ impl PopulationDqn {
     fn joint_forward(&self, b: &Stacked) -> Result<(Tensor, Tensor)> {
         let rows = b.obs.dim(1)?;
         let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
-        let q_all = self.online.forward(&both, self.config.online_bn_mode)?;
+        let q_all = self
+            .online
+            .forward_in_graph(&both, self.config.online_bn_mode)?;
         let (q, next_q) = td::split_joint(&q_all, 1, rows)?;
         let targets = self.bootstrap(b, td::best_next(&next_q, None)?)?;
         Ok((q, targets))

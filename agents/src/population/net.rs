@@ -361,17 +361,34 @@ impl PopulationNet {
     /// agent `i`'s rows. With batch statistics, batch norm uses each agent's batch and
     /// updates its running statistics, as a single network's training forward does.
     pub fn forward(&self, x: &Tensor, stats: BnStats) -> Result<Tensor> {
+        self.forward_with(x, stats, false)
+    }
+
+    /// [`Self::forward`] through candle's graph, for candle's backward: on a device the
+    /// tensor forms, whose every op is a node of the graph (a device's fused ops are
+    /// not; they run only under the explicit backward, [`Self::forward_with_tape`]).
+    pub(crate) fn forward_in_graph(&self, x: &Tensor, stats: BnStats) -> Result<Tensor> {
+        self.forward_with(x, stats, true)
+    }
+
+    fn forward_with(&self, x: &Tensor, stats: BnStats, graph: bool) -> Result<Tensor> {
         let mut h = x.clone();
         for layer in &self.layers {
-            h = self.layer_output(layer, &h, stats)?;
+            h = self.layer_output(layer, &h, stats, graph)?;
         }
         Ok(h)
     }
 
     /// One layer's output: the product, the normalization, the bias (after it: only
-    /// mean-only BN has both), the ReLU.
-    fn layer_output(&self, layer: &PopulationLayer, x: &Tensor, stats: BnStats) -> Result<Tensor> {
-        let fused = self.fused_on(x);
+    /// mean-only BN has both), the ReLU; through candle's graph with `graph`.
+    fn layer_output(
+        &self,
+        layer: &PopulationLayer,
+        x: &Tensor,
+        stats: BnStats,
+        graph: bool,
+    ) -> Result<Tensor> {
+        let fused = self.fused_on(x) && (x.device().is_cpu() || !graph);
         let w = layer.effective_weight(false, fused, self.version())?;
         let h = layer.product(x, &w, fused)?;
         if fused {
@@ -455,7 +472,7 @@ impl PopulationNet {
                 }
                 self.changed();
             }
-            h = self.layer_output(layer, &h, BnStats::Running)?;
+            h = self.layer_output(layer, &h, BnStats::Running, false)?;
         }
         Ok(())
     }
@@ -561,8 +578,8 @@ impl PopulationNet {
     }
 
     /// Whether the fused ops run on `x`: on the CPU, and on a CUDA device where every
-    /// layer has them there (then the whole update takes the explicit backward, which
-    /// the device ops need: they make no nodes in candle's graph).
+    /// layer has them there (then the update takes the explicit backward; a device's
+    /// ops make no nodes in candle's graph, so [`Self::forward_in_graph`] never runs them).
     pub(super) fn fused_on(&self, x: &Tensor) -> bool {
         self.settings.fused
             && (x.device().is_cpu() || (x.device().is_cuda() && self.cuda_fusable()))
