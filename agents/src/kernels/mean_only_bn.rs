@@ -123,6 +123,72 @@ impl super::per_agent::AgentKernel<1> for AgentCenteredBiasRelu {
     }
 }
 
+/// [`AgentCenteredBiasRelu`] on a CUDA device: `relu(t + (b - mean))` by the bias
+/// kernel, every agent at once, with each agent's mean `[P, 1, units...]` (its batch's
+/// or its running one) already on the device; the backward's batch-mean term in tensor
+/// ops.
+#[cfg(feature = "cuda")]
+pub(crate) struct DeviceCenteredBiasRelu {
+    pub mean: Tensor,
+    pub batch_statistics: bool,
+    pub units: Units,
+}
+
+#[cfg(feature = "cuda")]
+impl super::per_agent::AgentKernel<1> for DeviceCenteredBiasRelu {
+    fn name(&self) -> &'static str {
+        "centered-bias-relu-per-agent-cuda"
+    }
+
+    fn forward(&self, _: usize, _: &[f32], _: [&[f32]; 1]) -> Result<Vec<f32>> {
+        candle_core::bail!("mean-only batch norm's CUDA op runs on a CUDA device only")
+    }
+
+    fn backward(
+        &self,
+        _: usize,
+        _: &[f32],
+        _: [&[f32]; 1],
+        _: &[f32],
+        _: &[f32],
+    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        candle_core::bail!("mean-only batch norm's CUDA op runs on a CUDA device only")
+    }
+
+    fn cuda_forward(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        [b]: [&Tensor; 1],
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        let shift = (b - &self.mean)?.contiguous()?;
+        let layout = (agents, &self.units, true);
+        let out = super::cuda::device::bias_forward(t, None, &shift, layout)?;
+        Ok(Some((out, Some(shift))))
+    }
+
+    fn cuda_gradients(
+        &self,
+        agents: usize,
+        t: &Tensor,
+        _: [&Tensor; 1],
+        (out, shift): (&Tensor, Option<&Tensor>),
+        dy: &Tensor,
+    ) -> Result<(Tensor, [Tensor; 1])> {
+        let Some(shift) = shift else {
+            candle_core::bail!("mean-only batch norm: the CUDA forward kept no shift");
+        };
+        let layout = (agents, &self.units, true);
+        let (d, _, db) = super::cuda::device::bias_backward((t, None, shift), out, dy, layout)?;
+        if !self.batch_statistics {
+            return Ok((d, [db]));
+        }
+        // Through the subtracted batch mean: `d - mean_u(d)`.
+        let mean_d = (&db / self.units.per_unit() as f64)?;
+        Ok((d.broadcast_sub(&mean_d)?, [db]))
+    }
+}
+
 impl AgentCenteredBiasRelu {
     /// Agent `agent`'s mean, checked against its values and bias.
     fn mean(&self, agent: usize, t: &[f32], b: &[f32]) -> Result<&[f32]> {

@@ -308,6 +308,14 @@ impl CustomOp2 for FusedWeightNorm {
 pub(crate) struct AgentWeight;
 
 impl AgentWeight {
+    /// Per-unit values `[P, 1, out]` (a gain's layout) as a column `[P, out, 1]` over
+    /// `v`'s rows.
+    #[cfg(feature = "cuda")]
+    fn per_row(x: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let (p, out) = (v.dim(0)?, v.dim(1)?);
+        x.reshape((p, out, 1))
+    }
+
     /// `1 / ||v_u||` of each unit (row) of `v`, summed in `f64`.
     fn inverse_norms(v: &[f32], out: usize) -> Vec<f64> {
         let inputs = v.len() / out.max(1);
@@ -388,6 +396,40 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
                 *o = (a * f64::from(dx) - b * f64::from(x)) as f32;
             }
         }
+        Ok((dv, [dg]))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_forward(
+        &self,
+        _agents: usize,
+        v: &Tensor,
+        [g]: [&Tensor; 1],
+    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+        // `w = v s` with each unit's `s = g / ||v||` from the scale kernel.
+        let s = super::cuda::device::weight_norm_scale(v, g)?;
+        let w = v.broadcast_mul(&Self::per_row(&s, v)?)?;
+        Ok(Some((w, Some(s))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_gradients(
+        &self,
+        _agents: usize,
+        v: &Tensor,
+        [g]: [&Tensor; 1],
+        (_, s): (&Tensor, Option<&Tensor>),
+        dw: &Tensor,
+    ) -> Result<(Tensor, [Tensor; 1])> {
+        let Some(s) = s else {
+            candle_core::bail!("weight norm: the CUDA forward kept no scale");
+        };
+        // `v`'s share through the product `dw s`, the scale's gradient `Σ dw v` per unit,
+        // then the scale kernel's backward adds `v`'s share through its norms.
+        let direct = dw.broadcast_mul(&Self::per_row(s, v)?)?;
+        let ds = (dw * v)?.sum_keepdim(2)?.reshape(g.shape())?;
+        let kept = (v, g, Some(s));
+        let (dv, dg) = super::cuda::device::weight_norm_scale_backward(kept, Some(&direct), &ds)?;
         Ok((dv, [dg]))
     }
 }

@@ -266,6 +266,40 @@ impl StackedMeanOnly {
     }
 }
 
+impl StackedMeanOnly {
+    /// [`super::stacked::StackedNorm::forward_relu`] on a CUDA device: the batch's means
+    /// by the moments kernel (and the running mean's update in tensor ops), then the
+    /// centered bias and ReLU by the bias kernel.
+    #[cfg(feature = "cuda")]
+    fn forward_relu_cuda(
+        &self,
+        h: &Tensor,
+        stats: BnStats,
+        bias: &Var,
+    ) -> Result<crate::kernels::per_agent::Applied> {
+        use crate::kernels::cuda::{args, device};
+        let h = h.contiguous()?;
+        let agents = h.dim(0)?;
+        let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
+        let shape = self.running_mean.shape().clone();
+        let mean = match stats {
+            BnStats::Batch => {
+                let s = args::BatchNorm::of(agents, &units, (true, true, 0.0));
+                let mean = device::batch_norm_moments(&h, s)?.0.reshape(&shape)?;
+                super::stacked::blend(&self.running_mean, &mean, self.momentum)?;
+                mean
+            }
+            BnStats::Running => self.running_mean.as_tensor().copy()?,
+        };
+        let kernel = mean_only_bn_op::DeviceCenteredBiasRelu {
+            mean,
+            batch_statistics: stats == BnStats::Batch,
+            units,
+        };
+        crate::kernels::per_agent::PerAgent::new(kernel, agents).apply1(&h, bias.as_tensor())
+    }
+}
+
 impl super::stacked::StackedNorm for StackedMeanOnly {
     fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
         (vec![], vec![&self.running_mean])
@@ -284,6 +318,10 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
         stats: super::BnStats,
         bias: Option<&Var>,
     ) -> Result<Option<crate::kernels::per_agent::Applied>> {
+        #[cfg(feature = "cuda")]
+        if let (true, Some(bias)) = (h.device().is_cuda(), bias) {
+            return self.forward_relu_cuda(h, stats, bias).map(Some);
+        }
         let Some(bias) = bias.filter(|_| h.device().is_cpu()) else {
             return Ok(None);
         };
@@ -338,6 +376,10 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
 
     /// The batch mean is subtracted anyway: the running mean starts at the first
     /// batch's (scaled) mean, and the bias at 0.
+    fn has_cuda_kernel(&self) -> bool {
+        true
+    }
+
     fn take_initial_mean(&self, mean: &Tensor) -> Result<bool> {
         self.running_mean.set(mean)?;
         Ok(true)

@@ -591,18 +591,18 @@ impl PopulationNet {
         self.settings.fused && self.device().is_cuda() && self.cuda_fusable()
     }
 
-    /// Whether every layer has its fused ops' CUDA kernels: weight norm only where it
-    /// scales the layer's output (no normalization after it), no convolution after the
+    /// Whether every layer has its fused ops' CUDA kernels: no convolution after the
     /// first layer, and a normalization only where it has a kernel and a ReLU ends the
-    /// layer (a bias and a ReLU, or a bias alone, otherwise).
+    /// layer (a bias and a ReLU, or a bias alone, otherwise). Where a layer's method
+    /// turns out to have no device form after all, the update takes the tensor forms
+    /// (see [`Self::forward_in_graph`]): slower, not wrong.
     pub(crate) fn cuda_fusable(&self) -> bool {
         let layer_fusable = |(i, l): (usize, &PopulationLayer)| {
             let after = match l.norm.as_ref().filter(|n| !n.passes_through()) {
-                Some(n) => n.has_cuda_kernel() && l.relu && l.bias.is_none(),
+                Some(n) => n.has_cuda_kernel() && l.relu,
                 None => l.bias.is_some() || !l.relu,
             };
-            let gain = l.gain.is_none() || l.scaled();
-            after && gain && !l.conv_needs_input_gradient(i == 0)
+            after && !l.conv_needs_input_gradient(i == 0)
         };
         cfg!(feature = "cuda") && self.layers.iter().enumerate().all(layer_fusable)
     }
