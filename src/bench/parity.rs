@@ -182,22 +182,6 @@ const POPULATION: (usize, usize, usize) = (3, 8, 5);
 /// that device, the tensor forms elsewhere) against the fused CPU step. On the CPU itself
 /// the second population takes the tensor forms: a check of this check.
 pub fn population_check(device: &Device) -> Result<Vec<PopulationParity>> {
-    let nets: [PopulationNetCase; 2] = [
-        PopulationNetCase {
-            network: "mlp 4-64-64-2",
-            config: QNetworkConfig::mlp(vec![64, 64]),
-            obs: vec![4],
-            actions: 2,
-            binary: false,
-        },
-        PopulationNetCase {
-            network: "minatar cnn",
-            config: QNetworkConfig::minatar_cnn(),
-            obs: vec![4, 10, 10],
-            actions: 6,
-            binary: true,
-        },
-    ];
     let mut out = vec![];
     for method in NormKind::ALL {
         let norm = NormConfig {
@@ -205,86 +189,72 @@ pub fn population_check(device: &Device) -> Result<Vec<PopulationParity>> {
             brn_warmup: 0,
             ..Default::default()
         };
-        for net in &nets {
-            out.push(net.compare(&norm, device)?);
+        for net in &crate::bench::population::nets() {
+            out.push(compare_populations(net, &norm, device)?);
         }
     }
     Ok(out)
 }
 
-/// A network of [`population_check`]: its observations' shape, actions, and whether its
-/// observations are binary (MinAtar's).
-struct PopulationNetCase {
-    network: &'static str,
-    config: QNetworkConfig,
-    obs: Vec<usize>,
-    actions: usize,
-    binary: bool,
-}
-
-impl PopulationNetCase {
-    /// Three agents of `norm` on the CPU and on `device`, from the same weights, as two
-    /// populations updated on the same batches.
-    fn compare(&self, norm: &NormConfig, device: &Device) -> Result<PopulationParity> {
-        use normrl_agents::dqn::{Dqn, DqnConfig};
-        use normrl_agents::optim::OptimizerConfig;
-        use normrl_agents::population::PopulationDqn;
-        let (agents, batch, updates) = POPULATION;
-        let optimizer = OptimizerConfig {
-            max_grad_norm: 1.0,
-            ..Default::default()
-        };
-        let (config, obs, actions) = (&self.config, &self.obs, self.actions);
-        let make = |dev: &Device| -> Result<Vec<Dqn>> {
-            let dqn = DqnConfig::default();
-            (0..agents as u64)
-                .map(|s| {
-                    Ok(Dqn::new(
-                        config, norm, &optimizer, &dqn, obs, actions, s, dev,
-                    )?)
-                })
-                .collect()
-        };
-        let (cpu, other) = (make(&Device::Cpu)?, make(device)?);
-        for (a, b) in cpu.iter().zip(&other) {
-            b.online().store().load_map(&a.online().store().to_map()?)?;
-        }
-        let mut reference = PopulationDqn::from_agents(&cpu.iter().collect::<Vec<_>>())?;
-        let mut tested = PopulationDqn::from_agents(&other.iter().collect::<Vec<_>>())?;
-        if device.is_cpu() {
-            tested = tested.with_tensor_forms()?;
-        }
-        let path = match device.is_cpu() || !tested.online().runs_device_kernels() {
-            true => "tensor-forms",
-            false => "kernels",
-        };
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(2);
-        let obs_len = obs.iter().product();
-        let mut metric_error = 0f64;
-        for _ in 0..updates {
-            let batches: Vec<_> = (0..agents)
-                .map(|_| {
-                    crate::bench::timing::random_batch(
-                        batch,
-                        obs_len,
-                        actions,
-                        self.binary,
-                        &mut rng,
-                    )
-                })
-                .collect();
-            let a = reference.update(&batches)?.metrics;
-            let b = tested.update(&batches)?.metrics;
-            metric_error = metric_error.max(relative_error(&a, &b)?);
-        }
-        Ok(PopulationParity {
-            method: norm.kind,
-            network: self.network,
-            metric_error,
-            weight_error: weights_apart(&reference, &tested)?,
-            path,
-        })
+/// Three agents of `norm` on `net`, on the CPU and on `device`, from the same weights,
+/// as two populations updated on the same batches.
+fn compare_populations(
+    net: &crate::bench::population::Net,
+    norm: &NormConfig,
+    device: &Device,
+) -> Result<PopulationParity> {
+    use normrl_agents::dqn::{Dqn, DqnConfig};
+    use normrl_agents::optim::OptimizerConfig;
+    use normrl_agents::population::PopulationDqn;
+    let (agents, batch, updates) = POPULATION;
+    let optimizer = OptimizerConfig {
+        max_grad_norm: 1.0,
+        ..Default::default()
+    };
+    let (config, obs, actions) = (&net.config, &net.obs, net.actions);
+    let make = |dev: &Device| -> Result<Vec<Dqn>> {
+        let dqn = DqnConfig::default();
+        (0..agents as u64)
+            .map(|s| {
+                Ok(Dqn::new(
+                    config, norm, &optimizer, &dqn, obs, actions, s, dev,
+                )?)
+            })
+            .collect()
+    };
+    let (cpu, other) = (make(&Device::Cpu)?, make(device)?);
+    for (a, b) in cpu.iter().zip(&other) {
+        b.online().store().load_map(&a.online().store().to_map()?)?;
     }
+    let mut reference = PopulationDqn::from_agents(&cpu.iter().collect::<Vec<_>>())?;
+    let mut tested = PopulationDqn::from_agents(&other.iter().collect::<Vec<_>>())?;
+    if device.is_cpu() {
+        tested = tested.with_tensor_forms()?;
+    }
+    let path = match tested.online().runs_device_kernels() {
+        true => "kernels",
+        false => "tensor-forms",
+    };
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(2);
+    let obs_len = obs.iter().product();
+    let mut metric_error = 0f64;
+    for _ in 0..updates {
+        let batches: Vec<_> = (0..agents)
+            .map(|_| {
+                crate::bench::timing::random_batch(batch, obs_len, actions, net.binary, &mut rng)
+            })
+            .collect();
+        let a = reference.update(&batches)?.metrics;
+        let b = tested.update(&batches)?.metrics;
+        metric_error = metric_error.max(relative_error(&a, &b)?);
+    }
+    Ok(PopulationParity {
+        method: norm.kind,
+        network: net.name,
+        metric_error,
+        weight_error: weights_apart(&reference, &tested)?,
+        path,
+    })
 }
 
 /// `||a - b|| / ||a||` over all the online variables of two populations.

@@ -21,15 +21,15 @@ const POPULATIONS_GPU: [usize; 4] = [1, 16, 64, 256];
 
 /// A network of the benchmark: CartPole's MLP 4-64-64-2, or MinAtar's CNN on 4x10x10
 /// binary frames with 6 actions.
-struct Net {
-    name: &'static str,
-    config: QNetworkConfig,
-    obs: Vec<usize>,
-    actions: usize,
-    binary: bool,
+pub(super) struct Net {
+    pub(super) name: &'static str,
+    pub(super) config: QNetworkConfig,
+    pub(super) obs: Vec<usize>,
+    pub(super) actions: usize,
+    pub(super) binary: bool,
 }
 
-fn nets() -> [Net; 2] {
+pub(super) fn nets() -> [Net; 2] {
     [
         Net {
             name: "mlp 4-64-64-2",

@@ -264,9 +264,7 @@ impl StackedMeanOnly {
             momentum: config.bn_momentum,
         })
     }
-}
 
-impl StackedMeanOnly {
     /// [`super::stacked::StackedNorm::forward_relu`] on a CUDA device: the batch's means
     /// by the moments kernel (and the running mean's update in tensor ops), then the
     /// centered bias and ReLU by the bias kernel.
@@ -374,12 +372,12 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
         h.broadcast_sub(&mean)
     }
 
-    /// The batch mean is subtracted anyway: the running mean starts at the first
-    /// batch's (scaled) mean, and the bias at 0.
     fn has_cuda_kernel(&self) -> bool {
         true
     }
 
+    /// The batch mean is subtracted anyway: the running mean starts at the first
+    /// batch's (scaled) mean, and the bias at 0.
     fn take_initial_mean(&self, mean: &Tensor) -> Result<bool> {
         self.running_mean.set(mean)?;
         Ok(true)

@@ -42,8 +42,8 @@ pub(crate) trait StackedNorm: Send + Sync {
         Ok(None)
     }
 
-    /// Whether [`Self::forward_relu`] has a CUDA kernel (`kernels/cuda`): the methods
-    /// without state, whose op is the same on any device.
+    /// Whether [`Self::forward_relu`] has a form on a CUDA device (its kernels in
+    /// `kernels/cuda`); a method without one takes the tensor forms there.
     fn has_cuda_kernel(&self) -> bool {
         false
     }

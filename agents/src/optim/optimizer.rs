@@ -527,14 +527,14 @@ impl Optimizer {
         if self.reference {
             return Ok(None);
         }
-        let mut held = Vec::new();
+        let mut vars = Vec::new();
         for slot in &self.slots {
             let (Some(g), State::Device([s0, s1])) = (grads.get(slot.var.as_tensor()), &slot.state)
             else {
                 continue;
             };
             let g = g.detach().contiguous()?;
-            held.push((
+            vars.push((
                 slot.var.as_tensor().clone(),
                 g,
                 s0.clone(),
@@ -542,10 +542,6 @@ impl Optimizer {
                 slot.lr_scale,
             ));
         }
-        let vars: Vec<_> = held
-            .iter()
-            .map(|(p, g, a, b, s)| (p, g, a, b, *s))
-            .collect();
         let c = self.next_kernel_coefficients(max_grad_norm);
         let norms = crate::kernels::cuda::optimizer::step(&dev, &vars, agents, lr_ratios, c)?;
         self.store.bump_version();

@@ -581,8 +581,7 @@ impl PopulationNet {
     /// layer has them there (then the update takes the explicit backward; a device's
     /// ops make no nodes in candle's graph, so [`Self::forward_in_graph`] never runs them).
     pub(super) fn fused_on(&self, x: &Tensor) -> bool {
-        self.settings.fused
-            && (x.device().is_cpu() || (x.device().is_cuda() && self.cuda_fusable()))
+        (self.settings.fused && x.device().is_cpu()) || self.runs_device_kernels()
     }
 
     /// Whether this network's steps run the fused ops' kernels on its device (a CUDA

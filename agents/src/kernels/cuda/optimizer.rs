@@ -54,20 +54,20 @@ mod device {
     /// gradient norm before clipping, `[P]`, on the device.
     pub(crate) fn step(
         dev: &CudaDevice,
-        vars: &[(&Tensor, &Tensor, &Tensor, &Tensor, f64)],
+        vars: &[(Tensor, Tensor, Tensor, Tensor, f64)],
         agents: usize,
         lr_ratios: Option<&[f64]>,
         c: StepCoefficients,
     ) -> Result<Tensor> {
         let mut slots = Vec::with_capacity(vars.len());
-        for &(p, g, s0, s1, lr_scale) in vars {
+        for (p, g, s0, s1, lr_scale) in vars {
             slots.push(VarSlot {
                 param: address::<f32>(p)?,
                 grad: address::<f32>(g)?,
                 s0: address::<f32>(s0)?,
                 s1: address::<f32>(s1)?,
                 per_agent: (p.elem_count() / agents.max(1)) as u64,
-                lr_scale,
+                lr_scale: *lr_scale,
             });
         }
         let table: Vec<u64> = slots.iter().flat_map(slot_words).collect();
