@@ -852,3 +852,71 @@ fn a_sharded_population_equals_one_shard() {
         }
     }
 }
+
+/// What a CUDA graph's replay reads, tested on the CPU: a population whose steps read
+/// fixed buffers written in place (a device's, with graphs on) acts and trains exactly
+/// as one reading each step's batch as new tensors, bit for bit, and its buffers keep
+/// their addresses from step to step while their values change.
+#[test]
+fn steps_on_fixed_buffers_are_the_same_steps() {
+    for (shape, kind) in [
+        (mlp(), NormKind::WeightNorm),
+        (mlp(), NormKind::BatchNorm),
+        (cnn(), NormKind::None),
+    ] {
+        let alone = shape.pair(
+            &NormConfig {
+                kind,
+                ..Default::default()
+            },
+            &DqnConfig::default(),
+        );
+        let refs: Vec<&Dqn> = alone.iter().collect();
+        let mut fresh = PopulationDqn::from_agents(&refs).unwrap();
+        let mut fixed = PopulationDqn::from_agents(&refs)
+            .unwrap()
+            .with_fixed_inputs();
+        let mut addresses = None;
+        for step in 0..6 {
+            let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();
+            let obs: Vec<f32> = batches
+                .iter()
+                .flat_map(|b| b.obs[..shape.obs_len()].to_vec())
+                .collect();
+            let acted = fresh.greedy_actions(&obs).unwrap();
+            assert_eq!(
+                fixed.greedy_actions(&obs).unwrap(),
+                acted,
+                "{kind:?} step {step}"
+            );
+            let a = fresh
+                .update(&batches)
+                .unwrap()
+                .metrics
+                .to_vec2::<f32>()
+                .unwrap();
+            let b = fixed
+                .update(&batches)
+                .unwrap()
+                .metrics
+                .to_vec2::<f32>()
+                .unwrap();
+            assert_eq!(a, b, "{kind:?} step {step}");
+            let now = fixed.fixed_buffer_addresses();
+            // The batch's five buffers, the acting observations, the actions' output.
+            assert_eq!(now.len(), 7, "{kind:?}");
+            assert!(now.iter().all(|&a| a != 0));
+            assert_eq!(
+                *addresses.get_or_insert_with(|| now.clone()),
+                now,
+                "{kind:?} step {step}"
+            );
+        }
+        assert_eq!(
+            population_values(&fresh),
+            population_values(&fixed),
+            "{kind:?}"
+        );
+        assert!(fresh.fixed_buffer_addresses().len() < 7);
+    }
+}

@@ -63,10 +63,20 @@ pub struct RunConfig {
     /// config only when above 1.
     #[serde(skip_serializing_if = "is_one")]
     pub population: usize,
+    /// On a CUDA device, a population's update and acting forward are captured once as
+    /// CUDA graphs and replayed (one launch a step), where the capture's replay equals
+    /// the eager step; `false` keeps every step eager. Written to the resolved config
+    /// only when `false`.
+    #[serde(skip_serializing_if = "is_true")]
+    pub cuda_graphs: bool,
 }
 
 fn is_one(n: &usize) -> bool {
     *n == 1
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,6 +157,7 @@ impl Default for RunConfig {
             threads: 1,
             allow_odd: false,
             population: 1,
+            cuda_graphs: true,
         }
     }
 }

@@ -171,7 +171,8 @@ impl Population {
         let agents = {
             let singles: Vec<&Dqn> = members.iter().map(Trainer::agent).collect();
             let batch = first.config().replay.batch_size;
-            ShardedPopulation::from_agents(&singles, batch)?
+            let graphs = first.config().run.cuda_graphs;
+            ShardedPopulation::from_agents(&singles, batch)?.with_cuda_graphs(graphs)
         };
         for m in &mut members {
             m.defer_pruning();

@@ -528,6 +528,10 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
         true
     }
 
+    fn step_invariant(&self) -> bool {
+        self.renorm.as_ref().is_none_or(|r| r.is_open())
+    }
+
     fn forward_relu(
         &self,
         h: &Tensor,

@@ -152,6 +152,12 @@ impl StackedRenorm {
         })
     }
 
+    /// Whether the warm-up is over: a training forward then reads nothing from the
+    /// device and counts nothing.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
     /// Counts one training forward; whether the clip is open for it.
     pub(crate) fn count_update(&self) -> Result<bool> {
         if self.open.load(Ordering::Acquire) {

@@ -55,6 +55,13 @@ pub(crate) trait StackedNorm: Send + Sync {
         Ok(false)
     }
 
+    /// Whether a training step's work on the device is the same at every step, so that
+    /// a CUDA graph may replay it: not during batch renormalization's warm-up, which
+    /// reads and counts its updates on the host.
+    fn step_invariant(&self) -> bool {
+        true
+    }
+
     /// The method's work after optimizer step `updates` on the layer's weight `[P, out,
     /// in]` (SVB's projection, BBN's bound of the gains); whether it ran.
     fn after_step(&self, _updates: u64, _weight: &Var) -> Result<bool> {

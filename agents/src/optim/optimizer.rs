@@ -57,6 +57,10 @@ pub struct Optimizer {
     /// where a device has one).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     reference: bool,
+    /// The CUDA step's Adam bias corrections `[2]`, on the device: written before each
+    /// step's launches (or their replay), read by the kernel.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    device_bias: Option<Tensor>,
 }
 
 /// The hyperparameters of one update, for the fused loop.
@@ -268,6 +272,7 @@ impl Optimizer {
             steps: 0,
             store: store.clone(),
             reference,
+            device_bias: None,
         }
     }
 
@@ -491,42 +496,73 @@ impl Optimizer {
 
     /// Counts a step and returns its hyperparameters as the population's CUDA step
     /// reads them (`kernels/cuda/optimizer.cu`): the base learning rate, each agent's
-    /// clipping to `max_grad_norm`.
+    /// clipping to `max_grad_norm`, the same at every step; and this step's Adam bias
+    /// corrections `1 - b1^t`, `sqrt(1 - b2^t)`, which the kernel reads from the device.
     #[cfg(any(test, feature = "cuda"))]
-    pub(crate) fn next_kernel_coefficients(&mut self, max_grad_norm: f64) -> StepCoefficients {
+    pub(crate) fn next_kernel_coefficients(
+        &mut self,
+        max_grad_norm: f64,
+    ) -> (StepCoefficients, [f32; 2]) {
         let c = self.next_coefficients(1.0);
-        StepCoefficients {
+        let fixed = StepCoefficients {
             lr: self.config.lr,
             max_grad_norm,
             b1: c.b1,
             b2: c.b2,
-            bias1: c.bias1,
-            bias2_sqrt: c.bias2_sqrt,
             eps: c.eps,
             alpha: c.alpha,
             adam: i32::from(c.kind == OptimizerKind::Adam),
             centered: i32::from(c.centered),
-        }
+        };
+        (fixed, [c.bias1, c.bias2_sqrt])
     }
 
-    /// [`Self::step_agents`] where the variables and state live on a CUDA device: the
-    /// fused step's two kernels over every variable at once, in place. Returns each
-    /// agent's gradient norm before clipping, `[P]` on the device; `None` (nothing
-    /// done) elsewhere.
+    /// Counts a step of [`Self::device_step`] and writes what changes from step to step
+    /// (Adam's bias corrections) to the device: its host half, run before the step's
+    /// device work (which a CUDA graph may replay). The step's fixed coefficients, or
+    /// `None` where the fused device step does not run (not CUDA, or the reference).
     #[cfg(feature = "cuda")]
-    pub fn step_agents_on_device(
+    pub(crate) fn prepare_device_step(
         &mut self,
-        grads: &GradStore,
-        agents: usize,
         max_grad_norm: f64,
-        lr_ratios: Option<&[f64]>,
-    ) -> Result<Option<Tensor>> {
-        let candle_core::Device::Cuda(dev) = self.store.device().clone() else {
+    ) -> Result<Option<StepCoefficients>> {
+        let candle_core::Device::Cuda(_) = self.store.device() else {
             return Ok(None);
         };
         if self.reference {
             return Ok(None);
         }
+        let (fixed, bias) = self.next_kernel_coefficients(max_grad_norm);
+        let device = self.store.device().clone();
+        let buffer = match &self.device_bias {
+            Some(b) => b.clone(),
+            None => Tensor::zeros(2, candle_core::DType::F32, &device)?,
+        };
+        crate::kernels::cuda::device::write(&buffer, &bias)?;
+        self.device_bias = Some(buffer);
+        Ok(Some(fixed))
+    }
+
+    /// [`Self::step_agents`] where the variables and state live on a CUDA device, its
+    /// device half: the fused step's kernels over every variable at once, in place,
+    /// with the coefficients [`Self::prepare_device_step`] gave; `lr_ratios` each
+    /// agent's learning rate over the base one (f64, on the device). Reads and changes
+    /// nothing on the host, so a CUDA graph can replay it. Returns each agent's
+    /// gradient norm before clipping, `[P]` on the device.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn device_step(
+        &self,
+        grads: &GradStore,
+        agents: usize,
+        lr_ratios: Option<&Tensor>,
+        c: StepCoefficients,
+    ) -> Result<Tensor> {
+        let candle_core::Device::Cuda(dev) = self.store.device() else {
+            candle_core::bail!("the fused device step runs on CUDA");
+        };
+        let Some(bias) = &self.device_bias else {
+            candle_core::bail!("the device step's coefficients were not prepared");
+        };
         let mut vars = Vec::new();
         for slot in &self.slots {
             let (Some(g), State::Device([s0, s1])) = (grads.get(slot.var.as_tensor()), &slot.state)
@@ -534,18 +570,16 @@ impl Optimizer {
                 continue;
             };
             let g = g.detach().contiguous()?;
-            vars.push((
-                slot.var.as_tensor().clone(),
-                g,
-                s0.clone(),
-                s1.clone(),
-                slot.lr_scale,
-            ));
+            let (p, lr_scale) = (slot.var.as_tensor().clone(), slot.lr_scale);
+            vars.push((p, g, s0.clone(), s1.clone(), lr_scale));
         }
-        let c = self.next_kernel_coefficients(max_grad_norm);
-        let norms = crate::kernels::cuda::optimizer::step(&dev, &vars, agents, lr_ratios, c)?;
+        crate::kernels::cuda::optimizer::step(dev, &vars, agents, (lr_ratios, bias), c)
+    }
+
+    /// After a step's variables changed in place: a new version of them (caches of
+    /// values formed from them are stale).
+    pub fn changed(&self) {
         self.store.bump_version();
-        Ok(Some(norms))
     }
 
     /// The factor clipping gradients of global norm `norm` to `max_grad_norm`.

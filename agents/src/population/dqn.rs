@@ -13,6 +13,8 @@ use candle_core::{DType, Device, Result, Tensor, Var, D};
 use rand::Rng;
 
 use super::count::{read_rows_to_host, read_to_host};
+use super::graph::StepGraph;
+use super::inputs::{self, Inputs, Stacked};
 use super::{DeviceFrames, PopulationNet};
 use crate::dqn::td::{self, TargetSync};
 use crate::dqn::{epsilon_greedy, Dqn, DqnConfig};
@@ -40,6 +42,39 @@ pub struct PopulationDqn {
     updates: u64,
     /// The first update's data-dependent init and target sync are done.
     initialized: bool,
+    /// What each step reads from the host: fixed buffers on a device whose steps a
+    /// CUDA graph may replay, new tensors elsewhere.
+    inputs: Inputs,
+    /// On a device, what every step reads that is fixed for the run.
+    constants: Option<DeviceConstants>,
+    /// The fixed outputs of a device's steps: the update's metrics `[3, P]` and the
+    /// acting forward's actions `[P, 1]`.
+    outputs: [Option<Tensor>; 2],
+    /// The update's and the acting forward's CUDA graphs.
+    graphs: [StepGraph; 2],
+    /// The frames the update's graph gathers from.
+    frames_id: Option<candle_core::TensorId>,
+}
+
+/// A device step's fixed inputs, made once (an upload inside a step could not be
+/// replayed): every agent's discount `[P, 1]` and, where they differ, learning rate
+/// over the base one (f64, `[P]`).
+struct DeviceConstants {
+    gammas: Tensor,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    lr_ratios: Option<Tensor>,
+}
+
+/// Which of [`PopulationDqn::graphs`] and [`PopulationDqn::outputs`].
+const UPDATE: usize = 0;
+const ACTING: usize = 1;
+
+/// How an update's optimizer step runs: on the host's fused loop or the tensor ops, or
+/// (CUDA) the fused kernels with these fixed coefficients, its host half done.
+enum Plan {
+    Host,
+    #[cfg(feature = "cuda")]
+    Device(crate::kernels::cuda::optimizer::StepCoefficients),
 }
 
 impl PopulationDqn {
@@ -76,6 +111,14 @@ impl PopulationDqn {
             lr_ratios: None,
             updates: 0,
             initialized: false,
+            inputs: Inputs::new(false),
+            constants: None,
+            outputs: [None, None],
+            graphs: [
+                StepGraph::new("update", false),
+                StepGraph::new("acting forward", false),
+            ],
+            frames_id: None,
         })
     }
 
@@ -99,6 +142,41 @@ impl PopulationDqn {
         self.online.use_tensor_forms();
         self.target.use_tensor_forms();
         Ok(self)
+    }
+
+    /// On a CUDA device, whether steps may be captured as CUDA graphs and replayed (the
+    /// default there; `run.cuda_graphs`): their inputs then go into fixed buffers, and a
+    /// step that cannot be captured, or whose replay differs from its eager run, stays
+    /// eager (said once). Elsewhere nothing changes. Only before the first step.
+    pub fn with_cuda_graphs(mut self, enabled: bool) -> Self {
+        let on = enabled && self.device().is_cuda();
+        self.inputs = Inputs::new(on);
+        self.graphs = [
+            StepGraph::new("update", on),
+            StepGraph::new("acting forward", on),
+        ];
+        self
+    }
+
+    /// Whether steps on fixed buffers are forced (as a CUDA graph's), whatever the
+    /// device: what a graph's replay reads, tested on the CPU.
+    pub fn with_fixed_inputs(mut self) -> Self {
+        self.inputs = Inputs::new(true);
+        self
+    }
+
+    /// The storage addresses (on the CPU) of the fixed inputs and outputs: a test's
+    /// view of what a captured graph relies on.
+    #[doc(hidden)]
+    pub fn fixed_buffer_addresses(&self) -> Vec<usize> {
+        let mut all = self.inputs.addresses();
+        all.extend(self.outputs.iter().flatten().map(inputs::cpu_address));
+        all
+    }
+
+    /// Whether the update replays a captured CUDA graph.
+    pub fn update_replays(&self) -> bool {
+        self.graphs[UPDATE].replays()
     }
 
     /// Every tensor this population keeps from one update to the next, by name: the
@@ -260,20 +338,73 @@ impl PopulationDqn {
 
     /// Each agent's greedy action on its own observation (`obs`: one row per agent),
     /// with the acting statistics: one forward for all agents and one read of their P
-    /// actions (on a GPU, the step's only wait for the device).
-    pub fn greedy_actions(&self, obs: &[f32]) -> Result<Vec<u32>> {
-        let p = self.online.agents();
-        let x = Tensor::from_slice(obs, (p, 1, obs.len() / p.max(1)), &self.device())?;
-        let q = self.online.forward(&x, self.config.acting_bn_mode)?;
-        // `[P, 1]`, read as rows: a flatten would be one more operation.
-        let rows = read_rows_to_host::<u32>(&q.argmax(D::Minus1)?)?;
+    /// actions (on a GPU, the step's only wait for the device; the forward is one
+    /// graph's launch once captured).
+    pub fn greedy_actions(&mut self, obs: &[f32]) -> Result<Vec<u32>> {
+        let (p, device) = (self.online.agents(), self.device());
+        let (x, remade) = self.inputs.acting(obs, p, &device)?;
+        let mode = self.config.acting_bn_mode;
+        if !self.inputs.fixed() {
+            let q = self.online.forward(&x, mode)?;
+            // `[P, 1]`, read as rows: a flatten would be one more operation.
+            let rows = read_rows_to_host::<u32>(&q.argmax(D::Minus1)?)?;
+            return Ok(rows.into_iter().flatten().collect());
+        }
+        if remade {
+            self.graphs[ACTING].recapture();
+        }
+        let out = inputs::output(&mut self.outputs[ACTING], (&[p, 1], DType::U32), &device)?;
+        let mut graph = self.take_graph(ACTING);
+        let region = || -> Result<()> {
+            let q = self.online.forward(&x, mode)?;
+            out.slice_set(&q.argmax(D::Minus1)?, 0, 0)
+        };
+        let ran = self.run_graph(&mut graph, &out, &region);
+        self.graphs[ACTING] = graph;
+        ran?;
+        let rows = read_rows_to_host::<u32>(&out)?;
         Ok(rows.into_iter().flatten().collect())
+    }
+
+    /// Graph `which`, taken out while a step borrows the population (put it back).
+    fn take_graph(&mut self, which: usize) -> StepGraph {
+        std::mem::replace(&mut self.graphs[which], StepGraph::new("", false))
+    }
+
+    /// Runs `region`, a step's device work writing `out` and the population's held
+    /// tensors, through `graph` (eagerly until captured; see `graph.rs`).
+    fn run_graph(
+        &self,
+        graph: &mut StepGraph,
+        out: &Tensor,
+        region: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        let ready = self.capturable();
+        let mut held: Vec<Tensor> = match ready && !graph.replays() {
+            true => self.held_tensors().into_iter().map(|(_, t)| t).collect(),
+            false => Vec::new(),
+        };
+        held.push(out.clone());
+        graph.run(&self.device(), ready, &held, region)
+    }
+
+    /// Whether a step may be captured now: fixed inputs, the device kernels' explicit
+    /// step, nothing that changes on the host from step to step.
+    fn capturable(&self) -> bool {
+        let kernels = self.online.runs_device_kernels() && !self.config.joint_forward;
+        let fixed = self.online.step_invariant() && self.target.step_invariant();
+        self.inputs.fixed() && self.initialized && kernels && fixed
     }
 
     /// Epsilon-greedy for every agent with its own epsilon and generator, each drawing
     /// as a single agent's `act` does (one uniform draw decides, a second picks the
     /// random action).
-    pub fn act<R: Rng>(&self, obs: &[f32], epsilons: &[f64], rngs: &mut [R]) -> Result<Vec<usize>> {
+    pub fn act<R: Rng>(
+        &mut self,
+        obs: &[f32],
+        epsilons: &[f64],
+        rngs: &mut [R],
+    ) -> Result<Vec<usize>> {
         let greedy = self.greedy_actions(obs)?;
         let n = self.online.actions();
         let choices = rngs.iter_mut().zip(epsilons).zip(greedy);
@@ -291,31 +422,35 @@ impl PopulationDqn {
 
     /// [`Self::update`] with the observations gathered from `frames` (the members'
     /// replay frames on the device) at the batches' slots, when given.
+    ///
+    /// The update's host work comes first (the batch to the device, the optimizer's
+    /// step count), then its device work (targets, loss, gradients, the optimizer's
+    /// step: one CUDA graph's launch once captured), then the host's bookkeeping
+    /// (counts, SVB's and BBN's projections, the target sync).
     pub fn update_with_frames<B: Borrow<Batch>>(
         &mut self,
         batches: &[B],
         frames: Option<&DeviceFrames>,
     ) -> Result<PopulationInfo> {
-        let stacked = Stacked::of(batches, &self.device(), frames)?;
-        self.initialize_once(&stacked)?;
-        let (stats, mut grads) = match self.explicit_gradients(&stacked)? {
-            Some(found) => found,
-            None => {
-                let (per_agent, q_mean) = self.losses(&stacked)?;
-                let grads = per_agent.sum_all()?.backward()?;
-                (Tensor::stack(&[per_agent.detach(), q_mean], 0)?, grads)
+        let device = self.device();
+        let remade = self.inputs.batch(batches, &device, frames)?;
+        let frames_id = frames.map(DeviceFrames::id);
+        if remade || frames_id != self.frames_id {
+            self.graphs[UPDATE].recapture();
+            self.frames_id = frames_id;
+        }
+        if !self.initialized {
+            let stacked = self.inputs.current()?.stacked(frames)?;
+            self.initialize_once(&stacked)?;
+        }
+        self.make_constants()?;
+        let metrics = match self.plan_step()? {
+            Plan::Host => {
+                let stacked = self.inputs.current()?.stacked(frames)?;
+                self.host_update(&stacked)?
             }
-        };
-        let (agents, max) = (self.online.agents(), self.max_grad_norm);
-        let ratios = self.lr_ratios.as_deref();
-        // On the CPU one fused loop clips and steps every agent in place; on a device,
-        // tensor ops.
-        let grad_norm = match self.optimizer.step_agents(&grads, agents, max, ratios)? {
-            Some(norms) => {
-                let norms = norms.into_iter().map(|n| n as f32).collect();
-                Tensor::from_vec(norms, (1, agents), &self.device())?
-            }
-            None => self.device_optimizer_step(&mut grads)?,
+            #[cfg(feature = "cuda")]
+            Plan::Device(c) => self.run_device_update(frames, c)?,
         };
         self.updates += 1;
         self.online.after_optimizer_step(self.updates)?;
@@ -324,28 +459,96 @@ impl PopulationDqn {
             TargetSync::Average(tau) => self.target.soft_update_from(&self.online, tau)?,
             TargetSync::Keep => {}
         }
-        let metrics = Tensor::cat(&[stats, grad_norm], 0)?;
         Ok(PopulationInfo { metrics })
     }
 
-    /// The optimizer's step where the variables live on a device, each agent's gradient
-    /// norm before clipping `[1, P]`: on CUDA the fused step's two kernels, elsewhere
-    /// (and with the tensor optimizer) tensor ops.
-    fn device_optimizer_step(&mut self, grads: &mut GradStore) -> Result<Tensor> {
+    /// The optimizer's host half of the step: on CUDA's fused kernels, its count and
+    /// the coefficients that change from step to step, written to the device.
+    fn plan_step(&mut self) -> Result<Plan> {
         #[cfg(feature = "cuda")]
-        {
-            let (agents, max, ratios) = (self.online.agents(), self.max_grad_norm, &self.lr_ratios);
-            let ratios = ratios.as_deref();
-            let fused = self
-                .optimizer
-                .step_agents_on_device(grads, agents, max, ratios)?;
-            if let Some(norms) = fused {
-                return norms.unsqueeze(0);
-            }
+        if let Some(c) = self.optimizer.prepare_device_step(self.max_grad_norm)? {
+            return Ok(Plan::Device(c));
         }
-        let norm = self.clip_per_agent(grads)?;
-        self.optimizer_step(grads)?;
-        norm.unsqueeze(0)
+        Ok(Plan::Host)
+    }
+
+    /// An update where the optimizer steps on the host's fused loop (the CPU), or by
+    /// tensor ops: each agent's TD loss, mean taken Q and gradient norm `[3, P]`.
+    fn host_update(&mut self, stacked: &Stacked) -> Result<Tensor> {
+        let (stats, mut grads) = self.gradients(stacked)?;
+        let (agents, max) = (self.online.agents(), self.max_grad_norm);
+        let ratios = self.lr_ratios.as_deref();
+        // On the CPU one fused loop clips and steps every agent in place; elsewhere,
+        // tensor ops.
+        let grad_norm = match self.optimizer.step_agents(&grads, agents, max, ratios)? {
+            Some(norms) => {
+                let norms = norms.into_iter().map(|n| n as f32).collect();
+                Tensor::from_vec(norms, (1, agents), &self.device())?
+            }
+            None => {
+                let norm = self.clip_per_agent(&mut grads)?;
+                self.optimizer_step(&grads)?;
+                norm.unsqueeze(0)?
+            }
+        };
+        Tensor::cat(&[stats, grad_norm], 0)
+    }
+
+    /// Each agent's TD loss and mean taken Q `[2, P]`, and the gradients: by the fused
+    /// ops' explicit backward where the network has one, else candle's.
+    fn gradients(&self, stacked: &Stacked) -> Result<(Tensor, GradStore)> {
+        if let Some(found) = self.explicit_gradients(stacked)? {
+            return Ok(found);
+        }
+        let (per_agent, q_mean) = self.losses(stacked)?;
+        let grads = per_agent.sum_all()?.backward()?;
+        Ok((Tensor::stack(&[per_agent.detach(), q_mean], 0)?, grads))
+    }
+
+    /// The update's device work on CUDA's fused kernels, through the update's graph:
+    /// its metrics are written to the fixed output, and returned as a copy (the next
+    /// step writes the output again).
+    #[cfg(feature = "cuda")]
+    fn run_device_update(
+        &mut self,
+        frames: Option<&DeviceFrames>,
+        c: crate::kernels::cuda::optimizer::StepCoefficients,
+    ) -> Result<Tensor> {
+        let (p, device) = (self.online.agents(), self.device());
+        let out = inputs::output(&mut self.outputs[UPDATE], (&[3, p], DType::F32), &device)?;
+        let mut graph = self.take_graph(UPDATE);
+        let region = || -> Result<()> {
+            let stacked = self.inputs.current()?.stacked(frames)?;
+            let (stats, grads) = self.gradients(&stacked)?;
+            let ratios = self.constants.as_ref().and_then(|k| k.lr_ratios.as_ref());
+            let norms = self.optimizer.device_step(&grads, p, ratios, c)?;
+            out.slice_set(&Tensor::cat(&[stats, norms.unsqueeze(0)?], 0)?, 0, 0)
+        };
+        let ran = self.run_graph(&mut graph, &out, &region);
+        self.graphs[UPDATE] = graph;
+        ran?;
+        self.optimizer.changed();
+        out.copy()
+    }
+
+    /// The device's fixed inputs of every step, made at the first (nothing on the
+    /// CPU, whose fused ops take them from the host).
+    fn make_constants(&mut self) -> Result<()> {
+        let device = self.device();
+        if self.constants.is_some() || device.is_cpu() {
+            return Ok(());
+        }
+        let p = self.online.agents();
+        let gammas = match &self.gammas {
+            Some(g) => g.clone(),
+            None => Tensor::from_vec(vec![self.config.gamma as f32; p], (p, 1), &device)?,
+        };
+        let lr_ratios = match &self.lr_ratios {
+            Some(r) => Some(inputs::constant(r.clone(), &device)?),
+            None => None,
+        };
+        self.constants = Some(DeviceConstants { gammas, lr_ratios });
+        Ok(())
     }
 
     /// As a single agent's first update: weight norm's data-dependent init on each
@@ -412,7 +615,9 @@ impl PopulationDqn {
     /// the loss's graph. Independent of the population's size (one batched operation
     /// per step of the network, whatever P).
     pub fn loss_graph_nodes<B: Borrow<Batch>>(&self, batches: &[B]) -> Result<usize> {
-        let stacked = Stacked::of(batches, &self.device(), None)?;
+        let mut inputs = Inputs::new(false);
+        inputs.batch(batches, &self.device(), None)?;
+        let stacked = inputs.current()?.stacked(None)?;
         Ok(self.losses(&stacked)?.0.sum_all()?.sorted_nodes().len())
     }
 
@@ -461,6 +666,10 @@ impl PopulationDqn {
 
     /// Every agent's discount.
     fn discount(&self) -> td::Discount<'_> {
+        if let Some(k) = &self.constants {
+            // On a device, always a tensor made once: no upload inside the step.
+            return td::Discount::PerAgent(&k.gammas);
+        }
         match &self.gammas {
             None => td::Discount::All(self.config.gamma),
             Some(gammas) => td::Discount::PerAgent(gammas),
@@ -552,51 +761,5 @@ impl PopulationInfo {
     /// Each agent's gradient norm before clipping, read to the host.
     pub fn grad_norms(&self) -> Result<Vec<f32>> {
         read_to_host(&self.metrics.get(2)?)
-    }
-}
-
-/// The agents' batches as `[P, B, ...]` tensors.
-struct Stacked {
-    obs: Tensor,
-    next_obs: Tensor,
-    actions: Tensor,
-    rewards: Tensor,
-    terminated: Tensor,
-}
-
-impl Stacked {
-    fn of<B: Borrow<Batch>>(
-        batches: &[B],
-        device: &Device,
-        frames: Option<&DeviceFrames>,
-    ) -> Result<Self> {
-        let gathered = frames.map(|f| f.gather(batches)).transpose()?;
-        let batches: Vec<&Batch> = batches.iter().map(Borrow::borrow).collect();
-        let (p, b) = (batches.len(), batches.first().map_or(0, |x| x.size));
-        if batches.iter().any(|x| x.size != b) {
-            candle_core::bail!("a population's batches must have one size");
-        }
-        let obs_len = batches[0].obs.len() / b.max(1);
-        let gather = |f: fn(&Batch) -> &[f32]| -> Vec<f32> {
-            batches.iter().flat_map(|x| f(x).iter().copied()).collect()
-        };
-        let actions: Vec<u32> = batches
-            .iter()
-            .flat_map(|x| x.actions.iter().copied())
-            .collect();
-        let (obs, next_obs) = match gathered {
-            Some(both) => both,
-            None => (
-                Tensor::from_vec(gather(|x| &x.obs), (p, b, obs_len), device)?,
-                Tensor::from_vec(gather(|x| &x.next_obs), (p, b, obs_len), device)?,
-            ),
-        };
-        Ok(Self {
-            obs,
-            next_obs,
-            actions: Tensor::from_vec(actions, (p, b, 1), device)?,
-            rewards: Tensor::from_vec(gather(|x| &x.rewards), (p, b), device)?,
-            terminated: Tensor::from_vec(gather(|x| &x.terminated), (p, b), device)?,
-        })
     }
 }

@@ -21,6 +21,8 @@ pub struct DeviceFrames {
     images: bool,
     /// The member whose batch comes first in [`Self::gather`] (a shard's first).
     first_member: usize,
+    /// 255, on the device (made once: an image's bytes are divided by it).
+    scale: Tensor,
 }
 
 impl DeviceFrames {
@@ -49,6 +51,7 @@ impl DeviceFrames {
             obs_len,
             images: first.frames_are_images(),
             first_member: 0,
+            scale: Tensor::new(255f32, device)?,
         };
         // A fresh member holds its first frame, a resumed one up to its whole ring:
         // few frames are scattered into their rows, a ring that is mostly full is one
@@ -77,6 +80,12 @@ impl DeviceFrames {
         Ok(Some(mirror))
     }
 
+    /// The frames' tensor's id: the same for every view of one mirror
+    /// ([`Self::members_from`]), another for a new mirror.
+    pub fn id(&self) -> candle_core::TensorId {
+        self.frames.id()
+    }
+
     /// Row of member `member`'s ring slot `slot`, for [`Self::write`].
     pub fn row(&self, member: usize, slot: usize) -> u32 {
         (member * self.capacity + slot) as u32
@@ -103,35 +112,46 @@ impl DeviceFrames {
     pub fn members_from(&self, first: usize) -> Self {
         Self {
             frames: self.frames.clone(),
+            scale: self.scale.clone(),
             first_member: first,
             ..*self
         }
     }
 
-    /// The observations and next observations of every member's batch (`batches[i]`
-    /// is member `i`'s, its `slots` drawn on the host), `[P, B, obs]` each, by one
-    /// gather of both.
-    pub fn gather<B: Borrow<Batch>>(&self, batches: &[B]) -> Result<(Tensor, Tensor)> {
-        let (p, b) = (batches.len(), batches[0].borrow().size);
+    /// The frames' rows of every member's batch (`batches[i]` is member `i`'s, its
+    /// `slots` drawn on the host): the observations' rows, then the next ones', `2 P B`.
+    pub fn rows(&self, batches: &[&Batch]) -> Vec<u32> {
+        let b = batches.first().map_or(0, |x| x.size);
         let rows = |next: bool| {
             batches.iter().enumerate().flat_map(move |(member, batch)| {
                 let base = (self.first_member + member) * self.capacity;
-                let slots = batch.borrow().slots[..b].to_vec();
+                let slots = batch.slots[..b].to_vec();
                 slots
                     .into_iter()
                     .map(move |slot| (base + (slot + usize::from(next)) % self.capacity) as u32)
             })
         };
-        let index: Vec<u32> = rows(false).chain(rows(true)).collect();
-        let device = self.frames.device();
-        let index = Tensor::from_vec(index, 2 * p * b, device)?;
-        let x = self.frames.index_select(&index, 0)?.to_dtype(DType::F32)?;
+        rows(false).chain(rows(true)).collect()
+    }
+
+    /// The observations and next observations at `rows` ([`Self::rows`], on the
+    /// device) of `p` members' batches of `b`, `[P, B, obs]` each, by one gather of both.
+    pub fn gather_rows(&self, rows: &Tensor, p: usize, b: usize) -> Result<(Tensor, Tensor)> {
+        let x = self.frames.index_select(rows, 0)?.to_dtype(DType::F32)?;
         let x = match self.images {
             // The host's `b / 255`, as a division (a product by 1/255 rounds apart).
-            true => x.broadcast_div(&Tensor::new(255f32, device)?)?,
+            true => x.broadcast_div(&self.scale)?,
             false => x,
         };
         let both = x.reshape((2, p, b, self.obs_len))?;
         Ok((both.get(0)?, both.get(1)?))
+    }
+
+    /// [`Self::gather_rows`] at `batches`' rows.
+    pub fn gather<B: Borrow<Batch>>(&self, batches: &[B]) -> Result<(Tensor, Tensor)> {
+        let batches: Vec<&Batch> = batches.iter().map(Borrow::borrow).collect();
+        let (p, b) = (batches.len(), batches[0].size);
+        let rows = Tensor::from_vec(self.rows(&batches), 2 * p * b, self.frames.device())?;
+        self.gather_rows(&rows, p, b)
     }
 }

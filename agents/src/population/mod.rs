@@ -21,6 +21,8 @@ pub(crate) mod conv;
 pub use crate::count;
 mod dqn;
 mod frames;
+mod graph;
+mod inputs;
 mod net;
 mod shards;
 mod tape;

@@ -113,17 +113,25 @@ impl PopulationLayer {
         let Some(g) = &self.gain else {
             candle_core::bail!("a layer without weight norm has no fused gain");
         };
+        let form = || -> Result<Arc<Applied>> {
+            let (v, g) = (self.weight.as_tensor(), g.as_tensor());
+            Ok(Arc::new(match self.scaled() {
+                true => stacked_scale_applied(v, g)?,
+                false => stacked_weight_applied(v, g)?,
+            }))
+        };
+        if super::graph::capturing() {
+            // Formed inside a captured step from its own step's variables: a cached
+            // one would be a tensor of the step the graph was captured at.
+            return form();
+        }
         let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, applied)) = cache.as_ref() {
             if *at == version {
                 return Ok(applied.clone());
             }
         }
-        let (v, g) = (self.weight.as_tensor(), g.as_tensor());
-        let applied = Arc::new(match self.scaled() {
-            true => stacked_scale_applied(v, g)?,
-            false => stacked_weight_applied(v, g)?,
-        });
+        let applied = form()?;
         *cache = Some((version, applied.clone()));
         Ok(applied)
     }
@@ -586,6 +594,13 @@ impl PopulationNet {
 
     /// Whether this network's steps run the fused ops' kernels on its device (a CUDA
     /// device; see `kernels/cuda`), rather than the tensor forms.
+    /// Whether a training step's work on the device is the same at every step (see
+    /// `StackedNorm::step_invariant`), as a CUDA graph's replay needs.
+    pub(crate) fn step_invariant(&self) -> bool {
+        let norms = self.layers.iter().filter_map(|l| l.norm.as_ref());
+        norms.into_iter().all(|n| n.step_invariant())
+    }
+
     pub fn runs_device_kernels(&self) -> bool {
         self.settings.fused && self.device().is_cuda() && self.cuda_fusable()
     }

@@ -54,6 +54,16 @@ impl ShardedPopulation {
         Ok(Self { shards, size })
     }
 
+    /// Each shard with CUDA graphs on or off ([`PopulationDqn::with_cuda_graphs`]).
+    pub fn with_cuda_graphs(mut self, enabled: bool) -> Self {
+        self.shards = self
+            .shards
+            .into_iter()
+            .map(|s| s.with_cuda_graphs(enabled))
+            .collect();
+        self
+    }
+
     pub fn agents(&self) -> usize {
         self.shards.iter().map(|s| s.online().agents()).sum()
     }
@@ -73,10 +83,10 @@ impl ShardedPopulation {
 
     /// Each agent's greedy action on its own observation (`obs`: one row per agent):
     /// one forward and one read per shard.
-    pub fn greedy_actions(&self, obs: &[f32]) -> Result<Vec<u32>> {
+    pub fn greedy_actions(&mut self, obs: &[f32]) -> Result<Vec<u32>> {
         let row = obs.len() / self.agents().max(1);
         let mut actions = Vec::with_capacity(self.agents());
-        for (shard, rows) in self.shards.iter().zip(obs.chunks(self.size * row)) {
+        for (shard, rows) in self.shards.iter_mut().zip(obs.chunks(self.size * row)) {
             actions.extend(shard.greedy_actions(rows)?);
         }
         Ok(actions)

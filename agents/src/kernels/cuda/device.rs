@@ -42,6 +42,31 @@ pub(crate) fn output(dev: &CudaDevice, shape: impl Into<Shape>) -> Result<Tensor
     unsafe { Tensor::empty(shape, DType::F32, &Device::Cuda(dev.clone())) }
 }
 
+/// Writes `values` into contiguous `t`, in place, with one copy from the host: no new
+/// tensor, so a buffer that a captured step reads keeps its address.
+pub(crate) fn write<T>(t: &Tensor, values: &[T]) -> Result<()>
+where
+    T: candle_core::cuda_backend::CudaDType + candle_core::cuda_backend::cudarc::driver::DeviceRepr,
+{
+    if t.elem_count() != values.len() {
+        candle_core::bail!("{} values for a buffer of {}", values.len(), t.elem_count());
+    }
+    let dev = cuda_of(t)?;
+    let at = address::<T>(t)?;
+    let stream = dev.cuda_stream();
+    stream.context().bind_to_thread().w()?;
+    // SAFETY: `at` is `t`'s storage of `values.len()` values of `T`; a copy from
+    // pageable memory returns once `values` is staged, so it may be dropped after.
+    unsafe {
+        candle_core::cuda_backend::cudarc::driver::result::memcpy_htod_async(
+            at,
+            values,
+            stream.cu_stream(),
+        )
+    }
+    .w()
+}
+
 /// `t`'s address, or 0 (a null pointer) for none.
 fn address_or_null(t: Option<&Tensor>) -> Result<u64> {
     t.map_or(Ok(0), address::<f32>)

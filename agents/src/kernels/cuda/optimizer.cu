@@ -8,7 +8,8 @@
 // One variable of a population, stacked on the agents' axis: `agents` runs of
 // `per_agent` values in each of the parameter, its gradient and the two state vectors
 // (Adam's moments, or RMSprop's mean square and mean gradient). The table of these is
-// uploaded once a step (the gradients are new tensors each step).
+// a kernel argument, by value: a captured step (a CUDA graph) keeps it with the
+// addresses its own gradients have at every replay, and nothing is uploaded.
 struct VarSlot {
     float* param;
     const float* grad;
@@ -18,24 +19,34 @@ struct VarSlot {
     double lr_scale;
 };
 
-// The step's hyperparameters (Adam when `adam`, else RMSprop).
+// Up to this many variables a launch (a larger network's step launches once per table).
+#define TABLE_SLOTS 64
+
+// Variables `first` to `first + count - 1` of the step's `vars`.
+struct VarTable {
+    VarSlot slots[TABLE_SLOTS];
+    int first, count, vars;
+};
+
+// The step's hyperparameters (Adam when `adam`, else RMSprop): the same at every step.
+// Adam's bias corrections change each step and are read from the device (`bias`:
+// `1 - b1^t` and `sqrt(1 - b2^t)`), written before the step's launch or replay.
 struct Coefficients {
     double lr;
     double max_grad_norm;
-    float b1, b2, bias1, bias2_sqrt, eps, alpha;
+    float b1, b2, eps, alpha;
     int adam, centered;
 };
 
 #define SUM_THREADS 256
 
 // `sums[p * vars + v]`: Σ g² of agent p's gradient in variable v, in f64. One block per
-// (variable, agent) (the grid's x and y), its threads' partial sums added in a fixed tree; `blockDim.x` a
-// power of two up to SUM_THREADS.
-KERNEL void population_grad_square_sums(const VarSlot* __restrict__ slots, int vars,
-                                        double* __restrict__ sums) {
+// (variable of the table, agent) (the grid's x and y), its threads' partial sums added
+// in a fixed tree; `blockDim.x` a power of two up to SUM_THREADS.
+KERNEL void population_grad_square_sums(const VarTable table, double* __restrict__ sums) {
     __shared__ double partial[SUM_THREADS];
     int v = blockIdx.x, p = blockIdx.y;
-    const VarSlot slot = slots[v];
+    const VarSlot slot = table.slots[v];
     const float* g = slot.grad + (unsigned long long)p * slot.per_agent;
     double sum = 0.0;
     for (unsigned long long i = threadIdx.x; i < slot.per_agent; i += blockDim.x)
@@ -46,7 +57,7 @@ KERNEL void population_grad_square_sums(const VarSlot* __restrict__ slots, int v
         if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
         __syncthreads();
     }
-    if (threadIdx.x == 0) sums[p * vars + v] = partial[0];
+    if (threadIdx.x == 0) sums[p * table.vars + table.first + v] = partial[0];
 }
 
 // Below this a state value is set to 0 (the CPU's `STATE_FLUSH`: decaying state of a
@@ -64,11 +75,11 @@ __device__ __forceinline__ double agent_norm(const double* sums, int vars, int p
 // scaled by `grad_scale` and its learning rate `lr`.
 __device__ __forceinline__ void update_value(const Coefficients& c, const VarSlot& s,
                                              unsigned long long i, float grad_scale,
-                                             float lr) {
+                                             float lr, const float* bias) {
     float g = s.grad[i] * grad_scale;
     if (c.adam) {
-        float step = lr / c.bias1;
-        float inv_bias2_sqrt = 1.0f / c.bias2_sqrt;
+        float step = lr / bias[0];
+        float inv_bias2_sqrt = 1.0f / bias[1];
         float m = flushed(c.b1 * s.s0[i] + (1.0f - c.b1) * g);
         float v = flushed(c.b2 * s.s1[i] + (1.0f - c.b2) * g * g);
         s.s0[i] = m;
@@ -87,21 +98,23 @@ __device__ __forceinline__ void update_value(const Coefficients& c, const VarSlo
     s.param[i] -= lr * g / (sqrtf(fmaxf(var, 0.0f)) + c.eps);
 }
 
-// Every value's update: blocks over (values, variable, agent) (the grid's x, y, z). Each agent's gradients
-// are clipped by its own global norm to `max_grad_norm` (PyTorch's rule, as
+// Every value's update: blocks over (values, variable of the table, agent) (the grid's
+// x, y, z); every table's sums are written before any table's step runs. Each agent's
+// gradients are clipped by its own global norm to `max_grad_norm` (PyTorch's rule, as
 // `optim::clip::scale`), its learning rate is `lr * lr_scale * lr_ratios[p]`
 // (`lr_ratios` null: 1), and its norm before clipping goes to `norms [P]`.
-KERNEL void population_optimizer_step(const VarSlot* __restrict__ slots, int vars,
+KERNEL void population_optimizer_step(const VarTable table,
                                       const double* __restrict__ sums,
                                       const double* __restrict__ lr_ratios,
-                                      Coefficients c, float* __restrict__ norms) {
+                                      Coefficients c, const float* __restrict__ bias,
+                                      float* __restrict__ norms) {
     int v = blockIdx.y, p = blockIdx.z;
-    const VarSlot s = slots[v];
-    double norm = agent_norm(sums, vars, p);
+    const VarSlot s = table.slots[v];
+    double norm = agent_norm(sums, table.vars, p);
     double max = c.max_grad_norm;
     float grad_scale = (float)(max > 0.0 && norm > max ? max / (norm + 1e-6) : 1.0);
     float lr = (float)(c.lr * s.lr_scale * (lr_ratios ? lr_ratios[p] : 1.0));
-    if (v == 0 && blockIdx.x == 0 && threadIdx.x == 0) norms[p] = (float)norm;
+    if (table.first + v == 0 && blockIdx.x == 0 && threadIdx.x == 0) norms[p] = (float)norm;
     VarSlot run = s;
     unsigned long long start = (unsigned long long)p * s.per_agent;
     run.param += start;
@@ -109,5 +122,5 @@ KERNEL void population_optimizer_step(const VarSlot* __restrict__ slots, int var
     run.s0 += start;
     run.s1 += start;
     for (long long i = first_index(); i < (long long)s.per_agent; i += grid_stride())
-        update_value(c, run, (unsigned long long)i, grad_scale, lr);
+        update_value(c, run, (unsigned long long)i, grad_scale, lr, bias);
 }

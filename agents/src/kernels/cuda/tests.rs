@@ -8,14 +8,14 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::args::{BatchNorm, ConvDims, RowNorm};
 use super::emulate::{launch, Ptr};
-use super::optimizer::VarSlot;
+use super::optimizer::{StepCoefficients, VarSlot, VarTable};
 use crate::nn::{ParamStore, Role};
 use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 
 /// The kernels, compiled for the host (`build.rs`).
 mod ffi {
     use super::super::args::{BatchNorm, ConvDims, RowNorm};
-    use super::super::optimizer::{StepCoefficients, VarSlot};
+    use super::super::optimizer::{StepCoefficients, VarTable};
 
     unsafe extern "C" {
         pub(super) fn population_td_targets(
@@ -38,13 +38,13 @@ mod ffi {
             actions: i32,
             huber: i32,
         );
-        pub(super) fn population_grad_square_sums(slots: *const VarSlot, vars: i32, sums: *mut f64);
+        pub(super) fn population_grad_square_sums(table: VarTable, sums: *mut f64);
         pub(super) fn population_optimizer_step(
-            slots: *const VarSlot,
-            vars: i32,
+            table: VarTable,
             sums: *const f64,
             lr_ratios: *const f64,
             c: StepCoefficients,
+            bias: *const f32,
             norms: *mut f32,
         );
         pub(super) fn agent_bias_forward(
@@ -340,13 +340,14 @@ const AGENTS: usize = 3;
 const PER_AGENT: [usize; 3] = [35, 5, 300];
 
 /// The kernels' step over host copies of the variables: `(params, grads, states)` each a
-/// `Vec` per variable; returns each agent's norm.
+/// `Vec` per variable; returns each agent's norm. Tables of `per_table` variables, as a
+/// network of more than a table's variables is stepped.
 fn kernel_step(
     host: &mut [[Vec<f32>; 3]],
     grads: &[Vec<f32>],
-    lr_scales: &[f64],
-    ratios: &[f64],
-    c: super::optimizer::StepCoefficients,
+    (lr_scales, ratios): (&[f64], &[f64]),
+    (c, bias): (StepCoefficients, [f32; 2]),
+    per_table: usize,
 ) -> Vec<f32> {
     let slots: Vec<VarSlot> = host
         .iter_mut()
@@ -361,18 +362,27 @@ fn kernel_step(
             lr_scale,
         })
         .collect();
-    let vars = slots.len() as i32;
+    let mut tables = Vec::new();
+    for (i, chunk) in slots.chunks(per_table).enumerate() {
+        let mut table = VarTable::of(chunk).remove(0);
+        (table.first, table.vars) = ((i * per_table) as i32, slots.len() as i32);
+        tables.push(table);
+    }
     let mut sums = vec![0f64; slots.len() * AGENTS];
     let mut norms = vec![0f32; AGENTS];
-    let (table, sm, nm) = (Ptr::read(&slots), Ptr::of(&mut sums), Ptr::of(&mut norms));
+    let (sm, nm) = (Ptr::of(&mut sums), Ptr::of(&mut norms));
     // Blocks of 32 (the GPU's 256 takes 8x the OS threads here; the tree is the same).
-    launch([vars as u32, AGENTS as u32, 1], 32, || unsafe {
-        ffi::population_grad_square_sums(table.p(), vars, sm.p())
-    });
-    let r = Ptr::read(ratios);
-    launch([2, vars as u32, AGENTS as u32], 16, || unsafe {
-        ffi::population_optimizer_step(table.p(), vars, sm.p(), r.p(), c, nm.p())
-    });
+    for &table in &tables {
+        launch([table.count as u32, AGENTS as u32, 1], 32, || unsafe {
+            ffi::population_grad_square_sums(table, sm.p())
+        });
+    }
+    let (r, b) = (Ptr::read(ratios), Ptr::read(&bias));
+    for &table in &tables {
+        launch([2, table.count as u32, AGENTS as u32], 16, || unsafe {
+            ffi::population_optimizer_step(table, sm.p(), r.p(), c, b.p(), nm.p())
+        });
+    }
     norms
 }
 
@@ -431,7 +441,9 @@ fn the_optimizer_step_is_the_cpu_fused_step() {
                 .unwrap()
                 .unwrap();
             let c = counter.next_kernel_coefficients(1.0);
-            let norms = kernel_step(&mut host, &grads, &lr_scales, &ratios, c);
+            // Kind by kind, the variables in one table and in tables of two.
+            let per_table = [3, 2][step % 2];
+            let norms = kernel_step(&mut host, &grads, (&lr_scales, &ratios), c, per_table);
             assert!(
                 expected_norms[1] > 1.0 && expected_norms[0] < 1.0,
                 "{expected_norms:?}"
