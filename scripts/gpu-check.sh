@@ -11,7 +11,9 @@
 #      kernels' gain: one update at P = 256 through them and through the tensor forms;
 #   3. speed: aggregate agent-steps/s with an update every step through `normrl train`
 #      (the line it prints), MinAtar Breakout, P = 1, 16, 64, 256, 1024 at batch 32 and
-#      P = 256 at batch 4, for none, weight norm and batch norm. P = 1 is one agent.
+#      P = 256 at batch 4, for none, weight norm and batch norm, with the step captured
+#      as CUDA graphs (the default; the row says whether the capture held or why not),
+#      then for none without them (run.cuda_graphs=false). P = 1 is one agent.
 # Each step gets what is left of the deadline at most; a row the deadline cut says so.
 #
 #   scripts/gpu-check.sh                     # uses target/cuda/release/normrl
@@ -73,13 +75,15 @@ case $code in
        failures=$((failures + 1)) ;;
 esac
 
-# `train P BATCH METHOD STEPS WARMUP`: a population through `normrl train`; prints its
-# rate with updates, and leaves the peak of GPU memory in use (MiB) in $tmp/peak.
+# `train P BATCH METHOD STEPS WARMUP [GRAPHS]`: a population through `normrl train`
+# (CUDA graphs on unless GRAPHS is false); prints its rate with updates, and leaves the
+# peak of GPU memory in use (MiB) in $tmp/peak.
 train() {
-    local p=$1 batch=$2 method=$3 steps=$4 warmup=$5 pid peak=0 used
+    local p=$1 batch=$2 method=$3 steps=$4 warmup=$5 graphs=${6:-true} pid peak=0 used
     rm -rf "$tmp/run"
     limited 120 "$BIN" train --config configs/minatar/breakout.toml --device "$DEVICE" \
         --set run.population="$p" --set replay.batch_size="$batch" \
+        --set run.cuda_graphs="$graphs" \
         --set norm.kind="$method" --set run.total_steps="$steps" \
         --set replay.learning_starts="$warmup" --set replay.train_frequency=1 \
         --set eval.interval=0 --set eval.episodes=1 --set checkpoint.interval=0 \
@@ -109,6 +113,10 @@ train() {
         return 1
     fi
     awk -v r="$rate" 'BEGIN { printf "%.1fk agent-steps/s", r / 1000 }'
+    # What the population said of its graphs (nothing where it has none: off, or
+    # not a CUDA device).
+    grep -oE 'the update (replays as one CUDA graph|runs eagerly.*)' "$tmp/out" \
+        | head -n1 | sed 's/^/; /'
 }
 
 # 2. Memory: the same population N and 2N steps (half acting, half updating).
@@ -135,17 +143,22 @@ esac
 
 # 3. Speed: the rows that matter most first, in case the deadline cuts the rest.
 speed() {
-    local p=$1 batch=$2 method=$3 steps
+    local p=$1 batch=$2 method=$3 graphs=${4:-true} steps
     # Enough steps with updates to time, few enough for the lease.
     steps=$(( p >= 1024 ? 300 : (p >= 256 ? 400 : 600) ))
-    result=$(train "$p" "$batch" "$method" "$steps" 100) || failures=$((failures + 1))
-    row speed "P=$p b$batch $method" "$result"
+    result=$(train "$p" "$batch" "$method" "$steps" 100 "$graphs") || failures=$((failures + 1))
+    local name="P=$p b$batch $method"
+    [ "$graphs" = false ] && name="$name, no graphs"
+    row speed "$name" "$result"
 }
 for method in none weight_norm batch_norm; do
     for p in $POPULATIONS; do
         speed "$p" 32 "$method"
     done
     speed 256 4 "$method"
+done
+for p in $POPULATIONS; do
+    speed "$p" 32 none false
 done
 
 echo

@@ -81,6 +81,7 @@ impl TrainConfig {
         let mut every_key = TrainConfig::default();
         every_key.run.allow_odd = true;
         every_key.run.population = 2;
+        every_key.run.cuda_graphs = false;
         let known = toml::Table::try_from(every_key).expect("defaults serialize");
         check_keys(&table, &known, "")?;
         let config: TrainConfig =
