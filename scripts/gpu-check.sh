@@ -127,15 +127,16 @@ for steps in 1000 2000; do
     row memory "P=$MEMORY_P b32 none, $steps steps" "peak $peak; $result"
 done
 
-# 2b. The population kernels' gain: one update of MinAtar's CNN at P = 256, batch 32,
-# through the kernels and through the tensor forms, interleaved in one process.
+# 2b. The population kernels' and the graphs' gain: one update of MinAtar's CNN at
+# P = 256, batch 32, through the kernels, through the tensor forms and as a CUDA graph,
+# interleaved in one process.
 limited 90 "$BIN" bench population --device "$DEVICE" --method none --case "cnn b32 P=256" \
     --iters 20 > "$tmp/kernels" 2>&1
 code=$?
 rate() { grep "^$1 agent-updates/s" "$tmp/kernels" | awk '{ print $(NF-1) }'; }
 case $code in
     0) row kernels "P=256 b32 none, one update" \
-           "$(rate population) agent-updates/s; tensor forms $(rate tensor-forms)" ;;
+           "$(rate population) agent-updates/s; tensor forms $(rate tensor-forms); graph $(rate graphs)" ;;
     124) row kernels "P=256 b32 none, one update" "cut by the deadline" ;;
     *) row kernels "P=256 b32 none, one update" "FAIL (exit $code): $(tail -n1 "$tmp/kernels")"
        failures=$((failures + 1)) ;;

@@ -89,13 +89,17 @@ fn case_rows(
     let shard = population.shard_size();
     // On a device, the same population through the tensor forms as well: the device
     // kernels' gain, measured on the same machine in the same sitting.
-    let mut forms = match device.is_cpu() {
-        true => None,
+    // And with the step captured as a CUDA graph (as the trainer runs it there): the
+    // graphs' gain.
+    let (mut forms, mut graphs) = match device.is_cpu() {
+        true => (None, None),
         false => {
             let nets: Vec<_> = separate.iter().map(Dqn::online).collect();
             let config = (DqnConfig::default(), OptimizerConfig::default());
             let stacked = PopulationDqn::new(PopulationNet::stack(&nets)?, config.0, config.1)?;
-            Some(stacked.with_tensor_forms()?)
+            let singles: Vec<&Dqn> = separate.iter().collect();
+            let graphs = ShardedPopulation::from_agents(&singles, batch)?.with_cuda_graphs(true);
+            (Some(stacked.with_tensor_forms()?), Some(graphs))
         }
     };
     let timings = {
@@ -109,16 +113,19 @@ fn case_rows(
                 Ok(())
             }),
         ];
-        if let Some(forms) = forms.as_mut() {
+        if let (Some(forms), Some(graphs)) = (forms.as_mut(), graphs.as_mut()) {
             fs.push(Box::new(|| {
                 forms.update(batches).map(|_| ()).map_err(Into::into)
+            }));
+            fs.push(Box::new(|| {
+                graphs.update(batches).map(|_| ()).map_err(Into::into)
             }));
         }
         time_interleaved(iters, device, &mut fs)?
     };
     let case = format!("{} b{batch} P={p}", net.name);
     let mut rows = vec![];
-    for (name, t) in ["population", "separate", "tensor-forms"]
+    for (name, t) in ["population", "separate", "tensor-forms", "graphs"]
         .iter()
         .zip(&timings)
     {
