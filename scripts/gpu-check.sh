@@ -13,7 +13,8 @@
 #      (the line it prints), MinAtar Breakout, P = 1, 16, 64, 256, 1024 at batch 32 and
 #      P = 256 at batch 4, for none, weight norm and batch norm, with the step captured
 #      as CUDA graphs (the default; the row says whether the capture held or why not),
-#      then for none without them (run.cuda_graphs=false). P = 1 is one agent.
+#      then for none without them (run.cuda_graphs=false), and P = 256 none with TF32
+#      products (run.tf32). P = 1 is one agent.
 # Each step gets what is left of the deadline at most; a row the deadline cut says so.
 #
 #   scripts/gpu-check.sh                     # uses target/cuda/release/normrl
@@ -75,15 +76,16 @@ case $code in
        failures=$((failures + 1)) ;;
 esac
 
-# `train P BATCH METHOD STEPS WARMUP [GRAPHS]`: a population through `normrl train`
-# (CUDA graphs on unless GRAPHS is false); prints its rate with updates, and leaves the
-# peak of GPU memory in use (MiB) in $tmp/peak.
+# `train P BATCH METHOD STEPS WARMUP [GRAPHS [TF32]]`: a population through `normrl
+# train` (CUDA graphs on unless GRAPHS is false, TF32 products if TF32 is true); prints
+# its rate with updates, and leaves the peak of GPU memory in use (MiB) in $tmp/peak.
 train() {
-    local p=$1 batch=$2 method=$3 steps=$4 warmup=$5 graphs=${6:-true} pid peak=0 used
+    local p=$1 batch=$2 method=$3 steps=$4 warmup=$5 graphs=${6:-true} tf32=${7:-false}
+    local pid peak=0 used
     rm -rf "$tmp/run"
     limited 120 "$BIN" train --config configs/minatar/breakout.toml --device "$DEVICE" \
         --set run.population="$p" --set replay.batch_size="$batch" \
-        --set run.cuda_graphs="$graphs" \
+        --set run.cuda_graphs="$graphs" --set run.tf32="$tf32" \
         --set norm.kind="$method" --set run.total_steps="$steps" \
         --set replay.learning_starts="$warmup" --set replay.train_frequency=1 \
         --set eval.interval=0 --set eval.episodes=1 --set checkpoint.interval=0 \
@@ -115,8 +117,8 @@ train() {
     awk -v r="$rate" 'BEGIN { printf "%.1fk agent-steps/s", r / 1000 }'
     # What the population said of its graphs (nothing where it has none: off, or
     # not a CUDA device).
-    grep -oE 'the update (replays as one CUDA graph|runs eagerly.*)' "$tmp/out" \
-        | head -n1 | sed 's/^/; /'
+    grep -oE 'the update (replays as one CUDA graph.*|runs eagerly.*)' "$tmp/out" \
+        | head -n1 | sed 's/^/; /' || true
 }
 
 # 2. Memory: the same population N and 2N steps (half acting, half updating).
@@ -161,6 +163,10 @@ done
 for p in $POPULATIONS; do
     speed "$p" 32 none false
 done
+# TF32's speed (its effect on learning takes whole runs: see performance.md).
+result=$(train 256 32 none 400 100 true true) || failures=$((failures + 1))
+row speed "P=256 b32 none, TF32" "$result"
+
 
 echo
 echo "gpu-check on $DEVICE, $(( ${GPU_CHECK_SECONDS:-360} - $(left) )) s:"

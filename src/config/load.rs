@@ -82,6 +82,7 @@ impl TrainConfig {
         every_key.run.allow_odd = true;
         every_key.run.population = 2;
         every_key.run.cuda_graphs = false;
+        every_key.run.tf32 = true;
         let known = toml::Table::try_from(every_key).expect("defaults serialize");
         check_keys(&table, &known, "")?;
         let config: TrainConfig =

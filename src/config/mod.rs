@@ -69,6 +69,11 @@ pub struct RunConfig {
     /// only when `false`.
     #[serde(skip_serializing_if = "is_true")]
     pub cuda_graphs: bool,
+    /// On a CUDA device, let cuBLAS's f32 products run on TF32 tensor cores (10-bit
+    /// mantissas in the products, f32 sums): faster, and no longer the CPU's values to
+    /// rounding. Off unless set; written to the resolved config only when set.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tf32: bool,
 }
 
 fn is_one(n: &usize) -> bool {
@@ -158,6 +163,7 @@ impl Default for RunConfig {
             allow_odd: false,
             population: 1,
             cuda_graphs: true,
+            tf32: false,
         }
     }
 }

@@ -103,6 +103,8 @@ impl Trainer {
     fn build(config: TrainConfig, run_dir: &Path) -> Result<Self> {
         set_threads(config.run.threads);
         let device = select_device(parse_device_spec(&config.run.device)?)?;
+        // cuBLAS's switch is the process's; a run sets it either way.
+        candle_core::cuda::set_gemm_reduced_precision_f32(device.is_cuda() && config.run.tf32);
         let mut env = make(&config.env.id)?;
         let space = env.observation_space();
         let n_actions = env.action_space().n;
