@@ -64,6 +64,26 @@ fn agents(net: &Net, kind: NormKind, p: usize, device: &Device) -> Result<Vec<Dq
         .collect()
 }
 
+/// On a device, the same population through the tensor forms (the device kernels'
+/// gain) and with its step captured as a CUDA graph, as the trainer runs it there (the
+/// graphs' gain), each measured on the same machine in the same sitting; none on the
+/// CPU.
+fn device_variants(
+    separate: &[Dqn],
+    batch: usize,
+    device: &Device,
+) -> Result<(Option<PopulationDqn>, Option<ShardedPopulation>)> {
+    if device.is_cpu() {
+        return Ok((None, None));
+    }
+    let nets: Vec<_> = separate.iter().map(Dqn::online).collect();
+    let config = (DqnConfig::default(), OptimizerConfig::default());
+    let stacked = PopulationDqn::new(PopulationNet::stack(&nets)?, config.0, config.1)?;
+    let singles: Vec<&Dqn> = separate.iter().collect();
+    let graphs = ShardedPopulation::from_agents(&singles, batch)?.with_cuda_graphs(true);
+    Ok((Some(stacked.with_tensor_forms()?), Some(graphs)))
+}
+
 /// Every row for one network, method, batch size and population size.
 fn case_rows(
     net: &Net,
@@ -87,21 +107,7 @@ fn case_rows(
     let mut population =
         ShardedPopulation::from_agents(&separate.iter().collect::<Vec<_>>(), batch)?;
     let shard = population.shard_size();
-    // On a device, the same population through the tensor forms as well: the device
-    // kernels' gain, measured on the same machine in the same sitting.
-    // And with the step captured as a CUDA graph (as the trainer runs it there): the
-    // graphs' gain.
-    let (mut forms, mut graphs) = match device.is_cpu() {
-        true => (None, None),
-        false => {
-            let nets: Vec<_> = separate.iter().map(Dqn::online).collect();
-            let config = (DqnConfig::default(), OptimizerConfig::default());
-            let stacked = PopulationDqn::new(PopulationNet::stack(&nets)?, config.0, config.1)?;
-            let singles: Vec<&Dqn> = separate.iter().collect();
-            let graphs = ShardedPopulation::from_agents(&singles, batch)?.with_cuda_graphs(true);
-            (Some(stacked.with_tensor_forms()?), Some(graphs))
-        }
-    };
+    let (mut forms, mut graphs) = device_variants(&separate, batch, device)?;
     let timings = {
         let batches = &batches;
         let mut fs: Vec<Box<dyn FnMut() -> Result<()> + '_>> = vec![
