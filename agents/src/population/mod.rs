@@ -15,7 +15,8 @@
 //!
 //! On the CPU an update's backward is taken by hand over the fused ops (`tape`), and a
 //! population runs in shards of agents that fit a core's cache (`ShardedPopulation`),
-//! on the run's threads.
+//! on the run's threads. On CUDA the update and the acting forward read fixed buffers
+//! (`inputs`) and are each captured once as a CUDA graph and replayed (`graph`).
 
 pub(crate) mod conv;
 pub use crate::count;
