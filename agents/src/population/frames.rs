@@ -6,8 +6,6 @@
 //! and holds actions, rewards and flags, so an update uploads those and the slot
 //! indices instead of `2 P B obs` floats. Frames of floats (CartPole) are not mirrored.
 
-use std::borrow::Borrow;
-
 use candle_core::{DType, Device, Result, Tensor};
 
 use crate::replay::{Batch, ReplayBuffer};
@@ -19,7 +17,7 @@ pub struct DeviceFrames {
     obs_len: usize,
     /// 8-bit images: a byte `b` is the value `b / 255`; else the byte is the value.
     images: bool,
-    /// The member whose batch comes first in [`Self::gather`] (a shard's first).
+    /// The member whose batch comes first in [`Self::rows`] (a shard's first).
     first_member: usize,
     /// 255, on the device (made once: an image's bytes are divided by it).
     scale: Tensor,
@@ -108,7 +106,7 @@ impl DeviceFrames {
         self.frames.scatter_set(&index, &values, 0)
     }
     /// The same frames, read for the members from `first` on (a shard's): in
-    /// [`Self::gather`] `batches[i]` is then member `first + i`'s.
+    /// [`Self::rows`] `batches[i]` is then member `first + i`'s.
     pub fn members_from(&self, first: usize) -> Self {
         Self {
             frames: self.frames.clone(),
@@ -145,13 +143,5 @@ impl DeviceFrames {
         };
         let both = x.reshape((2, p, b, self.obs_len))?;
         Ok((both.get(0)?, both.get(1)?))
-    }
-
-    /// [`Self::gather_rows`] at `batches`' rows.
-    pub fn gather<B: Borrow<Batch>>(&self, batches: &[B]) -> Result<(Tensor, Tensor)> {
-        let batches: Vec<&Batch> = batches.iter().map(Borrow::borrow).collect();
-        let (p, b) = (batches.len(), batches[0].size);
-        let rows = Tensor::from_vec(self.rows(&batches), 2 * p * b, self.frames.device())?;
-        self.gather_rows(&rows, p, b)
     }
 }
