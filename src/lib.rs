@@ -11,6 +11,7 @@ pub mod config;
 pub mod logging;
 pub mod report;
 pub mod run;
+pub mod storage;
 pub mod study;
 
 // The paths the library's users and tests know.

@@ -14,10 +14,16 @@ fn main() -> ExitCode {
     match normrl::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            // 75: stopped by a signal with a checkpoint written (Slurm is asked to
-            // requeue); 3: the run diverged (its summary says where); 2: anything else.
+            // 130: stopped by Ctrl-C with a checkpoint written; 75: stopped by a
+            // scheduler's signal with a checkpoint written (Slurm is asked to requeue);
+            // 3: the run diverged (its summary says where); 2: anything else.
             if let Some(stop) = err.downcast_ref::<normrl::interrupt::Interrupted>() {
-                eprintln!("normrl: {stop}; {}", normrl::interrupt::requeue());
+                let hint = normrl::interrupt::resume_hint(&err);
+                if stop.signal == signal_hook::consts::SIGINT {
+                    eprintln!("normrl: {stop}; {hint}");
+                    return ExitCode::from(normrl::interrupt::EXIT_SIGINT);
+                }
+                eprintln!("normrl: {stop}; {}", normrl::interrupt::requeue(&hint));
                 return ExitCode::from(normrl::interrupt::EXIT_REQUEUE);
             }
             eprintln!("error: {err:#}");

@@ -228,8 +228,11 @@ fn run_task(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let skipped = execute(config, mine, root, jobs)?;
-    eprintln!("array task {i}: done ({skipped} were finished already)");
+    let done = execute(config, mine, root, jobs)?;
+    eprintln!(
+        "array task {i}: done ({} were finished already, {} held by another process)",
+        done.finished_before, done.held_elsewhere
+    );
     Ok(())
 }
 
@@ -294,11 +297,21 @@ fn run_locally(
     }
     eprintln!("{}", describe_plan(config, &runs, args.jobs, None)?);
     eprintln!("runs directory: {}", root.display());
-    let skipped = execute(config, &runs, root, args.jobs)?;
-    if skipped > 0 {
-        eprintln!("{skipped} runs were already finished and skipped");
+    let done = execute(config, &runs, root, args.jobs)?;
+    if done.finished_before > 0 {
+        eprintln!(
+            "{} runs were already finished and skipped",
+            done.finished_before
+        );
     }
-    if shard.is_none() {
+    if done.held_elsewhere > 0 {
+        eprintln!(
+            "{} runs are being trained by another process and were skipped; the report waits for them: `normrl status {}` follows them, and `normrl compare` again (or `normrl report`) reports once they are done",
+            done.held_elsewhere,
+            root.display()
+        );
+    }
+    if shard.is_none() && done.held_elsewhere == 0 {
         let records = report::load_runs(&[root.to_path_buf()], &config.report.thresholds)?;
         let built = report::build(records, &config.report)?;
         let out = root.join("report");

@@ -163,15 +163,22 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
 
 /// A run's error after it started (a device that ran out of memory, a failed write):
 /// its checkpoints are written atomically, so the last one is intact, and the error
-/// says how to go on from it. An interruption passes as it is (it says so itself).
+/// says how to go on from it. An interruption keeps its type and gains the command
+/// that resumes; a run another process holds passes as it is.
 fn resumable(error: anyhow::Error, run_dir: &Path) -> anyhow::Error {
+    let dir = run_dir.display();
     if error
         .downcast_ref::<crate::run::interrupt::Interrupted>()
         .is_some()
     {
+        return error.context(format!("resume with normrl train --resume {dir}"));
+    }
+    if error
+        .downcast_ref::<crate::storage::lock::Locked>()
+        .is_some()
+    {
         return error;
     }
-    let dir = run_dir.display();
     error.context(format!(
         "training stopped; the last checkpoint in {dir} is intact: continue from it with normrl train --resume {dir}"
     ))
@@ -211,7 +218,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         bail!("--episodes must be a positive integer");
     }
     let (run_dir, ckpt) = if args.checkpoint.join("checkpoints").exists() {
-        let latest = checkpoint::latest(&args.checkpoint)?
+        let latest = checkpoint::newest_valid(&args.checkpoint)?
             .with_context(|| format!("{} has no checkpoint", args.checkpoint.display()))?;
         (args.checkpoint.clone(), latest)
     } else if args.checkpoint.join("online.safetensors").exists() {
@@ -220,6 +227,8 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             .parent()
             .and_then(Path::parent)
             .context("a checkpoint directory lies in RUN_DIR/checkpoints/")?;
+        let how = checkpoint::verify(&args.checkpoint)?;
+        checkpoint::note_unverified(&args.checkpoint, how);
         (run.to_path_buf(), args.checkpoint.clone())
     } else {
         bail!(
@@ -258,7 +267,7 @@ mod tests {
     use super::*;
 
     /// A device error after training started says the checkpoint is intact and how to
-    /// resume; an interruption passes unchanged (it says so itself).
+    /// resume; an interruption keeps its type and gains the command that resumes.
     #[test]
     fn an_error_mid_run_says_how_to_resume() {
         let dir = Path::new("runs/pop");
@@ -278,6 +287,12 @@ mod tests {
             step: 7,
         };
         let e = resumable(stop.into(), dir);
-        assert!(!format!("{e:#}").contains("--resume"));
+        assert!(e
+            .downcast_ref::<crate::run::interrupt::Interrupted>()
+            .is_some());
+        assert_eq!(
+            crate::run::interrupt::resume_hint(&e),
+            "resume with normrl train --resume runs/pop"
+        );
     }
 }

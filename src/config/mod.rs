@@ -135,8 +135,9 @@ pub struct CheckpointConfig {
     pub interval: u64,
     /// Save the replay buffer too (needed for an exact resume).
     pub replay: bool,
-    /// What stays on disk: every checkpoint, the last, or none once the run has
-    /// finished (its `summary.json` and `result.json` hold its results).
+    /// What stays on disk: every checkpoint, the last two (a damaged newest one falls
+    /// back to the one before), the last, or none once the run has finished (its
+    /// `summary.json` and `result.json` hold its results).
     pub keep: Keep,
 }
 
@@ -146,10 +147,24 @@ pub struct CheckpointConfig {
 pub enum Keep {
     /// Every checkpoint written.
     All,
-    /// The newest only (older ones are removed as each new one is complete).
+    /// The two newest (older ones are removed as each new one is complete): a resume
+    /// whose newest checkpoint fails its checksums falls back to the other.
+    LastTwo,
+    /// The newest only: nothing to fall back to.
     Last,
-    /// The newest while training; none once the run has finished.
+    /// The two newest while training; none once the run has finished.
     None,
+}
+
+impl Keep {
+    /// How many checkpoints stay while the run trains (`None`: all).
+    pub fn while_training(self) -> Option<usize> {
+        match self {
+            Keep::All => None,
+            Keep::LastTwo | Keep::None => Some(2),
+            Keep::Last => Some(1),
+        }
+    }
 }
 
 impl Default for RunConfig {
@@ -214,7 +229,7 @@ impl Default for CheckpointConfig {
         Self {
             interval: 50_000,
             replay: true,
-            keep: Keep::Last,
+            keep: Keep::LastTwo,
         }
     }
 }

@@ -47,7 +47,7 @@ pub fn truncate_after(dir: &Path, step: u64) -> Result<()> {
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let kept = records_up_to(&bytes, step);
         if kept.len() < bytes.len() {
-            crate::run::checkpoint::write_atomic(&path, &kept)?;
+            crate::storage::write_atomic(&path, &kept)?;
         }
     }
     Ok(())
@@ -83,6 +83,8 @@ fn records_up_to(bytes: &[u8], step: u64) -> Vec<u8> {
 pub struct TensorBoard {
     writer: BufWriter<File>,
     dir: PathBuf,
+    /// The event file, which a write error names.
+    path: PathBuf,
     /// The first write error; later writes are skipped and `flush` reports it.
     error: Option<std::io::Error>,
     /// When the buffer last went to disk: a live TensorBoard sees events at most
@@ -117,6 +119,7 @@ impl TensorBoard {
         let mut tb = Self {
             writer: BufWriter::new(file),
             dir: dir.to_path_buf(),
+            path: path.clone(),
             error: None,
             flushed: std::time::Instant::now(),
         };
@@ -246,8 +249,8 @@ impl TensorBoard {
         match &self.error {
             None => Ok(()),
             Some(e) => Err(anyhow::anyhow!(
-                "cannot write TensorBoard events in {}: {e}",
-                self.dir.display()
+                "cannot write TensorBoard events to {}: {e}",
+                self.path.display()
             )),
         }
     }
@@ -255,10 +258,9 @@ impl TensorBoard {
 
 /// The host's name as the event file's name carries it (TensorBoard's convention,
 /// `events.out.tfevents.<time>.<host>`): the name `result.json` records
-/// (`run::files::host_name`, the same `gethostname` call), with only the characters a
-/// file name keeps.
+/// (`storage::host_name`), with only the characters a file name keeps.
 fn hostname() -> String {
-    let name = gethostname::gethostname().to_string_lossy().into_owned();
+    let name = crate::storage::host_name();
     let name: String = name
         .trim()
         .chars()

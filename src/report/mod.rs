@@ -17,7 +17,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::run::checkpoint::write_atomic;
+use crate::storage::write_atomic;
 pub use aggregate::{AggregateStats, BatchPoint, Estimate};
 pub use markdown::markdown;
 pub use records::{load_runs, RunRecord, VariantStats};

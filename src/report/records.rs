@@ -9,9 +9,9 @@ use serde::Serialize;
 
 use crate::report::grid::RunAxes;
 use crate::report::stats::{aggregate_iqm, iqm, mean, stratified_bootstrap_ci};
-use crate::run::checkpoint::read_json;
 use crate::run::files::{RunResult, RESULT_FILE};
 use crate::run::train::RunSummary;
+use crate::storage::read_json;
 
 pub(crate) const BOOTSTRAP_REPS: usize = 2_000;
 

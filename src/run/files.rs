@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
+pub use crate::storage::host_name;
 
 /// What a finished run reports (also written to `summary.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,11 +92,6 @@ pub struct Heartbeat {
     pub host: String,
     pub pid: u32,
     pub step: u64,
-}
-
-/// This machine's name.
-pub fn host_name() -> String {
-    gethostname::gethostname().to_string_lossy().into_owned()
 }
 
 /// A run that stopped on a non-finite value: `normrl train` exits with status 3.

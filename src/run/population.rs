@@ -26,7 +26,7 @@ use normrl_agents::population::count::read_rows_to_host;
 use normrl_agents::population::{DeviceFrames, ShardedPopulation};
 use normrl_agents::replay::{Batch, ReplayBuffer};
 
-use crate::config::{Keep, TrainConfig};
+use crate::config::TrainConfig;
 use crate::run::checkpoint;
 use crate::run::interrupt::{self, Interrupted};
 use crate::run::periodic::{mean, Clock, Periodic};
@@ -559,11 +559,11 @@ impl Population {
     }
 
     /// The second phase of a checkpoint: once every member has written its new one,
-    /// the older ones go (unless `checkpoint.keep = "all"`).
+    /// the older ones go, as `checkpoint.keep` says.
     fn prune(&self) -> Result<()> {
         for m in &self.members {
-            if m.config().checkpoint.keep != Keep::All {
-                checkpoint::prune(m.run_dir())?;
+            if let Some(keep) = m.config().checkpoint.keep.while_training() {
+                checkpoint::prune(m.run_dir(), keep);
             }
         }
         Ok(())
@@ -608,7 +608,7 @@ pub fn train_members(members: &[Member], stop_at: Option<u64>) -> Result<Vec<Opt
             None => pending.push(i),
         }
     }
-    for (step, group) in resume_groups(members, &pending) {
+    for (step, group) in resume_groups(members, &pending)? {
         let mut trainers: Vec<Trainer> = group
             .iter()
             .map(|&i| {
@@ -643,9 +643,11 @@ fn checkpoint_dir(run_dir: &std::path::Path, step: u64) -> PathBuf {
 }
 
 /// The pending members by the step each resumes from (0: fresh): all at the newest
-/// step they share, else grouped by their own newest.
-fn resume_groups(members: &[Member], pending: &[usize]) -> Vec<(u64, Vec<usize>)> {
-    let points: Vec<BTreeSet<u64>> = pending
+/// step they share, else grouped by their own newest. Each chosen checkpoint is
+/// verified first; a damaged one is set aside (said on stderr) and the choice made
+/// again without it.
+fn resume_groups(members: &[Member], pending: &[usize]) -> Result<Vec<(u64, Vec<usize>)>> {
+    let mut points: Vec<BTreeSet<u64>> = pending
         .iter()
         .map(|&i| {
             let steps: BTreeSet<u64> = checkpoint::complete(&members[i].dir)
@@ -659,6 +661,42 @@ fn resume_groups(members: &[Member], pending: &[usize]) -> Vec<(u64, Vec<usize>)
             }
         })
         .collect();
+    let mut verified = BTreeSet::new();
+    'choose: loop {
+        let groups = group_by_steps(pending, &points);
+        for (step, group) in groups.iter().filter(|(s, _)| *s > 0) {
+            for &i in group {
+                let k = pending
+                    .iter()
+                    .position(|&p| p == i)
+                    .expect("a pending member");
+                if !verified.insert((i, *step)) {
+                    continue;
+                }
+                let dir = checkpoint_dir(&members[i].dir, *step);
+                match checkpoint::verify(&dir) {
+                    Ok(how) => checkpoint::note_unverified(&dir, how),
+                    Err(e) => {
+                        points[k].remove(step);
+                        let instead = points[k].iter().next_back().copied();
+                        checkpoint::warn_damaged(*step, &e, instead);
+                        if instead.is_none() {
+                            bail!(
+                                "{} has no valid checkpoint to resume from: {e:#}",
+                                members[i].dir.display()
+                            );
+                        }
+                        continue 'choose;
+                    }
+                }
+            }
+        }
+        return Ok(groups);
+    }
+}
+
+/// [`resume_groups`]' choice on the steps each member holds.
+fn group_by_steps(pending: &[usize], points: &[BTreeSet<u64>]) -> Vec<(u64, Vec<usize>)> {
     let common = points
         .iter()
         .skip(1)
@@ -669,7 +707,7 @@ fn resume_groups(members: &[Member], pending: &[usize]) -> Vec<(u64, Vec<usize>)
         return vec![(step, pending.to_vec())];
     }
     let mut groups: Vec<(u64, Vec<usize>)> = vec![];
-    for (&i, p) in pending.iter().zip(&points) {
+    for (&i, p) in pending.iter().zip(points) {
         let newest = *p.last().expect("never empty");
         match groups.iter_mut().find(|(s, _)| *s == newest) {
             Some((_, g)) => g.push(i),

@@ -13,7 +13,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 use crate::config::validate::MemoryEstimate;
-use crate::config::{parse_device_spec, select_device, Keep, TrainConfig};
+use crate::config::{parse_device_spec, select_device, TrainConfig};
 use crate::run::checkpoint::{self, CheckpointFiles};
 use crate::run::diagnostics::{Diagnostics, Evaluation};
 pub use crate::run::evaluate::{evaluate, evaluate_in};
@@ -22,6 +22,7 @@ pub use crate::run::files::{Divergence, RunSummary};
 use crate::run::interrupt::{self, Interrupted};
 use crate::run::periodic::{Clock, Periodic};
 use crate::run::record::Recorder;
+use crate::storage::lock::RunLock;
 
 /// Everything besides the networks that a checkpoint must hold to resume exactly.
 #[derive(Serialize, Deserialize)]
@@ -65,11 +66,25 @@ pub struct Trainer {
     /// A population member keeps its older checkpoints until every member has written
     /// its new one (see `population.rs`).
     defer_pruning: bool,
+    /// One writer per run directory, for as long as this trainer lives.
+    _lock: RunLock,
 }
 
 /// The summary of a finished run in `run_dir`, if it has one.
 pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
     checkpoint::read_json(&run_dir.join(SUMMARY_FILE), "a run summary")
+}
+
+/// An error unless `run_dir` is free for a new run.
+fn check_fresh(run_dir: &Path) -> Result<()> {
+    if checkpoint::latest(run_dir)?.is_some() || run_dir.join(SUMMARY_FILE).exists() {
+        bail!(
+            "{} already holds a run; resume it with --resume {} or choose another --run-dir",
+            run_dir.display(),
+            run_dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Sets the tensor thread count before candle first runs (candle otherwise reads
@@ -83,15 +98,9 @@ pub fn set_threads(threads: usize) {
 impl Trainer {
     /// A fresh run in `run_dir`, which must not hold a run already.
     pub fn new(config: TrainConfig, run_dir: &Path) -> Result<Self> {
-        if checkpoint::latest(run_dir)?.is_some() || run_dir.join(SUMMARY_FILE).exists() {
-            bail!(
-                "{} already holds a run; resume it with --resume {} or choose another --run-dir",
-                run_dir.display(),
-                run_dir.display()
-            );
-        }
-        let trainer = Self::build(config, run_dir)?;
-        crate::run::checkpoint::write_atomic(
+        check_fresh(run_dir)?;
+        let trainer = Self::build(config, run_dir, None)?;
+        crate::storage::write_atomic(
             &run_dir.join("config.toml"),
             trainer.config.to_toml().as_bytes(),
         )?;
@@ -100,7 +109,7 @@ impl Trainer {
 
     /// Everything a run needs, built only after the memory estimate fits; the run
     /// directory and its TensorBoard file are created last.
-    fn build(config: TrainConfig, run_dir: &Path) -> Result<Self> {
+    fn build(config: TrainConfig, run_dir: &Path, lock: Option<RunLock>) -> Result<Self> {
         set_threads(config.run.threads);
         let device = select_device(parse_device_spec(&config.run.device)?)?;
         // cuBLAS's switch is the process's; a run sets it either way.
@@ -131,6 +140,16 @@ impl Trainer {
         let mut obs = vec![0.0; space.len()];
         env.reset(Some(seed), &mut obs)?;
         replay.start_episode(&obs);
+        // A fresh run takes its lock once the config has passed every check (a refused
+        // config leaves nothing behind), and checks the directory again under it.
+        let lock = match lock {
+            Some(lock) => lock,
+            None => {
+                let lock = RunLock::acquire(run_dir)?;
+                check_fresh(run_dir)?;
+                lock
+            }
+        };
         let record = Recorder::new(run_dir)?;
         Ok(Self {
             batch: Batch::new(config.replay.batch_size, space.len()),
@@ -149,20 +168,28 @@ impl Trainer {
             eval_env: None,
             diagnostics: Diagnostics::default(),
             defer_pruning: false,
+            _lock: lock,
         })
     }
 
-    /// Reopens a run from its directory and latest checkpoint. The checkpoint's state
-    /// is read and checked before anything is built or written.
+    /// Reopens a run from its directory and newest checkpoint whose checksums hold
+    /// (falling back to an older one, said on stderr). The checkpoint's state is read
+    /// and checked before anything is built or written.
     pub fn resume(run_dir: &Path) -> Result<Self> {
-        let Some(dir) = checkpoint::latest(run_dir)? else {
+        let lock = RunLock::acquire(run_dir)?;
+        let Some(dir) = checkpoint::newest_valid(run_dir)? else {
             bail!("{} has no checkpoint to resume from", run_dir.display());
         };
-        Self::resume_at(run_dir, &dir)
+        Self::resume_locked(run_dir, &dir, lock)
     }
 
-    /// Reopens a run from its checkpoint in `dir` (one of `run_dir/checkpoints/`).
+    /// Reopens a run from its checkpoint in `dir` (one of `run_dir/checkpoints/`,
+    /// verified by the caller).
     pub fn resume_at(run_dir: &Path, dir: &Path) -> Result<Self> {
+        Self::resume_locked(run_dir, dir, RunLock::acquire(run_dir)?)
+    }
+
+    fn resume_locked(run_dir: &Path, dir: &Path, lock: RunLock) -> Result<Self> {
         let config_path = run_dir.join("config.toml");
         let config = TrainConfig::load(&config_path, &[])?;
         let bytes = std::fs::read(dir.join("state.bin"))?;
@@ -186,7 +213,7 @@ impl Trainer {
             ["online", "target", "optimizer"].map(|name| checkpoint::load_tensors(dir, name, &cpu));
         let (online, target, optimizer) = (online?, target?, optimizer?);
         crate::logging::tensorboard::truncate_after(run_dir, state.step)?;
-        let mut t = Self::build(config, run_dir)?;
+        let mut t = Self::build(config, run_dir, Some(lock))?;
         let device = t.agent.online().store().device().clone();
         let on_device = |map: HashMap<String, candle_core::Tensor>| {
             map.into_iter()
@@ -286,8 +313,11 @@ impl Trainer {
                 Ok(())
             }),
         };
-        let keep_older = self.config.checkpoint.keep == Keep::All || self.defer_pruning;
-        checkpoint::save(&self.run_dir, self.step, &files, keep_older)?;
+        let keep = match self.defer_pruning {
+            true => None,
+            false => self.config.checkpoint.keep.while_training(),
+        };
+        checkpoint::save(&self.run_dir, self.step, &files, keep)?;
         Ok(())
     }
 

@@ -31,6 +31,7 @@ use crate::config::TrainConfig;
 use crate::run::interrupt::Interrupted;
 use crate::run::population::{population_key, train_members, Member};
 use crate::run::train::{set_threads, Trainer};
+use crate::storage::lock::Locked;
 pub use crate::study::plan::PlannedRun;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -513,8 +514,18 @@ fn write_experiment(config: &CompareConfig, runs: &[PlannedRun], root: &Path) ->
 /// A failed run's last error (removed when the run starts again), for `normrl status`.
 pub const ERROR_FILE: &str = "error.txt";
 
+/// What [`execute`] left to others: runs finished before it started, and runs another
+/// process was training (their lock held), both skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Executed {
+    pub finished_before: usize,
+    pub held_elsewhere: usize,
+}
+
 /// Runs `runs` with `jobs` workers, each single-threaded: finished runs (with a
-/// `summary.json`) are skipped, interrupted ones resume from their checkpoint. On a
+/// `summary.json`) are skipped, and so are runs another process holds (two
+/// invocations over one study share its work); interrupted ones resume from their
+/// checkpoint. On a
 /// stop request (SIGTERM, SIGUSR1) every worker checkpoints its run and starts no
 /// other, and the result is that [`Interrupted`].
 pub fn execute(
@@ -522,7 +533,7 @@ pub fn execute(
     runs: &[PlannedRun],
     root: &Path,
     jobs: usize,
-) -> Result<usize> {
+) -> Result<Executed> {
     set_threads(1);
     write_experiment(config, runs, root)?;
     let units = population_units(config, runs)?;
@@ -531,6 +542,7 @@ pub fn execute(
     let interrupted = Mutex::new(None);
     let done = AtomicUsize::new(0);
     let skipped = AtomicUsize::new(0);
+    let held = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
@@ -565,6 +577,9 @@ pub fn execute(
                     };
                     match outcome(result, start, &dir, line) {
                         Outcome::Done => {}
+                        Outcome::Skipped => {
+                            held.fetch_add(1, Ordering::SeqCst);
+                        }
                         Outcome::Interrupted(stop) => {
                             *interrupted.lock().expect("interruption") = Some(stop);
                         }
@@ -584,12 +599,17 @@ pub fn execute(
     if let Some(stop) = interrupted.into_inner().expect("interruption") {
         return Err(stop.into());
     }
-    Ok(skipped.into_inner())
+    Ok(Executed {
+        finished_before: skipped.into_inner(),
+        held_elsewhere: held.into_inner(),
+    })
 }
 
 /// How one run of a comparison ended.
 enum Outcome {
     Done,
+    /// Held by another process (a second `compare` over the same study).
+    Skipped,
     Interrupted(Interrupted),
     Failed(String),
 }
@@ -615,11 +635,15 @@ fn outcome(
                 line(format!(": {stop}"));
                 Outcome::Interrupted(stop)
             }
+            // Another process trains it: its files are not this one's to write.
+            Err(e) if e.downcast_ref::<Locked>().is_some() => {
+                line(format!(" skipped: {e}"));
+                Outcome::Skipped
+            }
             Err(e) => {
                 line(format!(" failed: {e:#}"));
                 let text = format!("{e:#}\n");
-                let _ =
-                    crate::run::checkpoint::write_atomic(&dir.join(ERROR_FILE), text.as_bytes());
+                let _ = crate::storage::write_atomic(&dir.join(ERROR_FILE), text.as_bytes());
                 Outcome::Failed(format!("{e:#}"))
             }
         },
@@ -656,10 +680,12 @@ fn run_unit<'r>(
         // Every member shares the population's fate.
         Err(e) => {
             let stop = e.downcast_ref::<Interrupted>().copied();
+            let held = e.downcast_ref::<Locked>();
             runs.iter()
-                .map(|r| match stop {
-                    Some(stop) => (*r, Err(stop.into())),
-                    None => (*r, Err(anyhow::anyhow!("the population failed: {e:#}"))),
+                .map(|r| match (stop, held) {
+                    (Some(stop), _) => (*r, Err(stop.into())),
+                    (None, Some(held)) => (*r, Err(held.clone().into())),
+                    (None, None) => (*r, Err(anyhow::anyhow!("the population failed: {e:#}"))),
                 })
                 .collect()
         }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::run::checkpoint::write_atomic;
+use crate::storage::write_atomic;
 
 /// One run of the grid.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,7 +75,7 @@ impl Plan {
 
     /// The plan in `root`, if one was written.
     pub fn load(root: &Path) -> Result<Option<Self>> {
-        crate::run::checkpoint::read_json(&root.join(PLAN_FILE), "a comparison plan")
+        crate::storage::read_json(&root.join(PLAN_FILE), "a comparison plan")
     }
 
     /// Array tasks: `ceil(runs / runs_per_task)`.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::run::checkpoint::write_atomic;
+use crate::storage::write_atomic;
 use crate::study::plan::Plan;
 
 /// The `[slurm]` table of a comparison config.

@@ -1,6 +1,7 @@
 //! `normrl status runs/<experiment>`: where each run of a comparison's plan stands,
 //! read from the files runs leave (on a shared file system, a cluster's too): done
-//! (`summary.json`), running (a heartbeat younger than `--stale-after`), failed (an
+//! (`summary.json`), running (its lock held by a process, or on a file system whose
+//! locks this machine cannot see, a heartbeat younger than `--stale-after`), failed (an
 //! `error.txt`, with its last lines), interrupted (a checkpoint and no fresh heartbeat:
 //! it resumes when its task runs again), not started.
 
@@ -69,13 +70,21 @@ fn state_of(dir: &Path, stale_after: f64) -> Result<RunState> {
     if dir.join(SUMMARY_FILE).exists() {
         return Ok(RunState::Done);
     }
-    if let Ok(text) = std::fs::read_to_string(dir.join(HEARTBEAT_FILE)) {
-        if let Ok(beat) = serde_json::from_str::<Heartbeat>(&text) {
-            if unix_seconds() - beat.unix_seconds < stale_after {
-                let (host, pid, step) = (beat.host, beat.pid, beat.step);
-                return Ok(RunState::Running { host, pid, step });
-            }
-        }
+    let beat = std::fs::read_to_string(dir.join(HEARTBEAT_FILE))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Heartbeat>(&text).ok());
+    if let Some(holder) = crate::storage::lock::holder(dir) {
+        // The heartbeat knows the step; the lock knows the run is alive.
+        let step = beat
+            .as_ref()
+            .filter(|b| b.pid == holder.pid)
+            .map_or(0, |b| b.step);
+        let (host, pid) = (holder.host, holder.pid);
+        return Ok(RunState::Running { host, pid, step });
+    }
+    if let Some(beat) = beat.filter(|b| unix_seconds() - b.unix_seconds < stale_after) {
+        let (host, pid, step) = (beat.host, beat.pid, beat.step);
+        return Ok(RunState::Running { host, pid, step });
     }
     if let Ok(text) = std::fs::read_to_string(dir.join(ERROR_FILE)) {
         let lines: Vec<String> = text.lines().map(str::to_string).collect();

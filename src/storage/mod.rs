@@ -1,0 +1,111 @@
+//! How a run's files reach the disk: through [`CheckedFile`], so that a failed write
+//! names its file and the OS's reason (`No space left on device`) instead of a
+//! serializer's wording, every file is synced before it is published, and its checksum
+//! is known; and the lock that keeps one writer per run directory ([`lock`]).
+//!
+//! Below `run/`, `logging/`, `study/` and `report/`: each writes through it, and it
+//! imports none of them.
+
+mod file;
+pub mod lock;
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+pub use file::{fail_write_at, CheckedFile, Digest};
+
+/// Writes `bytes` to `path` through a temporary file and a rename: a reader sees the
+/// old file or the new one, never a part. On a failure the temporary file goes and
+/// the error names `path` and the OS's reason.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!(
+        "{}tmp",
+        path.extension()
+            .map(|e| format!("{}.", e.to_string_lossy()))
+            .unwrap_or_default()
+    ));
+    let written = CheckedFile::create_for(&tmp, path).and_then(|mut file| {
+        let result = std::io::Write::write_all(&mut file, bytes);
+        file.blame(result)?;
+        file.finish()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot move {} into place", path.display()))?;
+    Ok(())
+}
+
+/// The JSON file at `path` as a `T`, or `None` if there is no file; a file that is not
+/// a `T` is an error naming it as `what` ("a run summary").
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<Option<T>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not {what}", path.display()))?;
+    Ok(Some(value))
+}
+
+/// Syncs a directory, so that the renames into it survive a crash of the machine.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot sync {}", dir.display()))
+}
+
+/// `bytes` for people: `1.23 MB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "kB", "MB", "GB", "TB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{bytes} bytes"),
+        _ => format!("{value:.2} {}", UNITS[unit]),
+    }
+}
+
+/// This machine's name.
+pub fn host_name() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The disk fills at the first write: the error names the file and the OS's
+    /// reason, and neither the file nor its temporary copy is left.
+    #[test]
+    fn a_full_disk_names_the_file_and_leaves_nothing() {
+        let dir = std::env::temp_dir().join(format!("normrl-atomic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("summary.json");
+        fail_write_at(1, 28);
+        let err = write_atomic(&path, b"{}").unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("summary.json"), "{text}");
+        assert!(text.contains("No space left on device"), "{text}");
+        assert!(!path.exists());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        // The fault was used up: the next write succeeds.
+        write_atomic(&path, b"{}").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_bytes(999), "999 bytes");
+        assert_eq!(human_bytes(1_234_567), "1.23 MB");
+    }
+}
