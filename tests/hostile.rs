@@ -206,12 +206,36 @@ fn unfinished_run(name: &str) -> (PathBuf, PathBuf) {
     (dir, latest)
 }
 
+/// Every kept checkpoint of the run, newest last.
+fn kept_checkpoints(dir: &Path) -> Vec<PathBuf> {
+    normrl::checkpoint::complete(dir)
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect()
+}
+
+/// Every kept checkpoint's `state.bin` zeroed: the checksums name it and the resume
+/// is refused; without checksums (an older normrl's checkpoint) the decoder still
+/// catches it. A failed resume writes nothing.
 #[test]
 fn a_corrupt_checkpoint_is_named_and_a_failed_resume_writes_nothing() {
-    let (dir, latest) = unfinished_run("corrupt");
-    let state = latest.join("state.bin");
-    let len = std::fs::metadata(&state).unwrap().len() as usize;
-    std::fs::write(&state, vec![0u8; len]).unwrap();
+    let (dir, _) = unfinished_run("corrupt");
+    let kept = kept_checkpoints(&dir);
+    assert_eq!(kept.len(), 2, "checkpoint.keep = last_two");
+    for ckpt in &kept {
+        let state = ckpt.join("state.bin");
+        let len = std::fs::metadata(&state).unwrap().len() as usize;
+        std::fs::write(&state, vec![0u8; len]).unwrap();
+    }
+    let (code, text) = normrl(&["train", "--resume", dir.to_str().unwrap()]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("has no valid checkpoint") && text.contains("state.bin is damaged"),
+        "{text}"
+    );
+    for ckpt in &kept {
+        std::fs::remove_file(ckpt.join("manifest.json")).unwrap();
+    }
     for _ in 0..2 {
         let (code, text) = normrl(&["train", "--resume", dir.to_str().unwrap()]);
         assert_eq!(code, 2, "{text}");
@@ -219,6 +243,7 @@ fn a_corrupt_checkpoint_is_named_and_a_failed_resume_writes_nothing() {
             text.contains("is corrupt") && !text.contains("changed"),
             "{text}"
         );
+        assert!(text.contains("has no checksums"), "{text}");
     }
     assert_eq!(event_files(&dir), 1, "a failed resume adds no events file");
 }
@@ -229,10 +254,13 @@ fn a_corrupt_checkpoint_is_named_and_a_failed_resume_writes_nothing() {
 /// RUST_BACKTRACE asks for one.
 #[test]
 fn a_truncated_or_foreign_checkpoint_is_refused_and_changes_nothing() {
-    let (dir, latest) = unfinished_run("truncated");
-    let online = latest.join("online.safetensors");
-    let bytes = std::fs::read(&online).unwrap();
-    std::fs::write(&online, &bytes[..bytes.len() / 2]).unwrap();
+    let (dir, _) = unfinished_run("truncated");
+    let kept = kept_checkpoints(&dir);
+    let files: Vec<PathBuf> = kept.iter().map(|c| c.join("online.safetensors")).collect();
+    let originals: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    for (online, bytes) in files.iter().zip(&originals) {
+        std::fs::write(online, &bytes[..bytes.len() / 2]).unwrap();
+    }
     let listing = |d: &Path| {
         let mut names: Vec<_> = std::fs::read_dir(d)
             .unwrap()
@@ -252,7 +280,9 @@ fn a_truncated_or_foreign_checkpoint_is_refused_and_changes_nothing() {
     );
     assert_eq!(event_files(&dir), 1);
 
-    std::fs::write(&online, &bytes).unwrap();
+    for (online, bytes) in files.iter().zip(&originals) {
+        std::fs::write(online, bytes).unwrap();
+    }
     let config = dir.join("config.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let mut table: toml::Table = text.parse().unwrap();

@@ -289,12 +289,13 @@ fn a_killed_population_resumes_all_its_members_exactly() {
                 common::checkpoint_weights(&run(root)),
                 common::checkpoint_weights(&run(&whole))
             );
-            // Pruned to the final checkpoint once every member wrote it.
+            // Pruned to the two newest (`checkpoint.keep = "last_two"`) once every
+            // member wrote the final one.
             let left = std::fs::read_dir(run(root).join("checkpoints")).unwrap();
             let steps = left
                 .flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with("step-"));
-            assert_eq!(steps.count(), 1, "{}", root.display());
+            assert_eq!(steps.count(), 2, "{}", root.display());
         }
     }
     // A finished population is final: nothing trains or is rewritten.
