@@ -4,7 +4,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use normrl::compare::{describe_plan, CompareConfig};
+use normrl::compare::CompareConfig;
+use normrl::study::estimate::describe_plan;
 
 use normrl::config::TrainConfig;
 

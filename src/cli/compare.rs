@@ -2,14 +2,16 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::config::parse_assignment;
 use crate::report;
-use crate::study::compare::{
-    check_plan, describe_plan, execute, measure_rate, parse_shard, study_on_gpu, CompareConfig,
-    PlannedRun, ReportConfig, MEASURED_STEPS,
+use crate::report::settings::ReportConfig;
+use crate::study::compare::{CompareConfig, PlannedRun};
+use crate::study::estimate::{
+    check_plan, describe_plan, measure_rate, study_on_gpu, MEASURED_STEPS,
 };
+use crate::study::execute::execute;
 use crate::study::plan::{task_index, Plan};
 use crate::study::slurm::{self, SlurmConfig, TaskCommand};
 
@@ -340,4 +342,15 @@ pub fn report(args: &ReportArgs) -> Result<()> {
     println!("{}", report::markdown(&built));
     eprintln!("report written to {}", out.display());
     Ok(())
+}
+
+/// `i/n`: this machine runs every n-th run, starting at run i (0-based).
+pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let parsed = s
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+    match parsed {
+        Some((i, n)) if n > 0 && i < n => Ok((i, n)),
+        _ => bail!("--shard '{s}': expected i/n with 0 <= i < n, e.g. 0/4"),
+    }
 }

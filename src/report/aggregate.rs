@@ -14,7 +14,7 @@ use super::stats::{
     aggregate_iqm, aggregate_mean, aggregate_median, iqm, normalize, optimality_gap, paired_ci,
     performance_profile, probability_of_improvement, stratified_bootstrap_ci,
 };
-use crate::study::compare::ScoreRange;
+use crate::report::settings::ScoreRange;
 
 /// Resamples behind every interval here.
 pub const REPS: usize = 2_000;

@@ -22,7 +22,7 @@ use super::records::RunRecord;
 use super::stats::{mean, stratified_bootstrap_ci};
 use super::summary::Report;
 use crate::run::diagnostics::REPORTED;
-use crate::study::compare::sanitize;
+use crate::storage::sanitize;
 
 /// Points `(x, y, low, high)` of a curve with its band, from some runs.
 type Series<'a> = dyn Fn(&[&RunRecord]) -> Vec<(f64, f64, f64, f64)> + 'a;

@@ -9,8 +9,8 @@ use std::path::Path;
 use super::grid::RunAxes;
 use super::records::RunRecord;
 use super::summary::build;
+use crate::report::settings::ReportConfig;
 use crate::run::diagnostics::REPORTED;
-use crate::study::compare::ReportConfig;
 
 const METHODS: [&str; 6] = [
     "none",

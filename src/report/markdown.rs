@@ -9,7 +9,7 @@ use super::plots::tick_label;
 use super::records::{VariantStats, BOOTSTRAP_REPS};
 use super::summary::Report;
 use crate::run::diagnostics::REPORTED;
-use crate::study::compare::sanitize;
+use crate::storage::sanitize;
 
 fn fmt_ci(v: f64, ci: (f64, f64)) -> String {
     format!("{v:.2} [{:.2}, {:.2}]", ci.0, ci.1)

@@ -10,6 +10,7 @@ mod layout_tests;
 mod markdown;
 mod plots;
 mod records;
+pub mod settings;
 pub mod stats;
 mod summary;
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::aggregate::{self, AggregateStats, BatchChange, BatchPoint, Scores};
 use super::records::{group, variant_stats, RunRecord, VariantStats};
-use crate::study::compare::{ReportConfig, ScoreRange};
+use crate::report::settings::{ReportConfig, ScoreRange};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {

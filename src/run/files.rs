@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
-pub use crate::storage::host_name;
+pub use crate::storage::{host_name, unix_seconds};
 
 /// What a finished run reports (also written to `summary.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,13 +46,6 @@ pub struct Divergence {
     pub what: String,
 }
 
-/// Seconds since the Unix epoch (0 if the clock is before it).
-pub fn unix_seconds() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// A finished run's compact record: everything `normrl report` needs, so that results
 /// from many machines merge by copying these files.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,6 +75,8 @@ impl RunResult {
 pub const SUMMARY_FILE: &str = "summary.json";
 /// A finished run's `result.json`.
 pub const RESULT_FILE: &str = "result.json";
+/// A failed run's last error (removed when the run starts again), for `normrl status`.
+pub const ERROR_FILE: &str = "error.txt";
 /// A training run's last sign of life (see [`Heartbeat`]).
 pub const HEARTBEAT_FILE: &str = "heartbeat";
 

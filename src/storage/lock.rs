@@ -114,7 +114,7 @@ impl RunLock {
         let holder = Holder {
             pid: std::process::id(),
             host: super::host_name(),
-            since: crate::run::files::unix_seconds(),
+            since: super::unix_seconds(),
         };
         let text = serde_json::to_string(&holder)?;
         file.set_len(0)

@@ -74,6 +74,29 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// A short, directory-safe form of `s`: ASCII letters, digits, `.`, `-` and `_` kept,
+/// anything else `_`, none at either end.
+pub fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect::<String>()
+        .trim_matches('_')
+        .to_string()
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// This machine's name.
 pub fn host_name() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()

@@ -2,6 +2,8 @@
 //! and the status of a study's runs.
 
 pub mod compare;
+pub mod estimate;
+pub mod execute;
 pub mod plan;
 pub mod slurm;
 pub mod status;

@@ -12,8 +12,8 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::run::files::unix_seconds;
+use crate::run::files::ERROR_FILE;
 use crate::run::files::{Heartbeat, HEARTBEAT_FILE, SUMMARY_FILE};
-use crate::study::compare::ERROR_FILE;
 use crate::study::plan::Plan;
 
 #[derive(Debug, clap::Args)]
