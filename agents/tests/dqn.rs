@@ -1,7 +1,7 @@
 //! The DQN update: TD targets, target syncs, data-dependent init.
 
 use candle_core::{Device, Tensor};
-use normrl_agents::dqn::{Dqn, DqnConfig, Engine, Loss, TargetUpdate};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Engine, Loss, TargetUpdate};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{unit_moments, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
@@ -13,10 +13,12 @@ fn agent(kind: NormKind, dqn: DqnConfig) -> Dqn {
         ..Default::default()
     };
     Dqn::new(
-        &QNetworkConfig::mlp(vec![16, 16]),
-        &norm,
-        &OptimizerConfig::default(),
-        &dqn,
+        AgentConfig {
+            network: &QNetworkConfig::mlp(vec![16, 16]),
+            norm: &norm,
+            optimizer: &OptimizerConfig::default(),
+            dqn: &dqn,
+        },
         &[3],
         2,
         0,

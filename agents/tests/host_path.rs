@@ -5,7 +5,7 @@ mod common;
 use common::*;
 
 use candle_core::Tensor;
-use normrl_agents::dqn::{Dqn, DqnConfig, Engine, Loss, TargetUpdate};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Engine, Loss, TargetUpdate};
 use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{BnStats, HostTape, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
@@ -128,13 +128,15 @@ fn host_forward_and_backward_equal_the_graph() {
 
 fn agent(kind: NormKind, config: &DqnConfig, host: bool) -> Dqn {
     Dqn::new(
-        &QNetworkConfig::mlp(vec![32, 16]),
-        &norm(kind),
-        &OptimizerConfig {
-            max_grad_norm: 1.0,
-            ..Default::default()
+        AgentConfig {
+            network: &QNetworkConfig::mlp(vec![32, 16]),
+            norm: &norm(kind),
+            optimizer: &OptimizerConfig {
+                max_grad_norm: 1.0,
+                ..Default::default()
+            },
+            dqn: config,
         },
-        config,
         &[4],
         3,
         11,
@@ -307,10 +309,12 @@ fn networks_outside_the_host_path_use_the_graph() {
         assert!(err.to_string().contains("host"), "{err}");
         // Such agents still update (through the graph), as do MLPs with the host path off.
         let mut dqn = Dqn::new(
-            &QNetworkConfig::mlp(vec![8]),
-            &norm(NormKind::WnMeanOnlyBn),
-            &OptimizerConfig::default(),
-            &DqnConfig::default(),
+            AgentConfig {
+                network: &QNetworkConfig::mlp(vec![8]),
+                norm: &norm(NormKind::WnMeanOnlyBn),
+                optimizer: &OptimizerConfig::default(),
+                dqn: &DqnConfig::default(),
+            },
             &[4],
             3,
             0,
@@ -383,8 +387,19 @@ fn every_kernel_path_gives_the_same_updates_bit_for_bit() {
         let run = |path| {
             on_path(path, || {
                 let (net, obs) = (QNetworkConfig::minatar_cnn(), [4, 10, 10]);
-                let mut cnn =
-                    Dqn::new(&net, &norm(kind), &optimizer, &config, &obs, 3, 5, &DEV).unwrap();
+                let mut cnn = Dqn::new(
+                    AgentConfig {
+                        network: &net,
+                        norm: &norm(kind),
+                        optimizer: &optimizer,
+                        dqn: &config,
+                    },
+                    &obs,
+                    3,
+                    5,
+                    &DEV,
+                )
+                .unwrap();
                 let frames = |seed| -> Vec<f32> {
                     let v = random_values(8 * 400, seed);
                     v.into_iter()

@@ -18,7 +18,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use candle_core::Device;
-use normrl_agents::dqn::{Dqn, DqnConfig, TargetUpdate};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, TargetUpdate};
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::{OptimizerConfig, OptimizerKind};
 use normrl_agents::population::PopulationDqn;
@@ -110,10 +110,12 @@ fn population(case: &Case) -> PopulationDqn {
             };
             let (net, obs) = (&case.network, &case.obs);
             Dqn::new(
-                net,
-                &norm,
-                &optimizer,
-                &dqn,
+                AgentConfig {
+                    network: net,
+                    norm: &norm,
+                    optimizer: &optimizer,
+                    dqn: &dqn,
+                },
                 obs,
                 ACTIONS,
                 seed,

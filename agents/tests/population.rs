@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use common::distance;
-use normrl_agents::dqn::{Dqn, DqnConfig, TargetUpdate};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, TargetUpdate};
 use normrl_agents::nn::{BnStats, NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::{OptimizerConfig, OptimizerKind};
 use normrl_agents::population::{PopulationDqn, PopulationNet};
@@ -70,7 +70,19 @@ impl Shape {
         opt: &OptimizerConfig,
     ) -> Dqn {
         let (net, obs) = (&self.network, &self.obs);
-        Dqn::new(net, norm, opt, dqn, obs, ACTIONS, seed, &Device::Cpu).unwrap()
+        Dqn::new(
+            AgentConfig {
+                network: net,
+                norm,
+                optimizer: opt,
+                dqn,
+            },
+            obs,
+            ACTIONS,
+            seed,
+            &Device::Cpu,
+        )
+        .unwrap()
     }
 
     /// Agent `agent`'s batch for update `step`: its own observations, actions, rewards.

@@ -4,7 +4,7 @@
 //! the process's, and no other test may create tensors while it counts.
 
 use candle_core::Device;
-use normrl_agents::dqn::{Dqn, DqnConfig};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
@@ -38,7 +38,21 @@ fn step_counts(network: &QNetworkConfig, obs: &[usize], kind: NormKind, p: usize
     };
     let (opt, dqn) = (OptimizerConfig::default(), DqnConfig::default());
     let agents: Vec<Dqn> = (0..p as u64)
-        .map(|s| Dqn::new(network, &norm, &opt, &dqn, obs, 3, s, &Device::Cpu).unwrap())
+        .map(|s| {
+            Dqn::new(
+                AgentConfig {
+                    network,
+                    norm: &norm,
+                    optimizer: &opt,
+                    dqn: &dqn,
+                },
+                obs,
+                3,
+                s,
+                &Device::Cpu,
+            )
+            .unwrap()
+        })
         .collect();
     let mut population = PopulationDqn::from_agents(&agents.iter().collect::<Vec<_>>()).unwrap();
     let obs_len: usize = obs.iter().product();

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use candle_core::Device;
-use normrl_agents::dqn::{Dqn, DqnConfig};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::replay::{Batch, ReplayBuffer, Sampler};
@@ -184,10 +184,12 @@ fn nn_case_rows(
             let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
             let (shape, n_actions) = (&case.obs_shape, case.n_actions);
             Dqn::new(
-                &case.network,
-                &norm,
-                &optimizer,
-                &dqn,
+                AgentConfig {
+                    network: &case.network,
+                    norm: &norm,
+                    optimizer: &optimizer,
+                    dqn: &dqn,
+                },
                 shape,
                 n_actions,
                 0,

@@ -203,7 +203,7 @@ fn compare_populations(
     norm: &NormConfig,
     device: &Device,
 ) -> Result<PopulationParity> {
-    use normrl_agents::dqn::{Dqn, DqnConfig};
+    use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
     use normrl_agents::optim::OptimizerConfig;
     use normrl_agents::population::PopulationDqn;
     let (agents, batch, updates) = POPULATION;
@@ -217,7 +217,16 @@ fn compare_populations(
         (0..agents as u64)
             .map(|s| {
                 Ok(Dqn::new(
-                    config, norm, &optimizer, &dqn, obs, actions, s, dev,
+                    AgentConfig {
+                        network: config,
+                        norm,
+                        optimizer: &optimizer,
+                        dqn: &dqn,
+                    },
+                    obs,
+                    actions,
+                    s,
+                    dev,
                 )?)
             })
             .collect()

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use candle_core::Device;
-use normrl_agents::dqn::{Dqn, DqnConfig};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::population::count::{device_reads, tensors_created};
@@ -58,8 +58,19 @@ fn agents(net: &Net, kind: NormKind, p: usize, device: &Device) -> Result<Vec<Dq
     let (config, obs, actions) = (&net.config, &net.obs, net.actions);
     (0..p as u64)
         .map(|seed| {
-            Dqn::new(config, &norm, &optimizer, &dqn, obs, actions, seed, device)
-                .map_err(Into::into)
+            Dqn::new(
+                AgentConfig {
+                    network: config,
+                    norm: &norm,
+                    optimizer: &optimizer,
+                    dqn: &dqn,
+                },
+                obs,
+                actions,
+                seed,
+                device,
+            )
+            .map_err(Into::into)
         })
         .collect()
 }

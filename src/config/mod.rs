@@ -253,6 +253,16 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    /// The agent this run trains: its network, normalization, optimizer and DQN.
+    pub fn agent(&self) -> normrl_agents::dqn::AgentConfig<'_> {
+        normrl_agents::dqn::AgentConfig {
+            network: &self.network,
+            norm: &self.norm,
+            optimizer: &self.optimizer,
+            dqn: &self.dqn,
+        }
+    }
+
     /// The config as TOML, every field resolved.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("configs serialize")

@@ -353,10 +353,7 @@ pub fn agent_from_checkpoint(
 ) -> Result<normrl_agents::dqn::Dqn> {
     let env = normrl_envs::make(&config.env.id)?;
     let agent = normrl_agents::dqn::Dqn::new(
-        &config.network,
-        &config.norm,
-        &config.optimizer,
-        &config.dqn,
+        config.agent(),
         &env.observation_space().shape,
         env.action_space().n,
         0,

@@ -121,17 +121,8 @@ impl Trainer {
             MemoryEstimate::of(&config, &space, n_actions).check(&config, available)?;
         }
         let seed = config.run.seed;
-        let agent = Dqn::new(
-            &config.network,
-            &config.norm,
-            &config.optimizer,
-            &config.dqn,
-            &space.shape,
-            n_actions,
-            seed,
-            &device,
-        )
-        .context("cannot build the Q-network")?;
+        let agent = Dqn::new(config.agent(), &space.shape, n_actions, seed, &device)
+            .context("cannot build the Q-network")?;
         let mut replay = ReplayBuffer::with_encoding(
             config.replay.capacity,
             space.len(),

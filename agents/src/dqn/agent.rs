@@ -3,15 +3,18 @@
 //!
 //! ```
 //! use candle_core::Device;
-//! use normrl_agents::dqn::{Dqn, DqnConfig};
+//! use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
 //! use normrl_agents::replay::Batch;
 //! use normrl_agents::nn::{NormConfig, QNetworkConfig};
 //! use normrl_agents::optim::OptimizerConfig;
 //!
-//! let mut dqn = Dqn::new(
-//!     &QNetworkConfig::mlp(vec![16]), &NormConfig::default(), &OptimizerConfig::default(),
-//!     &DqnConfig::default(), &[4], 2, 0, &Device::Cpu,
-//! ).unwrap();
+//! let config = AgentConfig {
+//!     network: &QNetworkConfig::mlp(vec![16]),
+//!     norm: &NormConfig::default(),
+//!     optimizer: &OptimizerConfig::default(),
+//!     dqn: &DqnConfig::default(),
+//! };
+//! let mut dqn = Dqn::new(config, &[4], 2, 0, &Device::Cpu).unwrap();
 //! let mut batch = Batch::new(8, 4);
 //! batch.actions.fill(1);
 //! let info = dqn.update(&batch).unwrap();
@@ -24,9 +27,9 @@ use rand::Rng;
 
 use super::td::{self, TargetSync};
 use super::td_loss::{device_loss, graph_loss, host_loss, LossInfo};
-use super::DqnConfig;
-use crate::nn::{BnStats, HostTape, NormConfig, Pass, QNetwork, QNetworkConfig};
-use crate::optim::{Gradients, Optimizer, OptimizerConfig};
+use super::{AgentConfig, DqnConfig};
+use crate::nn::{BnStats, HostTape, Pass, QNetwork};
+use crate::optim::{Gradients, Optimizer};
 use crate::replay::Batch;
 use crate::Metric;
 
@@ -102,17 +105,21 @@ enum Targets {
 }
 
 impl Dqn {
-    #[allow(clippy::too_many_arguments)]
+    /// An agent of `config` for observations of `obs_shape` and `n_actions` actions,
+    /// its networks initialized from `seed`.
     pub fn new(
-        network: &QNetworkConfig,
-        norm: &NormConfig,
-        optimizer: &OptimizerConfig,
-        config: &DqnConfig,
+        config: AgentConfig,
         obs_shape: &[usize],
         n_actions: usize,
         seed: u64,
         device: &Device,
     ) -> Result<Self> {
+        let AgentConfig {
+            network,
+            norm,
+            optimizer,
+            dqn: config,
+        } = config;
         let online = QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?;
         let target = QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?;
         target.copy_from(&online)?;

@@ -94,3 +94,13 @@ impl DqnConfig {
         p
     }
 }
+
+/// What an agent is made of, the learning half of a run's config: its network, its
+/// normalization, its optimizer and its DQN settings ([`super::Dqn::new`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AgentConfig<'a> {
+    pub network: &'a crate::nn::QNetworkConfig,
+    pub norm: &'a crate::nn::NormConfig,
+    pub optimizer: &'a crate::optim::OptimizerConfig,
+    pub dqn: &'a DqnConfig,
+}

@@ -198,7 +198,7 @@ mod tests {
     use candle_core::Device;
 
     use super::*;
-    use crate::dqn::DqnConfig;
+    use crate::dqn::{AgentConfig, DqnConfig};
     use crate::nn::{NormConfig, QNetworkConfig};
     use crate::optim::OptimizerConfig;
 
@@ -208,7 +208,19 @@ mod tests {
             OptimizerConfig::default(),
             DqnConfig::default(),
         );
-        Dqn::new(&network, &norm, &opt, &dqn, obs, 3, 0, &Device::Cpu).unwrap()
+        Dqn::new(
+            AgentConfig {
+                network: &network,
+                norm: &norm,
+                optimizer: &opt,
+                dqn: &dqn,
+            },
+            obs,
+            3,
+            0,
+            &Device::Cpu,
+        )
+        .unwrap()
     }
 
     /// A MinAtar CNN agent's step (about 2.7 MB of variables with their gradients and
