@@ -148,9 +148,10 @@ pub struct FrameInfo {
     pub return_so_far: f64,
 }
 
-/// `normrl eval --video`: every episode, a MinAtar cell 24 pixels, with captions.
+/// `normrl eval --video`: every episode, a MinAtar cell 30 pixels, CartPole at half
+/// Gymnasium's size, with captions.
 pub const EVAL_VIDEO: VideoOptions = VideoOptions {
-    side: 240,
+    side: 300,
     episodes: None,
     max_frames: None,
     caption: true,
