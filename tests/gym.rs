@@ -327,3 +327,62 @@ fn wait_with_timeout(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// An environment that cannot give frames (Gymnasium's CartPole made without
+/// `render_mode=rgb_array`): `normrl eval --video` names it, exits 2 and writes nothing.
+#[test]
+fn eval_video_of_an_environment_without_frames_names_it_and_writes_nothing() {
+    let dir = std::env::temp_dir().join(format!("normrl-gym-video-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let env_id = format!("env.id=\"{}\"", gym_id("CartPole-v1", ""));
+    let (code, _, stderr) = common::normrl(&[
+        "train",
+        "--config",
+        "configs/cartpole.toml",
+        "--run-dir",
+        dir.to_str().unwrap(),
+        "--set",
+        &env_id,
+        "--set",
+        "run.total_steps=300",
+        "--set",
+        "replay.learning_starts=100",
+        "--set",
+        "eval.episodes=1",
+        "--set",
+        "logging.progress=false",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let out = dir.join("episode.gif");
+    let run = dir.to_str().unwrap();
+    let args = ["eval", "--checkpoint", run, "--episodes", "1", "--video"];
+    let (code, _, stderr) = common::normrl(&[&args[..], &[out.to_str().unwrap()]].concat());
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("CartPole-v1 cannot render frames") && stderr.contains("render_mode"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("episode"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// ALE's games render the emulator's colour screen (210 x 160) whatever the
+/// preprocessing feeds the agent.
+#[test]
+fn atari_renders_the_emulators_colour_screen() {
+    let mut env = make(&gym_id("ALE/Breakout-v5", "preset=atari")).unwrap();
+    let mut obs = vec![0.0f32; env.observation_space().len()];
+    env.reset(Some(3), &mut obs).unwrap();
+    let frame = env.render().unwrap();
+    assert_eq!((frame.width, frame.height), (160, 210));
+    let colours: std::collections::HashSet<_> = frame.rgb.chunks(3).collect();
+    assert!(colours.len() > 4, "{} colours", colours.len());
+    assert!(frame.rgb.chunks(3).any(|p| p[0] != p[1]), "in colour");
+    env.step(1, &mut obs).unwrap();
+    assert_eq!(env.render().unwrap().rgb.len(), 160 * 210 * 3);
+}

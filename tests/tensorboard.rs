@@ -7,7 +7,10 @@ use std::path::Path;
 use std::process::Command;
 
 use normrl::config::TrainConfig;
+use normrl::logging::video::TENSORBOARD_VIDEO;
+use normrl::run::evaluate::first_game_seed;
 use normrl::train::Trainer;
+use normrl_envs::{make, Env};
 
 /// Every scalar and text tag of a run, as TensorBoard itself reads them.
 fn read_with_tensorboard(dir: &Path) -> serde_json::Value {
@@ -130,6 +133,59 @@ fn tensorboard_reads_our_event_files() {
     );
     let end = &v["hparams"]["_hparams_/session_end_info"]["sessionEndInfo"];
     assert_eq!(end["status"], "STATUS_SUCCESS", "{end}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// With `eval.video = true` each evaluation's first episode is an image summary holding
+/// a GIF, which TensorBoard reads back: one a evaluation, at its step, whose first frame
+/// is the picture of that episode's first observation.
+#[test]
+fn evaluation_episodes_are_gifs_in_the_images_tab() {
+    let overrides: Vec<String> = [
+        "run.total_steps=2000",
+        "replay.learning_starts=200",
+        "eval.interval=1000",
+        "eval.episodes=2",
+        "eval.video=true",
+        "logging.progress=false",
+        "checkpoint.replay=false",
+    ]
+    .map(String::from)
+    .to_vec();
+    let config = TrainConfig::load(Path::new("configs/minatar/breakout.toml"), &overrides).unwrap();
+    let dir = std::env::temp_dir().join(format!("normrl-tb-video-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let summary = {
+        let mut trainer = Trainer::new(config.clone(), &dir).unwrap();
+        trainer.run(None).unwrap().unwrap()
+    };
+    let v = read_with_tensorboard(&dir);
+    let images = v["images"]["eval/episode"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no eval/episode images: {:?}", v["images"]));
+    let steps: Vec<u64> = images.iter().map(|i| i[0].as_u64().unwrap()).collect();
+    let eval_steps: Vec<u64> = summary.eval_curve.iter().map(|e| e.0).collect();
+    assert_eq!(steps, eval_steps);
+    for (index, image) in images.iter().enumerate() {
+        let hex = image[3].as_str().unwrap();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert!(bytes.starts_with(b"GIF89a"));
+        let frames = common::decode_gif(&bytes);
+        let max = TENSORBOARD_VIDEO.max_frames.unwrap();
+        assert!((2..=max).contains(&frames.len()), "{} frames", frames.len());
+        let mut env = make(&config.env.id).unwrap();
+        let mut obs = vec![0.0; env.observation_space().len()];
+        let seed = first_game_seed(config.run.seed, index as u64);
+        env.reset(Some(seed), &mut obs).unwrap();
+        let want = env.render().unwrap().fit(TENSORBOARD_VIDEO.side);
+        assert_eq!((want.width, want.height), (80, 80), "a cell 8 pixels");
+        assert_eq!(image[1].as_u64(), Some(want.width as u64));
+        assert_eq!(image[2].as_u64(), Some(want.height as u64));
+        assert!(frames[0].rgb == want.rgb, "evaluation {index}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

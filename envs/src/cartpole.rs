@@ -16,6 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::env::{check_obs_len, from_state, to_state};
+use crate::render::Frame;
 use crate::{ActionSpace, Env, EnvError, ObservationSpace, Step};
 
 const GRAVITY: f64 = 9.8;
@@ -100,6 +101,53 @@ impl CartPole {
         ]
     }
 
+    /// Gymnasium's picture of `state` (`CartPole.render`, 600 x 400, the same sizes and
+    /// colours), without its anti-aliased edges: every pixel is one of five colours.
+    pub fn draw(state: State) -> Frame {
+        const WIDTH: f64 = 600.0;
+        const HEIGHT: f64 = 400.0;
+        const SCALE: f64 = WIDTH / (2.0 * X_THRESHOLD);
+        const CART_Y: f64 = 100.0;
+        const POLE_WIDTH: f64 = 10.0;
+        const POLE_LEN: f64 = SCALE * 2.0 * LENGTH;
+        const BLACK: [u8; 3] = [0, 0, 0];
+        let [x, _, theta, _] = state;
+        let mut frame = Frame::filled(WIDTH as usize, HEIGHT as usize, [255, 255, 255]);
+        // Gymnasium draws with y up and flips the surface; `up` is that y of a row.
+        let up = |row: f64| HEIGHT - row;
+        let cart_x = x * SCALE + WIDTH / 2.0;
+        let track = up(CART_Y) as i64;
+        frame.paint((0, 600), (track, track + 1), BLACK, |_, _| true);
+        let (cx, cy) = (cart_x as i64, up(CART_Y) as i64);
+        frame.paint((cx - 25, cx + 25), (cy - 15, cy + 15), BLACK, |_, _| true);
+        // The pole, rotated by theta about the axle: a pixel is on it when its offset
+        // from the axle, turned back by theta, lies in the upright pole's rectangle.
+        let (ax, ay) = (cart_x, CART_Y + 30.0 / 4.0);
+        let (sin, cos) = theta.sin_cos();
+        let reach = (POLE_LEN + POLE_WIDTH) as i64;
+        let (px, py) = (ax as i64, up(ay) as i64);
+        frame.paint(
+            (px - reach, px + reach),
+            (py - reach, py + reach),
+            [202, 152, 101],
+            |col, row| {
+                let (dx, dy) = (col - ax, up(row) - ay);
+                let along = dx * sin + dy * cos;
+                let across = dx * cos - dy * sin;
+                across.abs() <= POLE_WIDTH / 2.0
+                    && (-POLE_WIDTH / 2.0..=POLE_LEN - POLE_WIDTH / 2.0).contains(&along)
+            },
+        );
+        let r = POLE_WIDTH / 2.0;
+        frame.paint(
+            (px - 6, px + 7),
+            (py - 6, py + 7),
+            [129, 132, 203],
+            |col, row| (col - ax).powi(2) + (up(row) - ay).powi(2) <= r * r,
+        );
+        frame
+    }
+
     fn write_obs(&self, obs: &mut [f32]) {
         for (o, s) in obs.iter_mut().zip(self.state) {
             *o = s as f32;
@@ -165,6 +213,10 @@ impl Env for CartPole {
     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
         *self = from_state(state)?;
         Ok(())
+    }
+
+    fn render(&mut self) -> Result<Frame, EnvError> {
+        Ok(Self::draw(self.state))
     }
 }
 
@@ -252,6 +304,28 @@ mod tests {
             assert!(min[i] >= -0.05 && min[i] < -0.049, "{min:?}");
             assert!(max[i] < 0.05 && max[i] > 0.049, "{max:?}");
         }
+    }
+
+    #[test]
+    fn draws_the_cart_and_the_pole_where_the_state_puts_them() {
+        let upright = CartPole::draw([0.0, 0.0, 0.0, 0.0]);
+        assert_eq!((upright.width, upright.height), (600, 400));
+        assert_eq!(upright.pixel(280, 310), [0, 0, 0], "the cart, centred");
+        assert_eq!(
+            upright.pixel(300, 200),
+            [202, 152, 101],
+            "the pole, straight up"
+        );
+        assert_eq!(upright.pixel(300, 293), [129, 132, 203], "the axle");
+        assert_eq!(upright.pixel(20, 300), [0, 0, 0], "the track");
+        assert_eq!(upright.pixel(20, 200), [255, 255, 255]);
+        // Cart at x = 1 (125 px right), pole leaning right by 0.2 rad: its top is
+        // 100 px up along it is 100 * sin(0.2) = 20 px right of the axle.
+        let moved = CartPole::draw([1.0, 0.0, 0.2, 0.0]);
+        assert_eq!(moved.pixel(405, 310), [0, 0, 0]);
+        assert_eq!(moved.pixel(280, 310), [255, 255, 255]);
+        assert_eq!(moved.pixel(444, 194), [202, 152, 101]);
+        assert_eq!(moved.pixel(425, 194), [255, 255, 255]);
     }
 
     #[test]

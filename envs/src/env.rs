@@ -1,6 +1,6 @@
 //! The environment trait that every native game and every adapter implements.
 
-use crate::{ActionSpace, EnvError, ObservationSpace};
+use crate::{ActionSpace, EnvError, Frame, ObservationSpace};
 
 /// The outcome of one step. Time-limit truncation is kept apart from termination:
 /// a learner bootstraps from the next observation after truncation, not after
@@ -91,6 +91,15 @@ pub trait Env: Send {
             self.id()
         )))
     }
+
+    /// A picture of the current state (for videos of the agent), at the environment's
+    /// own scale. Environments that cannot draw themselves keep this default, an error
+    /// naming them; an adapter adds its own by overriding it.
+    fn render(&mut self) -> Result<Frame, EnvError> {
+        Err(EnvError::CannotRender {
+            id: self.id().to_string(),
+        })
+    }
 }
 
 /// `save_state` for environments whose whole state is one serde value.
@@ -129,6 +138,9 @@ impl<E: Env + ?Sized> Env for Box<E> {
     }
     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
         (**self).load_state(state)
+    }
+    fn render(&mut self) -> Result<Frame, EnvError> {
+        (**self).render()
     }
 }
 
@@ -191,6 +203,10 @@ mod tests {
             .map(|_| env.step_game(0, &mut obs).unwrap().1)
             .collect();
         assert_eq!(over, [false, false, true, false, false, true]);
+        // It has no render method: the default error names it.
+        let e = Box::new(Lives { steps: 0 }).render().unwrap_err();
+        assert_eq!(e, EnvError::CannotRender { id: "lives".into() });
+        assert!(e.to_string().contains("'lives' cannot render"), "{e}");
 
         // With a plain monitor every episode end is a game end, and only those.
         let mut env = Monitor::new(CartPole::new());

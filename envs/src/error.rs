@@ -33,6 +33,9 @@ pub enum EnvError {
     /// environment does not define that.
     #[error("{0}: call reset() first")]
     NeedsReset(String),
+    /// The environment has no [`render`](crate::Env::render) method.
+    #[error("environment '{id}' cannot render frames, so no video can be made of it (classic/cartpole, the minatar/ games and gym: ids render)")]
+    CannotRender { id: String },
     /// An outside environment (a Python worker, say) failed.
     #[error("{0}")]
     External(String),

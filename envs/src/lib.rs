@@ -25,10 +25,12 @@ pub mod gym;
 pub mod gymnasium_rs;
 pub mod minatar;
 pub mod registry;
+pub mod render;
 mod spaces;
 pub mod wrappers;
 
 pub use env::{Env, EpisodeStats, Step};
 pub use error::EnvError;
 pub use registry::{known_ids, make};
+pub use render::Frame;
 pub use spaces::{ActionSpace, ObservationSpace};

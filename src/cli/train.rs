@@ -8,10 +8,13 @@ use normrl_envs::make;
 
 use crate::config::validate::MemoryEstimate;
 use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::logging::video::{check_renders, Video, EVAL_VIDEO};
 use crate::run::checkpoint;
 use crate::run::files::Diverged;
 use crate::run::population::{population_members, train_members, SingleRun};
-use crate::run::train::{evaluate, finished_summary, set_threads, RunSummary, Trainer};
+use crate::run::train::{
+    evaluate, evaluate_in, finished_summary, set_threads, RunSummary, Trainer,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
@@ -49,6 +52,10 @@ pub struct EvalArgs {
     /// Seeds the evaluation episodes.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Writes the episodes, one after the other, as an animated GIF (e.g. `out.gif`),
+    /// each frame captioned with its episode, step and return.
+    #[arg(long, value_name = "FILE.gif")]
+    pub video: Option<PathBuf>,
 }
 
 pub fn train(args: &TrainArgs) -> Result<()> {
@@ -236,6 +243,9 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             args.checkpoint.display()
         );
     };
+    if let Some(path) = &args.video {
+        check_video_path(path)?;
+    }
     let mut config = TrainConfig::load(&run_dir.join("config.toml"), &[])?;
     config.eval.episodes = args.episodes;
     config.run.seed = args.seed;
@@ -248,7 +258,10 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     set_threads(config.run.threads);
     let device = select_device(parse_device_spec(&config.run.device)?)?;
     let agent = checkpoint::agent_from_checkpoint(&config, &ckpt, &device)?;
-    let eval = evaluate(&agent, &config, 0)?;
+    let eval = match &args.video {
+        None => evaluate(&agent, &config, 0, None)?,
+        Some(path) => evaluate_on_video(&agent, &config, path)?,
+    };
     println!(
         "{} over {} episodes (epsilon {}): mean return {:.2}; max Q at the first \
          observation {:.3} against a discounted return of {:.3}",
@@ -260,6 +273,55 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         eval.discounted_return
     );
     Ok(())
+}
+
+/// Checks `--video`'s path: a `.gif` file in a directory that exists.
+fn check_video_path(path: &Path) -> Result<()> {
+    let is_gif = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gif"));
+    if !is_gif {
+        bail!(
+            "--video {}: the video is written as an animated GIF; name a .gif file",
+            path.display()
+        );
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "--video {}: the directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The evaluation, with its episodes written to `path` as a GIF once all are played
+/// (atomically: an error leaves no file). An environment that cannot draw itself is
+/// refused before any episode.
+fn evaluate_on_video(
+    agent: &normrl_agents::dqn::Dqn,
+    config: &TrainConfig,
+    path: &Path,
+) -> Result<crate::run::diagnostics::Evaluation> {
+    let mut env = make(&config.env.id)?;
+    check_renders(env.as_mut()).context("--video")?;
+    let mut video = Video::new(EVAL_VIDEO);
+    let eval = evaluate_in(env.as_mut(), agent, config, 0, Some(&mut video))?;
+    let frames = video.frames();
+    if let Some((gif, width, height)) = video.finish()? {
+        checkpoint::write_atomic(path, &gif)?;
+        eprintln!(
+            "wrote {}: {frames} frames of {width} x {height}, {} KiB",
+            path.display(),
+            gif.len().div_ceil(1024)
+        );
+    }
+    Ok(eval)
 }
 
 #[cfg(test)]

@@ -114,6 +114,9 @@ pub struct EvalConfig {
     pub episodes: u64,
     /// Epsilon of the evaluation policy.
     pub epsilon: f64,
+    /// Each evaluation's first episode as an animated GIF in TensorBoard's images tab
+    /// (tag `eval/episode`).
+    pub video: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -210,6 +213,7 @@ impl Default for EvalConfig {
             interval: 10_000,
             episodes: 10,
             epsilon: 0.0,
+            video: false,
         }
     }
 }

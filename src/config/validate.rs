@@ -29,6 +29,9 @@ pub fn problems(config: &TrainConfig) -> Vec<String> {
     if !(0.0..=1.0).contains(&config.eval.epsilon) {
         add("eval", vec![("epsilon", "in [0, 1]")]);
     }
+    if let Some(problem) = video_problem(config) {
+        problems.push(problem);
+    }
     problems.extend(group_problems(config));
     if let Err(e) = parse_device_spec(&config.run.device) {
         problems.push(e.to_string());
@@ -40,6 +43,21 @@ pub fn problems(config: &TrainConfig) -> Vec<String> {
         problems.extend(odd_choices(config));
     }
     problems
+}
+
+/// `eval.video` on a Gymnasium environment that would be made without frames to give:
+/// Gymnasium renders only with `render_mode=rgb_array` (the bridge sets it for ALE's
+/// Atari games, whose emulator draws at no cost; other environments may need packages
+/// such as pygame to draw).
+fn video_problem(config: &TrainConfig) -> Option<String> {
+    let id = config.env.id.strip_prefix("gym:")?;
+    let renders = id.starts_with("ALE/") || id.contains("render_mode=rgb_array");
+    (config.eval.video && !renders).then(|| {
+        format!(
+            "eval.video = true needs frames from env.id = \"{}\": add render_mode=rgb_array to its options (gym:<id>?render_mode=rgb_array), or set eval.video = false",
+            config.env.id
+        )
+    })
 }
 
 fn replay_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {

@@ -1,6 +1,7 @@
 //! What a run writes for people: TensorBoard events, HParams sessions, the progress
-//! bar.
+//! bar, videos of episodes.
 
 pub mod hparams;
 pub(crate) mod progress;
 pub mod tensorboard;
+pub mod video;

@@ -1,6 +1,6 @@
 //! TensorBoard event files for a run: scalars with CleanRL's tags, text summaries (the
-//! resolved config), and a restart marker when a run resumes. One writer per run
-//! directory.
+//! resolved config), images (an evaluation episode's GIF), and a restart marker when a
+//! run resumes. One writer per run directory.
 //!
 //! The file is a TFRecord stream of `Event` protobufs: each record is its length (u64
 //! LE), the masked CRC-32C of the length, the bytes, and their masked CRC-32C. Records
@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use protobuf::{Message, RepeatedField};
 use tensorboard_proto::event::{Event, SessionLog, SessionLog_SessionStatus};
 use tensorboard_proto::summary::{
-    Summary, SummaryMetadata, SummaryMetadata_PluginData, Summary_Value,
+    Summary, SummaryMetadata, SummaryMetadata_PluginData, Summary_Image, Summary_Value,
 };
 use tensorboard_proto::tensor::TensorProto;
 use tensorboard_proto::tensor_shape::{TensorShapeProto, TensorShapeProto_Dim};
@@ -181,6 +181,20 @@ impl TensorBoard {
         let mut v = Summary_Value::new();
         v.set_tag(tag.to_string());
         v.set_simple_value(value as f32);
+        self.add(v, step);
+    }
+
+    /// An image summary holding an encoded image (PNG, or a GIF that TensorBoard's
+    /// images tab plays, as tensorboardX's `add_video` writes it), RGB.
+    pub fn image(&mut self, tag: &str, encoded: &[u8], width: usize, height: usize, step: u64) {
+        let mut image = Summary_Image::new();
+        image.set_width(width as i32);
+        image.set_height(height as i32);
+        image.set_colorspace(3);
+        image.set_encoded_image_string(encoded.to_vec());
+        let mut v = Summary_Value::new();
+        v.set_tag(tag.to_string());
+        v.set_image(image);
         self.add(v, step);
     }
 

@@ -76,7 +76,8 @@ pub struct Figure {
 
 static FONT: Once = Once::new();
 
-fn register_font() {
+/// Makes DejaVu Sans plotters' "sans-serif" (once; all text drawn needs it).
+pub(crate) fn register_font() {
     FONT.call_once(|| {
         let bytes: &'static [u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
         // Registering only fails on a corrupt font, which include_bytes rules out.

@@ -14,6 +14,7 @@ use normrl_agents::Metric;
 use crate::config::{Keep, TrainConfig};
 use crate::logging::hparams;
 use crate::logging::tensorboard::TensorBoard;
+use crate::logging::video::Video;
 use crate::run::checkpoint;
 use crate::run::files::{
     host_name, unix_seconds, Divergence, Heartbeat, RunResult, RunSummary, HEARTBEAT_FILE,
@@ -171,6 +172,14 @@ impl Recorder {
     pub(crate) fn evaluation(&mut self, step: u64, ret: f64) {
         self.eval_curve.push((step, ret));
         self.tb.scalar("eval/episodic_return", ret, step);
+    }
+
+    /// The first episode of an evaluation as an animated image (`eval.video`).
+    pub(crate) fn episode_video(&mut self, step: u64, video: Video) -> Result<()> {
+        if let Some((gif, width, height)) = video.finish()? {
+            self.tb.image("eval/episode", &gif, width, height, step);
+        }
+        Ok(())
     }
 
     /// The next evaluation's index (its environment's seed derives from it).

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::validate::MemoryEstimate;
 use crate::config::{parse_device_spec, select_device, TrainConfig};
+use crate::logging::video::{check_renders, Video, TENSORBOARD_VIDEO};
 use crate::run::checkpoint::{self, CheckpointFiles};
 use crate::run::diagnostics::{Diagnostics, Evaluation};
 pub use crate::run::evaluate::{evaluate, evaluate_in};
@@ -131,6 +132,16 @@ impl Trainer {
         let mut obs = vec![0.0; space.len()];
         env.reset(Some(seed), &mut obs)?;
         replay.start_episode(&obs);
+        // Before the run directory exists: a video that cannot be made fails the run
+        // at its start, not at its first evaluation.
+        let eval_env = match config.eval.video {
+            true => {
+                let mut eval_env = make(&config.env.id)?;
+                check_renders(eval_env.as_mut()).context("eval.video = true")?;
+                Some(eval_env)
+            }
+            false => None,
+        };
         // A fresh run takes its lock once the config has passed every check (a refused
         // config leaves nothing behind), and checks the directory again under it.
         let lock = match lock {
@@ -156,7 +167,7 @@ impl Trainer {
             agent,
             replay,
             record,
-            eval_env: None,
+            eval_env,
             diagnostics: Diagnostics::default(),
             defer_pruning: false,
             _lock: lock,
@@ -313,13 +324,14 @@ impl Trainer {
     }
 
     /// Mean return of `episodes` evaluation episodes at the configured epsilon, on a
-    /// separate environment seeded from the run seed and `index`.
-    pub fn evaluate(&mut self, index: u64) -> Result<Evaluation> {
+    /// separate environment seeded from the run seed and `index`; a video records what
+    /// it wants of them.
+    pub fn evaluate(&mut self, index: u64, video: Option<&mut Video>) -> Result<Evaluation> {
         let env = match &mut self.eval_env {
             Some(env) => env,
             None => self.eval_env.insert(make(&self.config.env.id)?),
         };
-        evaluate_in(env.as_mut(), &self.agent, &self.config, index)
+        evaluate_in(env.as_mut(), &self.agent, &self.config, index, video)
     }
 
     /// Diverges on the first non-finite trainable value of the online network.
@@ -514,9 +526,17 @@ impl Trainer {
 
     /// An evaluation, added to the curve and logged.
     fn evaluate_and_log(&mut self) -> Result<f64> {
-        let eval = self.evaluate(self.record.evaluations())?;
+        let mut video = self
+            .config
+            .eval
+            .video
+            .then(|| Video::new(TENSORBOARD_VIDEO));
+        let eval = self.evaluate(self.record.evaluations(), video.as_mut())?;
         let ret = eval.mean_return;
         self.record.evaluation(self.step, ret);
+        if let Some(video) = video {
+            self.record.episode_video(self.step, video)?;
+        }
         self.diagnostics
             .at_evaluation(&eval, self.step, &mut self.record.tb);
         Ok(ret)

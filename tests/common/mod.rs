@@ -100,3 +100,34 @@ impl Drop for Started {
         }
     }
 }
+
+/// A decoded GIF frame: its rectangle on the canvas and its RGB pixels.
+pub struct GifFrame {
+    pub left: usize,
+    pub top: usize,
+    pub width: usize,
+    pub height: usize,
+    pub rgb: Vec<u8>,
+}
+
+/// Every frame of a GIF, decoded by the `gif` crate.
+pub fn decode_gif(bytes: &[u8]) -> Vec<GifFrame> {
+    let mut options = gif::DecodeOptions::new();
+    options.set_color_output(gif::ColorOutput::RGBA);
+    let mut decoder = options.read_info(bytes).unwrap();
+    let mut frames = vec![];
+    while let Some(f) = decoder.read_next_frame().unwrap() {
+        frames.push(GifFrame {
+            left: f.left.into(),
+            top: f.top.into(),
+            width: f.width.into(),
+            height: f.height.into(),
+            rgb: f
+                .buffer
+                .chunks_exact(4)
+                .flat_map(|p| [p[0], p[1], p[2]])
+                .collect(),
+        });
+    }
+    frames
+}

@@ -211,6 +211,11 @@ impl Env for AtariPreprocessing {
     fn episode_stats(&self) -> Option<EpisodeStats> {
         self.inner.episode_stats()
     }
+
+    /// The emulator's colour screen, not the preprocessed observation.
+    fn render(&mut self) -> Result<crate::Frame, EnvError> {
+        self.inner.render()
+    }
 }
 
 /// Area-averaging resize (OpenCV's `INTER_AREA` when shrinking): each output pixel is

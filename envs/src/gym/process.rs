@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use crate::{ActionSpace, Env, EnvError, ObservationSpace, Step};
+use crate::{ActionSpace, Env, EnvError, Frame, ObservationSpace, Step};
 
 const WORKER_SOURCE: &str = include_str!("worker.py");
 /// Lines of the worker's stderr kept for error messages.
@@ -321,6 +321,30 @@ impl GymProcess {
     }
 }
 
+impl GymProcess {
+    /// Asks the worker for `env.render()`: `F`, the height and width (u32 each), and
+    /// the RGB bytes.
+    fn request_frame(&mut self) -> Result<Frame, EnvError> {
+        if let Some(e) = &self.dead {
+            return Err(e.clone());
+        }
+        if let Err(e) = self.stdin.write_all(b"F") {
+            return Err(self.fail(format!("cannot send the request for render ({e})")));
+        }
+        let tag = self.read_tag("render")?;
+        if tag != b'F' {
+            return Err(self.error_reply(tag, "render"));
+        }
+        let mut size = [0u8; 8];
+        self.read_exact_or_fail(&mut size, "render")?;
+        let height = u32::from_le_bytes(size[0..4].try_into().expect("4 bytes")) as usize;
+        let width = u32::from_le_bytes(size[4..8].try_into().expect("4 bytes")) as usize;
+        let mut rgb = vec![0; width * height * 3];
+        self.read_exact_or_fail(&mut rgb, "render")?;
+        Ok(Frame { width, height, rgb })
+    }
+}
+
 impl Env for GymProcess {
     fn id(&self) -> &str {
         &self.id
@@ -349,6 +373,12 @@ impl Env for GymProcess {
         message[0] = b'S';
         message[1..].copy_from_slice(&(action as u32).to_le_bytes());
         self.request(&message, "step", obs)
+    }
+
+    /// Gymnasium's `env.render()`, which needs the environment made with
+    /// `render_mode=rgb_array` (the worker sets it for ALE's Atari games).
+    fn render(&mut self) -> Result<Frame, EnvError> {
+        self.request_frame()
     }
 }
 

@@ -11,10 +11,14 @@ Worker -> Rust, first message:
 Rust -> worker:
   b"R" i64 seed (-1: no seed)        reset
   b"S" u32 action                    step
+  b"F"                               render
   b"Q"                               quit
 Worker -> Rust, after R or S:
   b"K" f64 reward, u8 terminated, u8 truncated, i32 lives (-1: none), observation bytes
   b"E" u32 n, n bytes of UTF-8 (the Python traceback)
+Worker -> Rust, after F:
+  b"F" u32 height, u32 width, height * width * 3 bytes (RGB, rows top first)
+  b"E" u32 n, n bytes of UTF-8 (why there is no frame)
 
 With "preset": "atari" the environment is made with frameskip=1 and grayscale frames,
 and each step repeats the action `frame_skip` times, summing rewards and returning the
@@ -67,6 +71,8 @@ def make_env(spec):
     kwargs = dict(spec.get("kwargs", {}))
     if env_id.startswith("ALE/") or spec.get("preset") == "atari":
         gym.register_envs(need("ale_py", "ale-py"))
+        # The emulator's screen costs nothing to keep: frames for videos on request.
+        kwargs.setdefault("render_mode", "rgb_array")
     if spec.get("preset") == "atari":
         kwargs.setdefault("frameskip", 1)
         kwargs.setdefault("obs_type", "grayscale")
@@ -96,6 +102,24 @@ def make_env(spec):
             % (env_id, env.observation_space)
         )
     return env
+
+
+def send_frame(out, env, env_id):
+    """Replies to F: the RGB frame of `env.render()`, or why there is none."""
+    if env.render_mode != "rgb_array":
+        send_error(
+            out,
+            "%s cannot render frames: it was made with render_mode=%r; add "
+            "render_mode=rgb_array to its id's options (gym:%s?render_mode=rgb_array)"
+            % (env_id, env.render_mode, env_id),
+        )
+        return
+    frame = np.ascontiguousarray(env.render(), dtype=np.uint8)
+    if frame.ndim != 3 or frame.shape[2] != 3:
+        send_error(out, "%s rendered an array of shape %s, not RGB" % (env_id, frame.shape))
+        return
+    height, width = frame.shape[:2]
+    out.write(b"F" + struct.pack("<II", height, width) + frame.tobytes())
 
 
 def main():
@@ -172,6 +196,8 @@ def main():
                 if frame_skip >= 2 and i == frame_skip - 1:
                     obs = np.maximum(pool[0], pool[1])
                 reply(total, terminated, truncated, lives(info), obs)
+            elif op == b"F":
+                send_frame(out, env, spec["id"])
             else:
                 send_error(out, "protocol error: unknown request %r" % op)
                 return 2

@@ -18,6 +18,7 @@
 
 mod asterix;
 mod breakout;
+pub mod display;
 mod freeway;
 mod seaquest;
 mod space_invaders;
@@ -32,7 +33,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::env::{check_obs_len, from_state, to_state};
-use crate::{ActionSpace, Env, EnvError, ObservationSpace, Step};
+use crate::{ActionSpace, Env, EnvError, Frame, ObservationSpace, Step};
 
 /// The random stream shared by the wrapper's sticky draws and the game's draws.
 pub type GameRng = Xoshiro256PlusPlus;
@@ -191,7 +192,7 @@ impl<G: Game> MinAtar<G> {
         self.previous_action
     }
 
-    fn render(&self, obs: &mut [f32]) {
+    fn draw(&self, obs: &mut [f32]) {
         obs.fill(0.0);
         self.game.render(obs);
     }
@@ -239,7 +240,7 @@ impl<G: Game> Env for MinAtar<G> {
         }
         self.game.reset(&mut self.rng);
         self.has_reset = true;
-        self.render(obs);
+        self.draw(obs);
         Ok(())
     }
 
@@ -259,7 +260,7 @@ impl<G: Game> Env for MinAtar<G> {
         }
         self.previous_action = action;
         let (reward, terminal) = self.game.step(action, &mut self.rng);
-        self.render(obs);
+        self.draw(obs);
         Ok(Step {
             reward: reward as f32,
             terminated: terminal,
@@ -274,6 +275,13 @@ impl<G: Game> Env for MinAtar<G> {
     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
         *self = from_state(state)?;
         Ok(())
+    }
+
+    /// The observation's picture ([`display`]): one pixel a cell.
+    fn render(&mut self) -> Result<Frame, EnvError> {
+        let mut obs = vec![0.0; G::CHANNELS * CELLS];
+        self.draw(&mut obs);
+        Ok(display::observation_frame(&obs, G::CHANNELS))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Wrappers that add behaviour around any [`Env`](crate::Env).
 
-/// Writes the `Env` methods a wrapper passes through to its `inner` environment (id
-/// and spaces), and its `save_state`/`load_state`: the inner state under `"inner"`
+/// Writes the `Env` methods a wrapper passes through to its `inner` environment (id,
+/// spaces and rendering), and its `save_state`/`load_state`: the inner state under `"inner"`
 /// and the wrapper's own field under that field's name.
 macro_rules! pass_through {
     (state: $field:ident) => {
@@ -15,6 +15,10 @@ macro_rules! pass_through {
 
         fn action_space(&self) -> $crate::ActionSpace {
             self.inner.action_space()
+        }
+
+        fn render(&mut self) -> Result<$crate::Frame, $crate::EnvError> {
+            self.inner.render()
         }
 
         fn save_state(&self) -> Result<serde_json::Value, $crate::EnvError> {
