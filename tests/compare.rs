@@ -11,14 +11,7 @@ fn setup(name: &str) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("normrl-compare-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
-    let config = dir.join("tiny.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"name = "tiny"
-base = "{}"
-seeds = 2
+    let body = r#"seeds = 2
 [set]
 "run.total_steps" = 1500
 "replay.learning_starts" = 200
@@ -30,12 +23,9 @@ seeds = 2
 norm = ["none", "weight_norm"]
 [report]
 baseline = "none"
-thresholds = {{ "classic/cartpole" = 30.0 }}
-"#,
-            base.display()
-        ),
-    )
-    .unwrap();
+thresholds = { "classic/cartpole" = 30.0 }
+"#;
+    let config = common::cartpole_comparison(&dir, "tiny", body);
     (dir, config)
 }
 

@@ -299,14 +299,7 @@ fn a_full_disk_names_itself_and_the_resume_after_ends_the_same() {
 #[test]
 fn a_comparison_skips_a_run_another_process_holds() {
     let root = temp("compare");
-    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
-    let config = root.join("tiny.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"name = "tiny"
-base = "{}"
-seeds = 1
+    let body = r#"seeds = 1
 [set]
 "run.total_steps" = 1000
 "replay.learning_starts" = 200
@@ -315,11 +308,8 @@ seeds = 1
 "checkpoint.interval" = 0
 [axes]
 norm = ["none", "layer_norm"]
-"#,
-            base.display()
-        ),
-    )
-    .unwrap();
+"#;
+    let config = common::cartpole_comparison(&root, "tiny", body);
     let runs = root.join("runs");
     let held = runs.join("classic_cartpole/none/seed-1");
     let lock = normrl::storage::lock::RunLock::acquire(&held).unwrap();

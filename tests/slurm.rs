@@ -25,14 +25,11 @@ fn workdir(name: &str) -> PathBuf {
 
 /// A small CartPole comparison: `norms` x 2 seeds of `steps` steps.
 fn comparison(dir: &Path, norms: &str, steps: u64) -> PathBuf {
-    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
-    let path = dir.join("small.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"name = "small"
-base = "{}"
-seeds = 2
+    common::cartpole_comparison(
+        dir,
+        "small",
+        &format!(
+            r#"seeds = 2
 [set]
 "run.total_steps" = {steps}
 "replay.learning_starts" = 300
@@ -45,12 +42,9 @@ seeds = 2
 norm = [{norms}]
 [report]
 baseline = "none"
-"#,
-            base.display()
+"#
         ),
     )
-    .unwrap();
-    path
 }
 
 fn arg(p: &Path) -> &str {

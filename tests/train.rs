@@ -75,7 +75,8 @@ fn same_seed_same_run_and_resume_equals_uninterrupted() {
     );
     assert!(full.episodes > 10 && full.updates == 2500);
 
-    // The run directory: config, summary, one checkpoint, TensorBoard events.
+    // The run directory: config, summary, the two newest checkpoints, TensorBoard
+    // events, the lock.
     let names: Vec<String> = std::fs::read_dir(&a)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -83,8 +84,9 @@ fn same_seed_same_run_and_resume_equals_uninterrupted() {
     assert!(names.contains(&"config.toml".to_string()));
     assert!(names.contains(&"summary.json".to_string()));
     assert!(names.iter().any(|n| n.starts_with("events.out.tfevents.")));
+    assert!(names.contains(&"lock".to_string()));
     let ckpts: Vec<_> = std::fs::read_dir(a.join("checkpoints")).unwrap().collect();
-    assert_eq!(ckpts.len(), 2, "one checkpoint and the latest pointer");
+    assert_eq!(ckpts.len(), 3, "two checkpoints and the latest pointer");
     // A finished run refuses to be overwritten.
     let err = Trainer::new(config, &a).err().unwrap().to_string();
     assert!(err.contains("already holds a run"), "{err}");

@@ -64,24 +64,12 @@ impl CartPole {
         check_obs_len(4, obs)?;
         self.state = state;
         self.terminated = Some(false);
-        for (o, s) in obs.iter_mut().zip(state) {
-            *o = s as f32;
-        }
+        self.write_obs(obs);
         Ok(())
     }
 
     pub fn state(&self) -> State {
         self.state
-    }
-
-    /// Starts an episode from a given state (for comparisons with other
-    /// implementations).
-    pub fn reset_to(&mut self, state: State, obs: &mut [f32]) -> Result<(), EnvError> {
-        check_obs_len(4, obs)?;
-        self.state = state;
-        self.terminated = Some(false);
-        self.write_obs(obs);
-        Ok(())
     }
 
     /// One Euler step of the dynamics, Gymnasium's equations verbatim.
@@ -263,7 +251,7 @@ mod tests {
         let mut env = CartPole::new();
         let mut obs = [0.0f32; 4];
         // Just inside the angle threshold and falling: the next step crosses it.
-        env.reset_to([0.0, 0.0, THETA_THRESHOLD - 1e-4, 0.5], &mut obs)
+        env.start_from([0.0, 0.0, THETA_THRESHOLD - 1e-4, 0.5], &mut obs)
             .unwrap();
         let step = env.step(1, &mut obs).unwrap();
         assert!(step.terminated);
@@ -273,11 +261,11 @@ mod tests {
             Err(EnvError::NeedsReset(_))
         ));
         // Cart position threshold.
-        env.reset_to([X_THRESHOLD - 1e-3, 1.0, 0.0, 0.0], &mut obs)
+        env.start_from([X_THRESHOLD - 1e-3, 1.0, 0.0, 0.0], &mut obs)
             .unwrap();
         assert!(env.step(0, &mut obs).unwrap().terminated);
         // Exactly on the threshold is not terminal (Gymnasium tests x < -2.4 or x > 2.4).
-        env.reset_to([X_THRESHOLD, 0.0, 0.0, 0.0], &mut obs)
+        env.start_from([X_THRESHOLD, 0.0, 0.0, 0.0], &mut obs)
             .unwrap();
         let step = env.step(1, &mut obs).unwrap();
         assert!(!step.terminated, "x stays 2.4 after one step from rest");
@@ -334,7 +322,7 @@ mod tests {
         // angle passes -12 degrees on step 9 (checked with Gymnasium's own formula).
         let mut env = CartPole::new();
         let mut obs = [0.0f32; 4];
-        env.reset_to([0.0; 4], &mut obs).unwrap();
+        env.start_from([0.0; 4], &mut obs).unwrap();
         let mut steps = 0;
         loop {
             steps += 1;

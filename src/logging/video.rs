@@ -232,7 +232,7 @@ impl Video {
 /// `frame` with a black strip under it holding `text` in white.
 fn captioned(frame: Frame, text: &str) -> Result<Frame> {
     use plotters::prelude::*;
-    crate::report::register_font();
+    crate::logging::font::register_font();
     let strip = (frame.width / 14).clamp(12, 24);
     let mut rgb = vec![0u8; 3 * frame.width * strip];
     {

@@ -9,7 +9,6 @@ pub mod grid;
 mod layout_tests;
 mod markdown;
 mod plots;
-pub(crate) use plots::register_font;
 mod records;
 pub mod settings;
 pub mod stats;

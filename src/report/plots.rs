@@ -6,7 +6,6 @@
 //! checks the SVG), and every number is written as people write it.
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 
 use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
@@ -72,17 +71,6 @@ pub struct Figure {
     pub columns: usize,
     pub panels: Vec<Panel>,
     pub legend: Vec<(String, Rgb)>,
-}
-
-static FONT: Once = Once::new();
-
-/// Makes DejaVu Sans plotters' "sans-serif" (once; all text drawn needs it).
-pub(crate) fn register_font() {
-    FONT.call_once(|| {
-        let bytes: &'static [u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
-        // Registering only fails on a corrupt font, which include_bytes rules out.
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, bytes);
-    });
 }
 
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
@@ -384,7 +372,7 @@ fn with_suffix(stem: &Path, ext: &str) -> PathBuf {
 
 /// Writes `<stem>.png` and `<stem>.svg`.
 pub fn write(stem: &Path, figure: &Figure) -> Result<()> {
-    register_font();
+    crate::logging::font::register_font();
     let columns = figure.columns.max(1);
     let rows = figure.panels.len().div_ceil(columns).max(1) as u32;
     let legend_rows = figure.legend.len() as u32 * LEGEND_ROW as u32 + 40;

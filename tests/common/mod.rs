@@ -22,6 +22,17 @@ pub fn normrl(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A comparison of CartPole runs written to `dir/<name>.toml` (its `base` is
+/// `configs/cartpole.toml`); `body` holds the rest: seeds, `[set]`, `[axes]` and any
+/// other table.
+pub fn cartpole_comparison(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!("name = \"{name}\"\nbase = \"{}\"\n{body}", base.display());
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// The venv's interpreter. Panics with the reason when Python or pip cannot set it up.
 pub fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();

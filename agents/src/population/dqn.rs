@@ -174,11 +174,6 @@ impl PopulationDqn {
         all
     }
 
-    /// Whether the update replays a captured CUDA graph.
-    pub fn update_replays(&self) -> bool {
-        self.graphs[UPDATE].replays()
-    }
-
     /// Every tensor this population keeps from one update to the next, by name: the
     /// networks' variables and buffers, the optimizer's state, the per-agent
     /// hyperparameters. None may hold a graph (`agents/tests/no_graph_kept.rs`).

@@ -31,6 +31,7 @@ impl Breakout {
     pub fn trail(&self) -> (i32, i32) {
         self.trail
     }
+    #[cfg(test)]
     pub fn brick_count(&self) -> u32 {
         self.bricks.count_ones()
     }

@@ -85,10 +85,6 @@ impl Action {
         Action::Down,
         Action::Fire,
     ];
-
-    pub fn from_index(i: usize) -> Option<Action> {
-        Self::ALL.get(i).copied()
-    }
 }
 
 /// One game's rules. The wrapper [`MinAtar`] drives it.

@@ -65,9 +65,11 @@ impl SpaceInvaders {
     pub fn moving_left(&self) -> bool {
         self.moving_left
     }
+    #[cfg(test)]
     pub fn player_bullet_count(&self) -> u32 {
         self.player_bullets.count_ones()
     }
+    #[cfg(test)]
     pub fn enemy_bullet_count(&self) -> u32 {
         self.enemy_bullets.count_ones()
     }
