@@ -129,53 +129,116 @@ impl ProbeDiagnostics {
     }
 }
 
-/// Each layer's trainable values, flattened in store order: the parameters of a step's
-/// two sides (`normrl` keeps one such snapshot to measure the next update's step).
+/// The network's trainable values, each parameter flattened under its name, in store
+/// order: the parameters of a step's two sides (`normrl` keeps one such snapshot to
+/// measure the next update's step). A layer is the name before the first `.`:
+/// `fc0.weight` and `fc0.bn.gamma` are layer `fc0`. (Snapshots saved by older
+/// versions hold one entry per layer, named by the layer: they measure the same steps
+/// and no angle.)
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LayerParameters(pub Vec<(String, Vec<f32>)>);
 
+/// The layer a parameter belongs to.
+fn layer_of(name: &str) -> &str {
+    name.split('.').next().unwrap_or(name)
+}
+
+/// Whether a parameter is its layer's weights: the matrix or filters (`.weight`), or
+/// weight norm's direction (`.v`), whose turn is the effective learning rate.
+fn is_weights(name: &str) -> bool {
+    matches!(name.split_once('.'), Some((_, "weight" | "v")))
+}
+
 impl LayerParameters {
-    /// The online network's trainable values by layer (the name before the first `.`:
-    /// `fc0.weight` and `fc0.bn.gamma` are layer `fc0`).
+    /// The online network's trainable values.
     pub fn of(net: &QNetwork) -> Result<Self> {
-        let mut layers: Vec<(String, Vec<f32>)> = vec![];
-        for p in net.store().trainable() {
-            let layer = p.name.split('.').next().unwrap_or(&p.name);
-            let values = p.var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
-            match layers.last_mut() {
-                Some((name, v)) if name == layer => v.extend(values),
-                _ => layers.push((layer.to_string(), values)),
+        let values = net
+            .store()
+            .trainable()
+            .map(|p| Ok((p.name.clone(), p.var.as_tensor().flatten_all()?.to_vec1()?)))
+            .collect::<Result<_>>()?;
+        Ok(Self(values))
+    }
+
+    /// `f` summed per layer over the parameters `keep` selects, in layer order, and
+    /// over all of them last (`all`).
+    fn per_layer(
+        &self,
+        after: &LayerParameters,
+        keep: fn(&str) -> bool,
+        f: impl Fn(&[f32], &[f32]) -> [f64; 3],
+    ) -> Vec<(String, [f64; 3])> {
+        let mut out: Vec<(String, [f64; 3])> = vec![];
+        let mut all = [0.0; 3];
+        for ((name, before), (_, now)) in self.0.iter().zip(&after.0) {
+            if !keep(name) {
+                continue;
             }
+            let sums = f(before, now);
+            let layer = layer_of(name);
+            match out.last_mut() {
+                Some((l, acc)) if l == layer => add(acc, sums),
+                _ => out.push((layer.to_string(), sums)),
+            }
+            add(&mut all, sums);
         }
-        Ok(Self(layers))
+        out.push(("all".into(), all));
+        out
     }
 
     /// `||theta_l||` per layer, and the whole network's last.
     pub fn norms(&self) -> Vec<(String, f64)> {
-        let mut out: Vec<(String, f64)> = self
-            .0
-            .iter()
-            .map(|(l, v)| (l.clone(), sum_sq(v.iter().map(|&x| f64::from(x))).sqrt()))
-            .collect();
-        let total = out.iter().map(|(_, n)| n * n).sum::<f64>().sqrt();
-        out.push(("all".into(), total));
-        out
+        self.per_layer(
+            self,
+            |_| true,
+            |v, _| [sum_sq(v.iter().map(|&x| f64::from(x))), 0.0, 0.0],
+        )
+        .into_iter()
+        .map(|(l, [sq, ..])| (l, sq.sqrt()))
+        .collect()
     }
 
     /// The effective step `||theta(t+1) - theta(t)|| / ||theta(t)||` per layer from
     /// `self` (before) to `after`, and the whole network's last.
     pub fn effective_steps(&self, after: &LayerParameters) -> Vec<(String, f64)> {
-        let mut out = vec![];
-        let (mut diff_all, mut norm_all) = (0.0, 0.0);
-        for ((layer, before), (_, now)) in self.0.iter().zip(&after.0) {
-            let diff = sum_sq(before.iter().zip(now).map(|(&b, &a)| f64::from(a - b)));
-            let norm = sum_sq(before.iter().map(|&x| f64::from(x)));
-            diff_all += diff;
-            norm_all += norm;
-            out.push((layer.clone(), ratio(diff, norm)));
-        }
-        out.push(("all".into(), ratio(diff_all, norm_all)));
-        out
+        let sums = |b: &[f32], a: &[f32]| {
+            let diff = sum_sq(b.iter().zip(a).map(|(&b, &a)| f64::from(a - b)));
+            [diff, sum_sq(b.iter().map(|&x| f64::from(x))), 0.0]
+        };
+        self.per_layer(after, |_| true, sums)
+            .into_iter()
+            .map(|(l, [diff, norm, _])| (l, ratio(diff, norm)))
+            .collect()
+    }
+
+    /// The angle in radians each layer's weights (weight norm's direction `v`) turn
+    /// from `self` to `after`, `arccos(<w, w'> / (||w|| ||w'||))`, and all layers'
+    /// weights as one vector last: the effective learning rate of a scale-invariant
+    /// layer, whose step changes the function by its angle, not its length.
+    pub fn turn_angles(&self, after: &LayerParameters) -> Vec<(String, f64)> {
+        let sums = |b: &[f32], a: &[f32]| {
+            let dot = b
+                .iter()
+                .zip(a)
+                .map(|(&b, &a)| f64::from(b) * f64::from(a))
+                .sum();
+            let (nb, na) = (
+                sum_sq(b.iter().map(|&x| f64::from(x))),
+                sum_sq(a.iter().map(|&x| f64::from(x))),
+            );
+            [dot, nb, na]
+        };
+        self.per_layer(after, is_weights, sums)
+            .into_iter()
+            .filter(|(_, [_, nb, na])| *nb > 0.0 && *na > 0.0)
+            .map(|(l, [dot, nb, na])| (l, (dot / (nb * na).sqrt()).clamp(-1.0, 1.0).acos()))
+            .collect()
+    }
+}
+
+fn add(acc: &mut [f64; 3], x: [f64; 3]) {
+    for (a, x) in acc.iter_mut().zip(x) {
+        *a += x;
     }
 }
 

@@ -107,7 +107,10 @@ fn parameter_norms_and_the_effective_step_of_a_known_change() {
     let net = hand_built();
     let before = LayerParameters::of(&net).unwrap();
     let names: Vec<&str> = before.0.iter().map(|(l, _)| l.as_str()).collect();
-    assert_eq!(names, ["fc0", "head"]);
+    assert_eq!(
+        names,
+        ["fc0.weight", "fc0.bias", "head.weight", "head.bias"]
+    );
     // fc0: weights 1+1+0.0001+1+4+1 = 8.0001, bias 0.
     let norms = before.norms();
     assert!((norms[0].1 - 8.0001f64.sqrt()).abs() < 1e-6, "{norms:?}");
@@ -124,4 +127,38 @@ fn parameter_norms_and_the_effective_step_of_a_known_change() {
     );
     assert_eq!(steps[1].1, 0.0);
     assert!((steps[2].1 - 0.5 / all).abs() < 1e-6);
+    // A bias moved, no weight turned.
+    let angles = before.turn_angles(&LayerParameters::of(&net).unwrap());
+    assert!(angles.iter().all(|(_, a)| *a == 0.0), "{angles:?}");
+}
+
+/// The angle weights turn is the effective learning rate of a scale-invariant layer:
+/// a rotation by 0.3 radians reads 0.3 whatever the weights' length before and after,
+/// biases and gains do not count, weight norm's direction `v` does, and the network's
+/// angle takes every layer's weights as one vector.
+#[test]
+fn the_angle_weights_turn_is_known_for_a_rotation() {
+    let (c, s) = (0.3f32.cos(), 0.3f32.sin());
+    let at = |weights: Vec<f32>, v: Vec<f32>| {
+        LayerParameters(vec![
+            ("fc0.weight".into(), weights),
+            ("fc0.bias".into(), vec![1.0, -2.0]),
+            ("fc1.v".into(), v),
+            ("fc1.g".into(), vec![1.0]),
+        ])
+    };
+    let before = at(vec![2.0, 0.0], vec![0.0, 1.0]);
+    // fc0 rotated by 0.3 and scaled by 5 (a step that grows the norm turns no
+    // further); fc1's direction unchanged but scaled; the bias and gain moved.
+    let mut after = at(vec![10.0 * c, 10.0 * s], vec![0.0, 3.0]);
+    after.0[1].1 = vec![7.0, 7.0];
+    after.0[3].1 = vec![4.0];
+    let angles = before.turn_angles(&after);
+    let names: Vec<&str> = angles.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(names, ["fc0", "fc1", "all"]);
+    assert!((angles[0].1 - 0.3).abs() < 1e-6, "{angles:?}");
+    assert!(angles[1].1.abs() < 1e-6, "{angles:?}");
+    // All weights as one vector: (2, 0, 0, 1) against (10c, 10s, 0, 3).
+    let expected = (20.0 * f64::from(c) + 3.0) / (5f64.sqrt() * 109f64.sqrt());
+    assert!((angles[2].1 - expected.acos()).abs() < 1e-6, "{angles:?}");
 }

@@ -1,6 +1,7 @@
 //! A run's diagnostics (docs/methods.md, "Diagnostics"): at every
 //! `logging.layer_stats_interval`, the dormant units and effective rank on a fixed probe
-//! batch, each layer's parameter norm, and the next update's effective step; at every
+//! batch, each layer's parameter norm, and the next update's effective step and the
+//! angle each layer's weights turn in it (the effective learning rate); at every
 //! evaluation, the Q overestimation. Logged to TensorBoard under `diagnostics/`, and
 //! kept as curves for the run's summary and `normrl report`.
 //!
@@ -26,7 +27,7 @@ pub const PROBE_SIZE: usize = 256;
 
 /// The diagnostics the report plots, one chart per environment each: whole-network
 /// values, as `(curve, axis label)`.
-pub const REPORTED: [(&str, &str); 6] = [
+pub const REPORTED: [(&str, &str); 7] = [
     ("dormant_tau0/all", "dead units (fraction, tau = 0)"),
     ("dormant_tau0.1/all", "dormant units (fraction, tau = 0.1)"),
     (
@@ -37,6 +38,10 @@ pub const REPORTED: [(&str, &str); 6] = [
     (
         "effective_step/all",
         "effective step ||dtheta|| / ||theta||",
+    ),
+    (
+        "effective_angle/all",
+        "effective angle (radians the weights turn in an update)",
     ),
     (
         "q_overestimation",
@@ -124,6 +129,9 @@ impl Diagnostics {
         let after = LayerParameters::of(agent.online())?;
         for (layer, size) in before.effective_steps(&after) {
             self.record(tb, &format!("effective_step/{layer}"), step, size);
+        }
+        for (layer, angle) in before.turn_angles(&after) {
+            self.record(tb, &format!("effective_angle/{layer}"), step, angle);
         }
         self.seconds += started.elapsed().as_secs_f64();
         Ok(())

@@ -1,7 +1,9 @@
-//! The CPU's low-level loops and candle custom ops: matrix products, im2col, the
-//! one-pass feature loops, each normalization's fused op with its closed-form backward,
-//! and the AVX2 dispatch. Nothing here knows about layers, networks or agents; `nn`
-//! calls these by name.
+//! How the computations run, below the networks: the CPU's loops and candle custom
+//! ops (matrix products, im2col, the one-pass feature loops, each normalization's fused
+//! op with its closed-form backward, the AVX2 dispatch), the population's forms of them
+//! run on each agent's values (`per_agent.rs`, `agent_product.rs`), and the CUDA
+//! kernels with their launches and host emulation (`cuda/`). Nothing here knows about
+//! layers or networks: `nn`, `dqn` and `population` call these by name.
 
 pub(crate) mod agent_product;
 pub mod avx2;
