@@ -83,6 +83,10 @@ impl TrainConfig {
         every_key.run.population = 2;
         every_key.run.cuda_graphs = false;
         every_key.run.tf32 = true;
+        every_key.optimizer.lr_schedule = normrl_agents::optim::LrSchedule::Linear {
+            to: 0.1,
+            updates: 1,
+        };
         let known = toml::Table::try_from(every_key).expect("defaults serialize");
         check_keys(&table, &known, "")?;
         let config: TrainConfig =

@@ -31,6 +31,39 @@ pub struct OptimizerConfig {
     pub centered: bool,
     /// Clip the global gradient norm to this value; 0 disables clipping.
     pub max_grad_norm: f64,
+    /// How the learning rate changes over updates (constant unless set; the default is
+    /// not written to a resolved config, so runs from before it resume unchanged).
+    #[serde(skip_serializing_if = "LrSchedule::is_constant")]
+    pub lr_schedule: LrSchedule,
+}
+
+/// The learning rate's schedule over optimizer updates (`optimizer.lr_schedule`).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LrSchedule {
+    /// `lr` at every update.
+    #[default]
+    Constant,
+    /// `lr` at the first update, falling linearly to `lr * to` at update `updates + 1`
+    /// and staying there (Normalize-and-Project pairs its projection with such a decay).
+    Linear { to: f64, updates: u64 },
+}
+
+impl LrSchedule {
+    pub fn is_constant(&self) -> bool {
+        *self == Self::Constant
+    }
+
+    /// The factor on `lr` at update `t` (1 for the first).
+    pub fn factor(&self, t: u64) -> f64 {
+        match *self {
+            Self::Constant => 1.0,
+            Self::Linear { to, updates } => {
+                let done = (t.saturating_sub(1) as f64 / updates.max(1) as f64).min(1.0);
+                1.0 - (1.0 - to) * done
+            }
+        }
+    }
 }
 
 impl Default for OptimizerConfig {
@@ -44,6 +77,7 @@ impl Default for OptimizerConfig {
             rms_eps: 0.01,
             centered: true,
             max_grad_norm: 10.0,
+            lr_schedule: LrSchedule::Constant,
         }
     }
 }
@@ -70,6 +104,14 @@ impl OptimizerConfig {
         }
         if !non_negative(self.max_grad_norm) {
             p.push(("max_grad_norm", "a non-negative number (0 = no clipping)"));
+        }
+        if let LrSchedule::Linear { to, updates } = self.lr_schedule {
+            if !(0.0..=1.0).contains(&to) || updates == 0 {
+                p.push((
+                    "lr_schedule",
+                    "{ type = \"linear\", to = a factor in [0, 1], updates = a positive count }",
+                ));
+            }
         }
         p
     }

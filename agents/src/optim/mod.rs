@@ -1,5 +1,6 @@
 //! Optimizers for Q-networks: Adam and (centered) RMSprop with per-group learning
-//! rates (weight norm's `g`) and global gradient-norm clipping.
+//! rates (weight norm's `g`), a learning-rate schedule, and global gradient-norm
+//! clipping.
 //!
 //! On the CPU one fused loop updates each variable in place from its gradient; on
 //! other devices the same arithmetic runs as tensor ops (also kept as the reference
@@ -11,5 +12,5 @@ mod config;
 mod optimizer;
 mod staggered;
 
-pub use config::{OptimizerConfig, OptimizerKind};
+pub use config::{LrSchedule, OptimizerConfig, OptimizerKind};
 pub use optimizer::{Gradients, Optimizer};

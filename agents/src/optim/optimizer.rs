@@ -52,13 +52,16 @@ pub struct Optimizer {
     config: OptimizerConfig,
     slots: Vec<Slot>,
     steps: u64,
+    /// This step's learning rate: `lr` times the schedule's factor at `steps`.
+    lr: f64,
     store: ParamStore,
     /// Built as the tensor-op reference ([`Self::reference`]): never a fused step (read
     /// where a device has one).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     reference: bool,
-    /// The CUDA step's Adam bias corrections `[2]`, on the device: written before each
-    /// step's launches (or their replay), read by the kernel.
+    /// What the CUDA step reads that changes from step to step, `[3]` on the device:
+    /// Adam's bias corrections and the schedule's factor on the learning rate, written
+    /// before each step's launches (or their replay).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     device_bias: Option<Tensor>,
 }
@@ -270,6 +273,7 @@ impl Optimizer {
             config: config.clone(),
             slots,
             steps: 0,
+            lr: config.lr,
             store: store.clone(),
             reference,
             device_bias: None,
@@ -349,13 +353,13 @@ impl Optimizer {
             Metric::Device(_) => 1.0,
         };
         let base = self.next_coefficients(grad_scale);
-        let c = &self.config;
+        let lr = self.lr;
         for slot in &mut self.slots {
             let Some(grad) = grads.get(slot.var.as_tensor()) else {
                 continue;
             };
             let coefficients = Coefficients {
-                lr: (c.lr * slot.lr_scale) as f32,
+                lr: (lr * slot.lr_scale) as f32,
                 ..base
             };
             match &mut slot.state {
@@ -412,7 +416,7 @@ impl Optimizer {
         }
         let norm = sum.sqrt();
         let base = self.next_coefficients(self.clipping_scale(norm));
-        let lr = self.config.lr;
+        let lr = self.lr;
         for slot in &mut self.slots {
             let Some(g) = grad_of(&slot.var) else {
                 continue;
@@ -469,7 +473,7 @@ impl Optimizer {
         }
         let norms: Vec<f64> = sums.iter().map(|s| s.sqrt()).collect();
         let base = self.next_coefficients(1.0);
-        let lr = self.config.lr;
+        let lr = self.lr;
         for (slot, grad) in self.slots.iter_mut().zip(&grads) {
             let (Some(grad), State::Host(state)) = (grad, &mut slot.state) else {
                 continue;
@@ -496,13 +500,14 @@ impl Optimizer {
 
     /// Counts a step and returns its hyperparameters as the population's CUDA step
     /// reads them (`kernels/cuda/optimizer.cu`): the base learning rate, each agent's
-    /// clipping to `max_grad_norm`, the same at every step; and this step's Adam bias
-    /// corrections `1 - b1^t`, `sqrt(1 - b2^t)`, which the kernel reads from the device.
+    /// clipping to `max_grad_norm`, the same at every step; and what the kernel reads
+    /// from the device: this step's Adam bias corrections `1 - b1^t`, `sqrt(1 - b2^t)`
+    /// and the learning rate's factor from its schedule.
     #[cfg(any(test, feature = "cuda"))]
     pub(crate) fn next_kernel_coefficients(
         &mut self,
         max_grad_norm: f64,
-    ) -> (StepCoefficients, [f32; 2]) {
+    ) -> (StepCoefficients, [f32; 3]) {
         let c = self.next_coefficients(1.0);
         let fixed = StepCoefficients {
             lr: self.config.lr,
@@ -514,7 +519,8 @@ impl Optimizer {
             adam: i32::from(c.kind == OptimizerKind::Adam),
             centered: i32::from(c.centered),
         };
-        (fixed, [c.bias1, c.bias2_sqrt])
+        let factor = self.config.lr_schedule.factor(self.steps) as f32;
+        (fixed, [c.bias1, c.bias2_sqrt, factor])
     }
 
     /// Counts a step of [`Self::device_step`] and writes what changes from step to step
@@ -536,7 +542,7 @@ impl Optimizer {
         let device = self.store.device().clone();
         let buffer = match &self.device_bias {
             Some(b) => b.clone(),
-            None => Tensor::zeros(2, candle_core::DType::F32, &device)?,
+            None => Tensor::zeros(3, candle_core::DType::F32, &device)?,
         };
         crate::kernels::cuda::device::write(&buffer, &bias)?;
         self.device_bias = Some(buffer);
@@ -587,14 +593,16 @@ impl Optimizer {
         super::clip::scale(norm, self.config.max_grad_norm)
     }
 
-    /// Counts a step and returns its coefficients (the base learning rate).
+    /// Counts a step, sets its learning rate from the schedule, and returns its
+    /// coefficients (with that learning rate, before per-variable scales).
     fn next_coefficients(&mut self, grad_scale: f64) -> Coefficients {
         self.steps += 1;
         let c = &self.config;
+        self.lr = c.lr * c.lr_schedule.factor(self.steps);
         let t = self.steps as i32;
         Coefficients {
             kind: c.kind,
-            lr: c.lr as f32,
+            lr: self.lr as f32,
             grad_scale: grad_scale as f32,
             b1: c.betas.0 as f32,
             b2: c.betas.1 as f32,
@@ -709,4 +717,51 @@ fn tensor_update(
         }
     };
     var.set(&new_p)
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use candle_core::Device;
+
+    use super::*;
+    use crate::optim::LrSchedule;
+
+    /// With a constant gradient, each Adam step moves a value by `lr * g / (|g| + eps)`
+    /// (the bias-corrected moments are `g` and `g^2`): the steps follow the schedule,
+    /// 1, 0.8, 0.6, 0.4, 0.2 then 0.2 of `lr`, on the fused loop and on the tensor ops.
+    #[test]
+    fn a_linear_schedule_scales_each_step() {
+        let config = OptimizerConfig {
+            lr: 0.01,
+            max_grad_norm: 0.0,
+            lr_schedule: LrSchedule::Linear {
+                to: 0.2,
+                updates: 4,
+            },
+            ..Default::default()
+        };
+        for reference in [false, true] {
+            let mut store = ParamStore::new(Device::Cpu);
+            let t = Tensor::new(&[1f32, -2.0], &Device::Cpu).unwrap();
+            let var = store.add("w", t, Role::Weight).unwrap().clone();
+            let mut opt = Optimizer::build(&store, &config, 1.0, reference);
+            let mut before = var.as_tensor().to_vec1::<f32>().unwrap();
+            for factor in [1.0, 0.8, 0.6, 0.4, 0.2, 0.2] {
+                // d(0.5 * sum(w)) / dw = 0.5 everywhere.
+                let loss = (var.as_tensor().sum_all().unwrap() * 0.5).unwrap();
+                opt.step(&loss.backward().unwrap()).unwrap();
+                let now = var.as_tensor().to_vec1::<f32>().unwrap();
+                let expected = 0.01 * factor * 0.5 / (0.5 + 1e-8);
+                for (b, a) in before.iter().zip(&now) {
+                    let moved = f64::from(b - a);
+                    assert!(
+                        (moved - expected).abs() < 1e-6,
+                        "{reference}: {moved} vs {expected}"
+                    );
+                }
+                before = now;
+            }
+        }
+        assert_eq!(LrSchedule::Constant.factor(1_000_000), 1.0);
+    }
 }

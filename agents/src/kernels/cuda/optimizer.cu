@@ -102,7 +102,8 @@ __device__ __forceinline__ void update_value(const Coefficients& c, const VarSlo
 // x, y, z); every table's sums are written before any table's step runs. Each agent's
 // gradients are clipped by its own global norm to `max_grad_norm` (PyTorch's rule, as
 // `optim::clip::scale`), its learning rate is `lr * lr_scale * lr_ratios[p]`
-// (`lr_ratios` null: 1), and its norm before clipping goes to `norms [P]`.
+// (`lr_ratios` null: 1) times this step's factor from the schedule (`bias[2]`), and
+// its norm before clipping goes to `norms [P]`.
 KERNEL void population_optimizer_step(const VarTable table,
                                       const double* __restrict__ sums,
                                       const double* __restrict__ lr_ratios,
@@ -113,7 +114,9 @@ KERNEL void population_optimizer_step(const VarTable table,
     double norm = agent_norm(sums, table.vars, p);
     double max = c.max_grad_norm;
     float grad_scale = (float)(max > 0.0 && norm > max ? max / (norm + 1e-6) : 1.0);
-    float lr = (float)(c.lr * s.lr_scale * (lr_ratios ? lr_ratios[p] : 1.0));
+    // In double and in the CPU's order (`Optimizer::step_agents`): the same rounding.
+    double scheduled = c.lr * (double)bias[2];
+    float lr = (float)(scheduled * s.lr_scale * (lr_ratios ? lr_ratios[p] : 1.0));
     if (table.first + v == 0 && blockIdx.x == 0 && threadIdx.x == 0) norms[p] = (float)norm;
     VarSlot run = s;
     unsigned long long start = (unsigned long long)p * s.per_agent;

@@ -85,9 +85,10 @@ mod device {
 
     /// One step of every agent's optimizer over `vars` (parameter, gradient, state 0,
     /// state 1, learning-rate scale), in place: two launches per table of variables
-    /// and no upload. `lr_ratios` (f64, `[P]`) and `bias` (Adam's two corrections,
-    /// f32) are on the device, written before the step, so a captured step replays
-    /// with the values of its own step. Returns each agent's gradient norm before
+    /// and no upload. `lr_ratios` (f64, `[P]`) and `bias` (Adam's two corrections and
+    /// the learning rate's factor from its schedule, f32 `[3]`) are on the device,
+    /// written before the step, so a captured step replays with the values of its own
+    /// step. Returns each agent's gradient norm before
     /// clipping, `[P]`, on the device.
     pub(crate) fn step(
         dev: &CudaDevice,

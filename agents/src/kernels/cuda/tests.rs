@@ -10,7 +10,7 @@ use super::args::{BatchNorm, ConvDims, RowNorm};
 use super::emulate::{launch, Ptr};
 use super::optimizer::{StepCoefficients, VarSlot, VarTable};
 use crate::nn::{ParamStore, Role};
-use crate::optim::{Optimizer, OptimizerConfig, OptimizerKind};
+use crate::optim::{LrSchedule, Optimizer, OptimizerConfig, OptimizerKind};
 
 /// The kernels, compiled for the host (`build.rs`).
 mod ffi {
@@ -346,7 +346,7 @@ fn kernel_step(
     host: &mut [[Vec<f32>; 3]],
     grads: &[Vec<f32>],
     (lr_scales, ratios): (&[f64], &[f64]),
-    (c, bias): (StepCoefficients, [f32; 2]),
+    (c, bias): (StepCoefficients, [f32; 3]),
     per_table: usize,
 ) -> Vec<f32> {
     let slots: Vec<VarSlot> = host
@@ -398,11 +398,16 @@ fn the_optimizer_step_is_the_cpu_fused_step() {
         (OptimizerKind::Rmsprop, false),
     ];
     for (kind, centered) in kinds {
+        // A linear schedule: each step's factor reaches the kernel through the device.
         let config = OptimizerConfig {
             kind,
             centered,
             lr: 1e-2,
             max_grad_norm: 1.0,
+            lr_schedule: LrSchedule::Linear {
+                to: 0.25,
+                updates: 2,
+            },
             ..Default::default()
         };
         let mut r = rng();
