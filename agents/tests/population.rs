@@ -313,7 +313,11 @@ fn with_zero_one_rewards_each_member_updates_as_its_agent() {
             let net = &shape.network.architecture;
             eprintln!("0/1 rewards {net:?} {kind:?}: worst over 30 updates from the same state: loss {worst:e}, weights' change {change:e}");
             if !kind.uses_weight_norm() {
-                assert_eq!((worst, change), (0.0, 0.0), "{net:?} {kind:?}: not bit for bit");
+                assert_eq!(
+                    (worst, change),
+                    (0.0, 0.0),
+                    "{net:?} {kind:?}: not bit for bit"
+                );
             }
         }
     }
@@ -805,25 +809,16 @@ fn the_fused_population_step_equals_the_tensor_reference() {
 /// keeps the device path's composition tested on a machine without a device.
 #[test]
 fn fused_population_steps_equal_the_tensor_forms() {
-    let all = [
-        NormKind::None,
-        NormKind::WeightNorm,
-        NormKind::WnMeanOnlyBn,
-        NormKind::BatchNorm,
-        NormKind::BatchRenorm,
-        NormKind::LayerNorm,
-        NormKind::GroupNorm,
-        NormKind::RmsNorm,
-        NormKind::Svb,
-        NormKind::Bbn,
-    ];
     let cnn_kinds = [
         NormKind::None,
         NormKind::WeightNorm,
         NormKind::BatchNorm,
         NormKind::LayerNorm,
     ];
-    for (shape, kinds, updates) in [(mlp(), &all[..], 100), (cnn(), &cnn_kinds[..], 100)] {
+    for (shape, kinds, updates) in [
+        (mlp(), &NormKind::ALL[..], 100),
+        (cnn(), &cnn_kinds[..], 100),
+    ] {
         for &kind in kinds {
             let norm = NormConfig {
                 kind,

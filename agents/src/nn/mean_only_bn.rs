@@ -378,8 +378,8 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
 
     /// The batch mean is subtracted anyway: the running mean starts at the first
     /// batch's (scaled) mean, and the bias at 0.
-    fn take_initial_mean(&self, mean: &Tensor) -> Result<bool> {
-        self.running_mean.set(mean)?;
-        Ok(true)
+    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
+        self.running_mean.set(mean_scaled)?;
+        mean_scaled.zeros_like()
     }
 }

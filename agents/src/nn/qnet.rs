@@ -180,7 +180,7 @@ impl QNetwork {
     /// The trainer calls this after optimizer step number `step` (counting from 1):
     /// SVB/BBN project every `svb_interval` steps.
     pub fn after_optimizer_step(&self, step: u64) -> Result<bool> {
-        if self.norm.kind.uses_svb() && step.is_multiple_of(self.norm.svb_interval) {
+        if self.norm.kind.uses_svb() && super::svb::due(step, self.norm.svb_interval) {
             for layer in self.layers() {
                 layer.project(&self.norm)?;
             }

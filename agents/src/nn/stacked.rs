@@ -48,11 +48,12 @@ pub(crate) trait StackedNorm: Send + Sync {
         false
     }
 
-    /// Weight norm's data-dependent init met this layer, whose scaled batch mean per
-    /// unit is `mean`: whether the method took it (mean-only batch norm starts its
-    /// running mean there, and the bias at 0), else the bias starts at `-mean`.
-    fn take_initial_mean(&self, _mean: &Tensor) -> Result<bool> {
-        Ok(false)
+    /// The layer's bias after weight norm's data-dependent init, from `mean_scaled`,
+    /// each unit's mean of `t` times its new gain: `-mean_scaled` centers the output
+    /// (mean-only batch norm starts its running mean there instead, and the bias at 0).
+    /// The same step as a single network's `ActivationNorm::initial_bias`.
+    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
+        mean_scaled.neg()
     }
 
     /// Whether a training step's work on the device is the same at every step, so that
