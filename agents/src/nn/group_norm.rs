@@ -151,7 +151,7 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
         true
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         _stats: super::BnStats,
@@ -176,7 +176,7 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
             .map(Some)
     }
 
-    fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
+    fn normalize(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
         let x_hat = normalized_per_sample(&h, 2, Centered::Groups(self.groups), self.eps)?;
         super::stacked::affine(x_hat, &self.gamma, &self.beta)
     }

@@ -304,10 +304,13 @@ impl Layer {
         self.forward(x, Pass::EVAL)
     }
 
-    /// SVB projection of the weight (SVB, BBN) and BBN's bound on BN gains.
-    pub fn project(&self, config: &NormConfig) -> Result<()> {
-        if !self.svb {
-            return Ok(());
+    /// The method's step after optimizer step `updates` (counting from 1), when due
+    /// (`svb::due`): SVB's projection of the weight (SVB, BBN) and BBN's bound on BN
+    /// gains; a population's layer takes the same step (`StackedNorm::after_step`).
+    /// Whether it ran.
+    pub fn after_step(&self, updates: u64, config: &NormConfig) -> Result<bool> {
+        if !self.svb || !svb::due(updates, config.svb_interval) {
+            return Ok(false);
         }
         if let WeightParam::Plain(w) = &self.weight {
             self.version
@@ -316,7 +319,7 @@ impl Layer {
         if let (Norm::Batch(bn), NormKind::Bbn) = (&self.norm, config.kind) {
             bn.bound_gains(config.bbn_eps)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Weight norms, gains, singular-value extremes and BN statistics.

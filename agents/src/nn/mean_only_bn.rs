@@ -265,7 +265,7 @@ impl StackedMeanOnly {
         })
     }
 
-    /// [`super::stacked::StackedNorm::forward_relu`] on a CUDA device: the batch's means
+    /// [`super::stacked::StackedNorm::fused_forward`] on a CUDA device: the batch's means
     /// by the moments kernel (and the running mean's update in tensor ops), then the
     /// centered bias and ReLU by the bias kernel.
     #[cfg(feature = "cuda")]
@@ -310,7 +310,7 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
         }))
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         stats: super::BnStats,
@@ -360,7 +360,7 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
         op.apply1(&h, bias.as_tensor()).map(Some)
     }
 
-    fn forward(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
+    fn normalize(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
         let mean = match stats {
             super::BnStats::Batch => {
                 let mean = super::stacked::unit_moments(&h)?.0;

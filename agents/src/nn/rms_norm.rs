@@ -140,7 +140,7 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
         true
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         _stats: super::BnStats,
@@ -163,7 +163,7 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
         op.apply1(h, self.gamma.as_tensor()).map(Some)
     }
 
-    fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
+    fn normalize(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
         normalized_per_sample(&h, 2, Centered::No, self.eps)?.broadcast_mul(self.gamma.as_tensor())
     }
 }

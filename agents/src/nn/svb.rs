@@ -151,9 +151,9 @@ impl StackedNorm for StackedSvb {
         }))
     }
 
-    fn forward(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
+    fn normalize(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
         match &self.bbn {
-            Some((bn, _)) => bn.forward(h, stats),
+            Some((bn, _)) => bn.normalize(h, stats),
             None => Ok(h),
         }
     }
@@ -162,14 +162,14 @@ impl StackedNorm for StackedSvb {
         self.bbn.is_none()
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         stats: super::BnStats,
         bias: Option<&Var>,
     ) -> Result<Option<crate::kernels::per_agent::Applied>> {
         match &self.bbn {
-            Some((bn, _)) => bn.forward_relu(h, stats, bias),
+            Some((bn, _)) => bn.fused_forward(h, stats, bias),
             None => Ok(None),
         }
     }

@@ -392,7 +392,7 @@ impl PopulationNet {
             }
         }
         let mut h = match &layer.norm {
-            Some(norm) => norm.forward(h, stats)?,
+            Some(norm) => norm.normalize(h, stats)?,
             None => h,
         };
         if let Some(wn) = &layer.weight_norm {
@@ -418,7 +418,7 @@ impl PopulationNet {
         let norm = layer.norm.as_ref().filter(|n| !n.passes_through());
         if let Some(norm) = norm {
             let applied = match layer.relu {
-                true => norm.forward_relu(h, stats, layer.bias.as_ref())?,
+                true => norm.fused_forward(h, stats, layer.bias.as_ref())?,
                 false => None,
             };
             return Ok(applied.map_or(After::Unfused, After::Op));
