@@ -12,20 +12,6 @@ use normrl_agents::nn::{BnStats, HostTape, NormConfig, NormKind, Pass, QNetwork,
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::replay::Batch;
 
-/// Every method.
-const HOST_KINDS: [NormKind; 10] = [
-    NormKind::None,
-    NormKind::WeightNorm,
-    NormKind::Svb,
-    NormKind::BatchNorm,
-    NormKind::Bbn,
-    NormKind::LayerNorm,
-    NormKind::WnMeanOnlyBn,
-    NormKind::RmsNorm,
-    NormKind::GroupNorm,
-    NormKind::BatchRenorm,
-];
-
 fn norm(kind: NormKind) -> NormConfig {
     NormConfig {
         kind,
@@ -60,7 +46,7 @@ fn vec_err(a: &[f32], b: &[f32]) -> f32 {
 fn host_forward_and_backward_equal_the_graph() {
     on_every_path(|| {
         let (obs, actions, rows) = (5usize, 3usize, 16usize);
-        for kind in HOST_KINDS {
+        for kind in NormKind::ALL {
             let net = QNetwork::new(
                 &QNetworkConfig::mlp(vec![24, 12]),
                 &norm(kind),
@@ -245,7 +231,7 @@ fn host_updates_equal_graph_updates() {
                 ..Default::default()
             },
         ];
-        for (kind, config) in HOST_KINDS
+        for (kind, config) in NormKind::ALL
             .into_iter()
             .flat_map(|k| configs.iter().map(move |c| (k, c)))
         {
@@ -343,7 +329,7 @@ fn every_kernel_path_gives_the_same_updates_bit_for_bit() {
         target_update: TargetUpdate::Hard { every: 3 },
         ..Default::default()
     };
-    for kind in HOST_KINDS {
+    for kind in NormKind::ALL {
         let run = |path| {
             on_path(path, || {
                 let mut host = agent(kind, &config, true);

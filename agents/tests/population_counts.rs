@@ -76,18 +76,7 @@ fn operations_and_reads_per_step_do_not_grow_with_the_population() {
     let mlp = (QNetworkConfig::mlp(vec![24, 16]), vec![5]);
     let cnn = (QNetworkConfig::minatar_cnn(), vec![4, 10, 10]);
     for (network, obs) in [mlp, cnn] {
-        for kind in [
-            NormKind::None,
-            NormKind::WeightNorm,
-            NormKind::WnMeanOnlyBn,
-            NormKind::BatchNorm,
-            NormKind::BatchRenorm,
-            NormKind::LayerNorm,
-            NormKind::GroupNorm,
-            NormKind::RmsNorm,
-            NormKind::Svb,
-            NormKind::Bbn,
-        ] {
+        for kind in NormKind::ALL {
             let (ops, reads) = step_counts(&network, &obs, kind, 1);
             let (ops_64, reads_64) = step_counts(&network, &obs, kind, 64);
             let what = format!("{:?} {kind:?}", network.architecture);

@@ -200,8 +200,8 @@ fn step_counts(population: &mut PopulationDqn, batches: &[Batch]) -> Result<(u64
     Ok((tensors_created() - t0, device_reads() - r0))
 }
 
-/// The population rows: the MLP and MinAtar's CNN with none, weight norm, batch norm
-/// and layer norm (or `filter`'s method); batch 4 and 32; P = 1 to 64 on the CPU, 1 to
+/// The population rows: the MLP and MinAtar's CNN with every method of the registry (or
+/// `filter`'s method); batch 4 and 32; P = 1 to 64 on the CPU, 1 to
 /// 256 on a GPU; the cases `filter` lets through.
 pub fn rows(iters: usize, device: &Device, filter: Filter) -> Result<Vec<Row>> {
     let populations = match device.is_cpu() {
@@ -210,12 +210,7 @@ pub fn rows(iters: usize, device: &Device, filter: Filter) -> Result<Vec<Row>> {
     };
     let kinds = match filter.method {
         Some(kind) => vec![kind],
-        None => vec![
-            NormKind::None,
-            NormKind::WeightNorm,
-            NormKind::BatchNorm,
-            NormKind::LayerNorm,
-        ],
+        None => NormKind::ALL.to_vec(),
     };
     let mut rows = vec![];
     for net in nets() {
@@ -236,8 +231,7 @@ pub fn rows(iters: usize, device: &Device, filter: Filter) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Which rows of [`rows`] to measure: one method's (else none, weight norm, batch norm
-/// and layer norm), cases whose name holds `case` (`"cnn b32 P=64"`).
+/// Which rows of [`rows`] to measure: one method's (else every method's), cases whose name holds `case` (`"cnn b32 P=64"`).
 #[derive(Clone, Copy, Default)]
 pub struct Filter<'a> {
     pub method: Option<NormKind>,

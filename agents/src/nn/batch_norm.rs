@@ -426,7 +426,7 @@ impl StackedBatchNorm {
         Ok(ops)
     }
 
-    /// [`StackedNorm::forward_relu`] on a CUDA device: the batch's moments by one
+    /// [`StackedNorm::fused_forward`] on a CUDA device: the batch's moments by one
     /// kernel (and batch renormalization's correction against the running statistics as
     /// they were, and the running statistics' update, in tensor ops), then the op.
     #[cfg(feature = "cuda")]
@@ -532,7 +532,7 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
         self.renorm.as_ref().is_none_or(|r| r.is_open())
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         stats: BnStats,
@@ -565,7 +565,7 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
             .map(Some)
     }
 
-    fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
+    fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
         let running = (&self.running_mean, &self.running_var);
         let (mean, var, correction) = match stats {
             BnStats::Batch => {

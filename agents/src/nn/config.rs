@@ -2,84 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::RenormConfig;
+use super::{NormKind, RenormConfig};
 use crate::check::{non_negative, positive};
-
-/// The normalization methods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NormKind {
-    None,
-    WeightNorm,
-    WnMeanOnlyBn,
-    BatchNorm,
-    LayerNorm,
-    Svb,
-    Bbn,
-    RmsNorm,
-    GroupNorm,
-    BatchRenorm,
-}
-
-impl NormKind {
-    pub const ALL: [NormKind; 10] = [
-        NormKind::None,
-        NormKind::WeightNorm,
-        NormKind::WnMeanOnlyBn,
-        NormKind::BatchNorm,
-        NormKind::LayerNorm,
-        NormKind::Svb,
-        NormKind::Bbn,
-        NormKind::RmsNorm,
-        NormKind::GroupNorm,
-        NormKind::BatchRenorm,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            NormKind::None => "none",
-            NormKind::WeightNorm => "weight_norm",
-            NormKind::WnMeanOnlyBn => "wn_mean_only_bn",
-            NormKind::BatchNorm => "batch_norm",
-            NormKind::LayerNorm => "layer_norm",
-            NormKind::Svb => "svb",
-            NormKind::Bbn => "bbn",
-            NormKind::RmsNorm => "rms_norm",
-            NormKind::GroupNorm => "group_norm",
-            NormKind::BatchRenorm => "batch_renorm",
-        }
-    }
-
-    /// Hidden layers are weight-normalized.
-    pub fn uses_weight_norm(self) -> bool {
-        matches!(self, NormKind::WeightNorm | NormKind::WnMeanOnlyBn)
-    }
-
-    /// The hidden layers keep a bias after the normalization: not where the method has
-    /// a shift of its own (batch and layer norm's `beta`) or, as RMSNorm, none at all.
-    pub fn keeps_bias(self) -> bool {
-        !matches!(
-            self,
-            NormKind::BatchNorm
-                | NormKind::Bbn
-                | NormKind::BatchRenorm
-                | NormKind::LayerNorm
-                | NormKind::RmsNorm
-                | NormKind::GroupNorm
-        )
-    }
-
-    /// Hidden weights are projected by SVB.
-    pub fn uses_svb(self) -> bool {
-        matches!(self, NormKind::Svb | NormKind::Bbn)
-    }
-}
-
-impl std::fmt::Display for NormKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Normalization settings; every field has a default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

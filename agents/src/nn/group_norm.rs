@@ -25,7 +25,7 @@ use super::activation_norm::{
     fused_or_reference, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
     Saved,
 };
-use super::layer_norm::{host_normalize, host_normalize_backward};
+use super::layer_norm::{host_normalize, host_normalize_backward, normalized_per_sample, Centered};
 use super::{ParamStore, Role};
 use crate::kernels::layer_norm::FusedLayerNorm;
 
@@ -78,14 +78,7 @@ impl GroupNorm {
 
     /// The layer through candle's tensor ops.
     pub fn forward_reference(&self, t: &Tensor) -> Result<Tensor> {
-        let samples = t.dim(0)?;
-        let grouped = t.reshape((samples, self.groups, ()))?;
-        let mean = grouped.mean_keepdim(2)?;
-        let centered = grouped.broadcast_sub(&mean)?;
-        let var = centered.sqr()?.mean_keepdim(2)?;
-        let normalized = centered
-            .broadcast_div(&(var + self.eps)?.sqrt()?)?
-            .reshape(t.shape())?;
+        let normalized = normalized_per_sample(t, 1, Centered::Groups(self.groups), self.eps)?;
         let mut shape = vec![1; t.rank()];
         shape[1] = t.dim(1)?;
         normalized
@@ -158,7 +151,7 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
         true
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         _stats: super::BnStats,
@@ -183,15 +176,8 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
             .map(Some)
     }
 
-    fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
-        let (p, b) = (h.dim(0)?, h.dim(1)?);
-        let per_group = h.elem_count() / (p * b * self.groups);
-        let grouped = h.reshape((p, b, self.groups, per_group))?;
-        let (mean, var) = super::stacked::moments(&grouped, 3)?;
-        let x_hat = grouped
-            .broadcast_sub(&mean)?
-            .broadcast_div(&(var + self.eps)?.sqrt()?)?
-            .reshape(h.shape())?;
+    fn normalize(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
+        let x_hat = normalized_per_sample(&h, 2, Centered::Groups(self.groups), self.eps)?;
         super::stacked::affine(x_hat, &self.gamma, &self.beta)
     }
 }

@@ -8,6 +8,7 @@ use super::activation_norm::{ActivationNorm, GraphLayer, Identity};
 use super::init::InitRng;
 use super::linear_map::unit_moments;
 use super::params::StoreVersion;
+use super::registry::Kernel;
 use super::{
     svb, BatchNorm, GroupNorm, LayerNorm, LinearMap, MeanOnlyBn, NormConfig, NormKind, ParamStore,
     Pass, RmsNorm, Role, WeightNorm,
@@ -96,55 +97,24 @@ impl Layer {
         config: &NormConfig,
         rng: &mut InitRng,
     ) -> Result<Self> {
-        let kind = config.kind;
+        let method = config.kind.method();
         let units = kernel.units();
-        let dev = store.device().clone();
-        let weight = if kind.uses_weight_norm() {
-            Self::normed_weight(store, name, kernel, config, rng)?
-        } else if kind.uses_svb() {
-            let w = rng.orthogonal(kernel.weight_shape(), &dev)?;
-            WeightParam::Plain(store.add(&format!("{name}.weight"), w, Role::Weight)?)
-        } else {
-            Self::plain_weight(store, name, kernel, rng)?
-        };
-        let norm = match kind {
-            NormKind::WnMeanOnlyBn => {
-                Norm::MeanOnly(MeanOnlyBn::new(store, name, units, config.bn_momentum)?)
+        let weight = match method.kernel {
+            Kernel::Normed => Self::normed_weight(store, name, kernel, config, rng)?,
+            Kernel::Orthogonal => {
+                let w = rng.orthogonal(kernel.weight_shape(), &store.device().clone())?;
+                WeightParam::Plain(store.add(&format!("{name}.weight"), w, Role::Weight)?)
             }
-            NormKind::BatchNorm | NormKind::Bbn => Norm::Batch(BatchNorm::new(
-                store,
-                name,
-                units,
-                config.bn_momentum,
-                config.bn_eps,
-            )?),
-            NormKind::BatchRenorm => Norm::Batch(BatchNorm::renormalized(
-                store,
-                name,
-                units,
-                (config.bn_momentum, config.bn_eps),
-                config.renorm(),
-            )?),
-            NormKind::LayerNorm => {
-                Norm::Layer(LayerNorm::new(store, name, out_shape, config.ln_eps)?)
-            }
-            NormKind::RmsNorm => Norm::Rms(RmsNorm::new(store, name, out_shape, config.ln_eps)?),
-            NormKind::GroupNorm => Norm::Group(GroupNorm::new(
-                store,
-                name,
-                out_shape,
-                config.groups,
-                config.ln_eps,
-            )?),
-            NormKind::None | NormKind::WeightNorm | NormKind::Svb => Norm::None,
+            Kernel::Plain => Self::plain_weight(store, name, kernel, rng)?,
         };
-        // BN and LN carry their own shift (beta); mean-only BN keeps the layer's bias.
+        let norm = (method.single)(store, name, out_shape, config)?;
+        // Weight norm's data-dependent init sets the bias; SVB starts it at 0.
         let bias = match &weight {
-            _ if !kind.keeps_bias() => None,
+            _ if !method.keeps_bias => None,
             WeightParam::Normed(_) if config.data_dependent_init => {
                 Some(store.zeros(&format!("{name}.bias"), units, Role::Weight)?)
             }
-            _ if kind == NormKind::Svb => {
+            _ if method.kernel == Kernel::Orthogonal => {
                 Some(store.zeros(&format!("{name}.bias"), units, Role::Weight)?)
             }
             _ => Some(Self::plain_bias(store, name, kernel, rng)?),
@@ -156,7 +126,7 @@ impl Layer {
             bias,
             norm,
             relu: true,
-            svb: kind.uses_svb(),
+            svb: method.projects,
             version: store.version_handle(),
         })
     }
@@ -334,10 +304,13 @@ impl Layer {
         self.forward(x, Pass::EVAL)
     }
 
-    /// SVB projection of the weight (SVB, BBN) and BBN's bound on BN gains.
-    pub fn project(&self, config: &NormConfig) -> Result<()> {
-        if !self.svb {
-            return Ok(());
+    /// The method's step after optimizer step `updates` (counting from 1), when due
+    /// (`svb::due`): SVB's projection of the weight (SVB, BBN) and BBN's bound on BN
+    /// gains; a population's layer takes the same step (`StackedNorm::after_step`).
+    /// Whether it ran.
+    pub fn after_step(&self, updates: u64, config: &NormConfig) -> Result<bool> {
+        if !self.svb || !svb::due(updates, config.svb_interval) {
+            return Ok(false);
         }
         if let WeightParam::Plain(w) = &self.weight {
             self.version
@@ -346,7 +319,7 @@ impl Layer {
         if let (Norm::Batch(bn), NormKind::Bbn) = (&self.norm, config.kind) {
             bn.bound_gains(config.bbn_eps)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Weight norms, gains, singular-value extremes and BN statistics.

@@ -25,7 +25,6 @@ use super::activation_norm::{
     fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer,
     HostOutput, KernelGradient, NormTape, Saved,
 };
-use super::linear_map::sample_moments;
 use super::{ParamStore, Role};
 use crate::kernels::layer_norm::{
     check_rows, normalize_rows, row_gradients, row_statistics, FusedLayerNorm,
@@ -83,11 +82,58 @@ impl LayerNorm {
 
     /// The layer through candle's tensor ops.
     pub fn forward_reference(&self, t: &Tensor) -> Result<Tensor> {
-        let (mean, var) = sample_moments(t)?;
-        t.broadcast_sub(&mean)?
-            .broadcast_div(&(var + self.eps)?.sqrt()?)?
+        normalized_per_sample(t, 1, Centered::Groups(1), self.eps)?
             .broadcast_mul(self.gamma.as_tensor())?
             .broadcast_add(self.beta.as_tensor())
+    }
+}
+
+/// How [`normalized_per_sample`] normalizes a sample's features.
+#[derive(Clone, Copy)]
+pub(crate) enum Centered {
+    /// By each of this many contiguous groups' mean and variance (layer norm: 1 group).
+    Groups(usize),
+    /// By their root mean square, uncentered (RMSNorm).
+    No,
+}
+
+/// The per-sample normalizations' tensor-op form (layer norm, group norm, RMSNorm),
+/// written once for a single network and a population: `t` is `[samples.., features]`
+/// or `[samples.., channels, positions..]`, its first `sample_axes` axes the samples (a
+/// batch `B`; a population's `P, B`), each normalized over its own features, before
+/// the method's per-feature gain and shift. The fused ops' reference, and what a device
+/// runs.
+pub(crate) fn normalized_per_sample(
+    t: &Tensor,
+    sample_axes: usize,
+    centered: Centered,
+    eps: f64,
+) -> Result<Tensor> {
+    let samples: usize = t.dims()[..sample_axes].iter().product();
+    match centered {
+        Centered::Groups(groups) => {
+            let grouped = t.reshape((samples, groups, ()))?;
+            let mean = grouped.mean_keepdim(2)?;
+            let centered = grouped.broadcast_sub(&mean)?;
+            let var = centered.sqr()?.mean_keepdim(2)?;
+            centered
+                .broadcast_div(&(var + eps)?.sqrt()?)?
+                .reshape(t.shape())
+        }
+        Centered::No => {
+            // Over a feature map's positions, then its channels.
+            let h = match t.rank() - sample_axes {
+                1 => t.clone(),
+                _ => t.flatten_from(sample_axes + 1)?,
+            };
+            let last = h.rank() - 1;
+            let mean_square = match h.rank() - sample_axes {
+                1 => h.sqr()?.mean_keepdim(last)?,
+                _ => h.sqr()?.mean_keepdim(last)?.mean_keepdim(last - 1)?,
+            };
+            h.broadcast_div(&(mean_square + eps)?.sqrt()?)?
+                .reshape(t.shape())
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! assert_eq!(conv.output_shape(&[4, 10, 10]), vec![16, 8, 8]);
 //! ```
 
-use candle_core::{Result, Tensor, D};
+use candle_core::{Result, Tensor};
 
 use crate::kernels::conv::DataConv2d;
 use crate::kernels::linear::LinearOp;
@@ -130,16 +130,4 @@ pub fn unit_mean(t: &Tensor) -> Result<Tensor> {
 /// Values averaged per unit: `B` for Linear, `B * H * W` for Conv2d.
 pub fn values_per_unit(t: &Tensor) -> usize {
     t.elem_count() / t.dim(1).unwrap_or(1).max(1)
-}
-
-/// Per-sample mean and population variance over all features (dims 1..), shaped
-/// `[B, 1, ...]`.
-pub fn sample_moments(t: &Tensor) -> Result<(Tensor, Tensor)> {
-    let b = t.dim(0)?;
-    let flat = t.reshape((b, ()))?;
-    let mean = flat.mean_keepdim(D::Minus1)?;
-    let var = flat.broadcast_sub(&mean)?.sqr()?.mean_keepdim(D::Minus1)?;
-    let mut shape = vec![b];
-    shape.resize(t.rank(), 1);
-    Ok((mean.reshape(shape.clone())?, var.reshape(shape)?))
 }

@@ -265,7 +265,7 @@ impl StackedMeanOnly {
         })
     }
 
-    /// [`super::stacked::StackedNorm::forward_relu`] on a CUDA device: the batch's means
+    /// [`super::stacked::StackedNorm::fused_forward`] on a CUDA device: the batch's means
     /// by the moments kernel (and the running mean's update in tensor ops), then the
     /// centered bias and ReLU by the bias kernel.
     #[cfg(feature = "cuda")]
@@ -310,7 +310,7 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
         }))
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         stats: super::BnStats,
@@ -360,7 +360,7 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
         op.apply1(&h, bias.as_tensor()).map(Some)
     }
 
-    fn forward(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
+    fn normalize(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
         let mean = match stats {
             super::BnStats::Batch => {
                 let mean = super::stacked::unit_moments(&h)?.0;
@@ -378,8 +378,8 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
 
     /// The batch mean is subtracted anyway: the running mean starts at the first
     /// batch's (scaled) mean, and the bias at 0.
-    fn take_initial_mean(&self, mean: &Tensor) -> Result<bool> {
-        self.running_mean.set(mean)?;
-        Ok(true)
+    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
+        self.running_mean.set(mean_scaled)?;
+        mean_scaled.zeros_like()
     }
 }

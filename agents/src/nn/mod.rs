@@ -21,8 +21,8 @@ mod linear_map;
 mod mean_only_bn;
 pub(crate) mod params;
 mod qnet;
+mod registry;
 mod rms_norm;
-pub(crate) mod stack;
 pub(crate) mod stacked;
 #[cfg(test)]
 mod stacked_tests;
@@ -32,7 +32,7 @@ pub(crate) mod weight_norm;
 pub use activation_norm::HostGradients;
 pub use batch_norm::BatchNorm;
 pub use batch_renorm::RenormConfig;
-pub use config::{Architecture, NormConfig, NormKind, QNetworkConfig};
+pub use config::{Architecture, NormConfig, QNetworkConfig};
 pub use group_norm::GroupNorm;
 pub use host_mlp::HostTape;
 pub use layer::{Layer, LayerStats};
@@ -41,6 +41,7 @@ pub use linear_map::{unit_moments, LinearMap};
 pub use mean_only_bn::MeanOnlyBn;
 pub use params::{Param, ParamStore, Role};
 pub use qnet::QNetwork;
+pub use registry::NormKind;
 pub use rms_norm::RmsNorm;
 pub use weight_norm::{UnitNorms, WeightNorm};
 

@@ -180,14 +180,14 @@ impl QNetwork {
     /// The trainer calls this after optimizer step number `step` (counting from 1):
     /// SVB/BBN project every `svb_interval` steps.
     pub fn after_optimizer_step(&self, step: u64) -> Result<bool> {
-        if self.norm.kind.uses_svb() && step.is_multiple_of(self.norm.svb_interval) {
-            for layer in self.layers() {
-                layer.project(&self.norm)?;
-            }
-            self.store.bump_version();
-            return Ok(true);
+        let mut ran = false;
+        for layer in self.layers() {
+            ran |= layer.after_step(step, &self.norm)?;
         }
-        Ok(false)
+        if ran {
+            self.store.bump_version();
+        }
+        Ok(ran)
     }
 
     /// Copies all variables, running statistics included, from `other`.

@@ -21,6 +21,8 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::layer_norm::{normalized_per_sample, Centered};
+
 use super::activation_norm::{
     fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer,
     HostOutput, KernelGradient, NormTape, Saved,
@@ -58,12 +60,7 @@ impl RmsNorm {
 
     /// The layer through candle's tensor ops.
     pub fn forward_reference(&self, t: &Tensor) -> Result<Tensor> {
-        let samples = t.dim(0)?;
-        let flat = t.reshape((samples, ()))?;
-        let mean_square = flat.sqr()?.mean_keepdim(1)?;
-        let inv = (mean_square + self.eps)?.sqrt()?.recip()?;
-        let scaled = flat.broadcast_mul(&inv)?.reshape(t.shape())?;
-        scaled.broadcast_mul(self.gamma.as_tensor())
+        normalized_per_sample(t, 1, Centered::No, self.eps)?.broadcast_mul(self.gamma.as_tensor())
     }
 
     /// [`Self::forward`] (with the ReLU if `relu`) on host values (rows of this layer's
@@ -143,7 +140,7 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
         true
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         _stats: super::BnStats,
@@ -166,12 +163,7 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
         op.apply1(h, self.gamma.as_tensor()).map(Some)
     }
 
-    fn forward(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
-        let mean_square = match h.rank() {
-            3 => h.sqr()?.mean_keepdim(2)?,
-            _ => h.sqr()?.mean_keepdim(3)?.mean_keepdim(2)?,
-        };
-        let rms = (mean_square + self.eps)?.sqrt()?;
-        h.broadcast_div(&rms)?.broadcast_mul(self.gamma.as_tensor())
+    fn normalize(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
+        normalized_per_sample(&h, 2, Centered::No, self.eps)?.broadcast_mul(self.gamma.as_tensor())
     }
 }

@@ -11,6 +11,12 @@ use super::{BnStats, Role};
 use crate::kernels::per_agent::Applied;
 
 /// What a population layer asks of its normalization.
+///
+/// The steps a single network's [`super::activation_norm::ActivationNorm`] shares have
+/// its names: `initial_bias` (weight norm's data-dependent init) and `after_step` (the
+/// method's work after an optimizer step, `Layer::after_step` for a single network).
+/// `normalize` is the tensor-op form of the normalization alone, and `fused_forward`
+/// the fused op with the bias and ReLU after it.
 pub(crate) trait StackedNorm: Send + Sync {
     /// Trainable variables, then buffers, in the order their layouts were taken.
     fn vars(&self) -> (Vec<&Var>, Vec<&Var>);
@@ -20,20 +26,20 @@ pub(crate) trait StackedNorm: Send + Sync {
 
     /// The normalized (and scaled) `h`; with batch statistics, a method that keeps
     /// running statistics updates them as a single network's training forward does.
-    fn forward(&self, h: Tensor, stats: BnStats) -> Result<Tensor>;
+    fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor>;
 
-    /// Whether [`Self::forward`] leaves `h` as it is (SVB without BBN): the layer's bias
+    /// Whether [`Self::normalize`] leaves `h` as it is (SVB without BBN): the layer's bias
     /// and ReLU are then its whole output.
     fn passes_through(&self) -> bool {
         false
     }
 
-    /// `relu(forward(h) + bias)` as one fused op, where the method has one for `h`'s
+    /// `relu(normalize(h) + bias)` as one fused op, where the method has one for `h`'s
     /// device and this layer (its kernel's loops run per agent: `kernels::per_agent`);
     /// `None` otherwise, and the layer adds its bias and applies the ReLU itself. Only
     /// mean-only batch norm's layers have a bias besides their normalization. The op is
     /// kept with its inputs for an explicit backward.
-    fn forward_relu(
+    fn fused_forward(
         &self,
         _h: &Tensor,
         _stats: BnStats,
@@ -42,17 +48,18 @@ pub(crate) trait StackedNorm: Send + Sync {
         Ok(None)
     }
 
-    /// Whether [`Self::forward_relu`] has a form on a CUDA device (its kernels in
+    /// Whether [`Self::fused_forward`] has a form on a CUDA device (its kernels in
     /// `kernels/cuda`); a method without one takes the tensor forms there.
     fn has_cuda_kernel(&self) -> bool {
         false
     }
 
-    /// Weight norm's data-dependent init met this layer, whose scaled batch mean per
-    /// unit is `mean`: whether the method took it (mean-only batch norm starts its
-    /// running mean there, and the bias at 0), else the bias starts at `-mean`.
-    fn take_initial_mean(&self, _mean: &Tensor) -> Result<bool> {
-        Ok(false)
+    /// The layer's bias after weight norm's data-dependent init, from `mean_scaled`,
+    /// each unit's mean of `t` times its new gain: `-mean_scaled` centers the output
+    /// (mean-only batch norm starts its running mean there instead, and the bias at 0).
+    /// The same step as a single network's `ActivationNorm::initial_bias`.
+    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
+        mean_scaled.neg()
     }
 
     /// Whether a training step's work on the device is the same at every step, so that

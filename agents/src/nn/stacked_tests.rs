@@ -1,4 +1,4 @@
-//! The population forms' fused CPU ops (`StackedNorm::forward_relu`, the bias per
+//! The population forms' fused CPU ops (`StackedNorm::fused_forward`, the bias per
 //! agent) against the tensor forms they replace: outputs, gradients, running
 //! statistics. Apart from `stacked.rs`, so that the contract does not import the
 //! methods that implement it.
@@ -30,9 +30,9 @@ fn fused_equals_reference_with(
 ) {
     let mut rng = Normals::new(7);
     let weights = random(&mut rng, h.dims());
-    let applied = fused.forward_relu(h.as_tensor(), stats, None).unwrap();
+    let applied = fused.fused_forward(h.as_tensor(), stats, None).unwrap();
     let applied = applied.unwrap_or_else(|| panic!("{what}: no fused op on the CPU"));
-    let y_ref = reference.forward(h.as_tensor().clone(), stats).unwrap();
+    let y_ref = reference.normalize(h.as_tensor().clone(), stats).unwrap();
     let y_ref = y_ref.relu().unwrap();
     assert!(
         max_relative(&applied.out, &y_ref) < 1e-5,
@@ -138,11 +138,11 @@ fn fused_population_mean_only_equals_its_tensor_form() {
         let weights = random(&mut rng, &h);
         for stats in [BnStats::Batch, BnStats::Running] {
             let applied = fused
-                .forward_relu(x.as_tensor(), stats, Some(&bias))
+                .fused_forward(x.as_tensor(), stats, Some(&bias))
                 .unwrap()
                 .unwrap();
             let y = applied.out.clone();
-            let y_ref = reference.forward(x.as_tensor().clone(), stats).unwrap();
+            let y_ref = reference.normalize(x.as_tensor().clone(), stats).unwrap();
             let y_ref = y_ref
                 .broadcast_add(bias.as_tensor())
                 .unwrap()

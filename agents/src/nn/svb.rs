@@ -62,6 +62,12 @@ pub fn clamp_singular_values(w: &Tensor, low: f64, high: f64) -> Result<Tensor> 
     Tensor::from_vec(out, w.shape(), w.device())
 }
 
+/// Whether SVB's projection (and BBN's bound) is due after optimizer step `updates`
+/// (counting from 1): every `interval` steps, for a single network and a population.
+pub(crate) fn due(updates: u64, interval: u64) -> bool {
+    updates.is_multiple_of(interval)
+}
+
 /// SVB's projection with bound `eps`.
 pub fn project(w: &Tensor, eps: f64) -> Result<Tensor> {
     clamp_singular_values(w, 1.0 / (1.0 + eps), 1.0 + eps)
@@ -145,9 +151,9 @@ impl StackedNorm for StackedSvb {
         }))
     }
 
-    fn forward(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
+    fn normalize(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
         match &self.bbn {
-            Some((bn, _)) => bn.forward(h, stats),
+            Some((bn, _)) => bn.normalize(h, stats),
             None => Ok(h),
         }
     }
@@ -156,20 +162,39 @@ impl StackedNorm for StackedSvb {
         self.bbn.is_none()
     }
 
-    fn forward_relu(
+    fn fused_forward(
         &self,
         h: &Tensor,
         stats: super::BnStats,
         bias: Option<&Var>,
     ) -> Result<Option<crate::kernels::per_agent::Applied>> {
         match &self.bbn {
-            Some((bn, _)) => bn.forward_relu(h, stats, bias),
+            Some((bn, _)) => bn.fused_forward(h, stats, bias),
             None => Ok(None),
         }
     }
 
+    // BBN's batch norm answers for itself: it has CUDA kernels, and a warm-up would
+    // make its steps vary (a wrapper that kept the defaults hid both).
+    fn has_cuda_kernel(&self) -> bool {
+        self.bbn
+            .as_ref()
+            .is_some_and(|(bn, _)| bn.has_cuda_kernel())
+    }
+
+    fn step_invariant(&self) -> bool {
+        self.bbn.as_ref().is_none_or(|(bn, _)| bn.step_invariant())
+    }
+
+    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
+        match &self.bbn {
+            Some((bn, _)) => bn.initial_bias(mean_scaled),
+            None => mean_scaled.neg(),
+        }
+    }
+
     fn after_step(&self, updates: u64, weight: &Var) -> Result<bool> {
-        if !updates.is_multiple_of(self.interval) {
+        if !due(updates, self.interval) {
             return Ok(false);
         }
         let w = weight.as_tensor();

@@ -423,6 +423,109 @@ pub(crate) fn stacked_initial_gain(t: &Tensor) -> Result<(Tensor, Tensor)> {
     Ok((scale, mean_scaled))
 }
 
+/// Weight norm on a population's layer: the gains `g` `[P, 1, out]` over the layer's
+/// `v` `[P, out, in]`, and the fused op formed from them (the weight `g v / ||v||`, or
+/// the per-unit scale `g / ||v||` where the layer is [`Self::scaled`]), kept for the
+/// network's version it was formed at: a step's acting forward and its training
+/// forward share the online network's, a target network keeps its own until the next
+/// sync.
+pub(crate) struct StackedWeightNorm {
+    pub(crate) g: Var,
+    scaled: bool,
+    cache: Mutex<Option<(u64, Arc<Applied>)>>,
+}
+
+impl StackedWeightNorm {
+    /// Gains `g` of a layer; `scaled` where its output is scaled per unit rather than
+    /// its weight formed (a bias and no normalization after the product, as a single
+    /// network's layer).
+    pub(crate) fn new(g: Var, scaled: bool) -> Self {
+        Self {
+            g,
+            scaled,
+            cache: Mutex::default(),
+        }
+    }
+
+    /// The same over a copy of the gains (a target network), with no op formed.
+    pub(crate) fn copied(&self) -> Result<Self> {
+        Ok(Self::new(super::stacked::copy_var(&self.g)?, self.scaled))
+    }
+
+    /// Whether the fused ops scale the layer's output per unit (the product is `v`'s;
+    /// `kernels::bias_relu::AgentScaledBias`) rather than form its weight.
+    pub(crate) fn scaled(&self) -> bool {
+        self.scaled
+    }
+
+    /// The weight a product with `v` uses: `v` itself where the layer is scaled,
+    /// `v / ||v||` with `direction` (data-dependent init), else `g v / ||v||`; through
+    /// the fused op (at `version`) with `fused`, else the tensor forms.
+    pub(crate) fn weight(
+        &self,
+        v: &Var,
+        direction: bool,
+        fused: bool,
+        version: u64,
+    ) -> Result<Tensor> {
+        let (v, g) = (v.as_tensor(), self.g.as_tensor());
+        match (direction, fused) {
+            (false, _) if self.scaled => Ok(v.clone()),
+            (false, true) => Ok(self.fused(v, version, true)?.out.clone()),
+            (_, true) => stacked_weight(v, g, direction),
+            (_, false) => stacked_weight_reference(v, g, direction),
+        }
+    }
+
+    /// The fused op at the network's `version`, with its backward: the scale where the
+    /// layer is [`Self::scaled`], else the weight. With `cache`, the op formed at this
+    /// version is reused; without (inside a captured CUDA graph, whose replay must form
+    /// it from its own step's variables), it is formed afresh and not kept.
+    pub(crate) fn fused(&self, v: &Tensor, version: u64, cache: bool) -> Result<Arc<Applied>> {
+        let form = || -> Result<Arc<Applied>> {
+            let g = self.g.as_tensor();
+            Ok(Arc::new(match self.scaled {
+                true => stacked_scale_applied(v, g)?,
+                false => stacked_weight_applied(v, g)?,
+            }))
+        };
+        if !cache {
+            return form();
+        }
+        let mut kept = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, applied)) = kept.as_ref() {
+            if *at == version {
+                return Ok(applied.clone());
+            }
+        }
+        let applied = form()?;
+        *kept = Some((version, applied.clone()));
+        Ok(applied)
+    }
+
+    /// The tensor forms' per-unit scale of a scaled layer's output `h` (`None` where
+    /// the layer forms its weight instead).
+    pub(crate) fn scale_output(&self, v: &Var, h: Tensor) -> Result<Tensor> {
+        match self.scaled {
+            true => h.broadcast_mul(&stacked_scale_reference(
+                v.as_tensor(),
+                self.g.as_tensor(),
+                h.rank(),
+            )?),
+            false => Ok(h),
+        }
+    }
+
+    /// Data-dependent init from the layer's outputs `t` of its directions on each
+    /// agent's batch: sets the gains and returns each unit's scaled mean, shaped as
+    /// `bias_shape` (the bias is its negative, unless the normalization takes it).
+    pub(crate) fn initialize(&self, t: &Tensor, bias_shape: &candle_core::Shape) -> Result<Tensor> {
+        let (scale, mean_scaled) = stacked_initial_gain(t)?;
+        self.g.set(&scale.reshape(self.g.shape())?)?;
+        mean_scaled.reshape(bias_shape)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -13,6 +13,27 @@
 //! (`agents/tests/population.rs`). The members' replay frames can live on the device
 //! (`DeviceFrames`: one scatter per step, one gather per batch).
 //!
+//! # Paths
+//!
+//! Which code runs a layer is chosen in one place, `PopulationNet::path`:
+//!
+//! - **CPU ops** (`Path::CpuOps`, on the CPU): each agent's values through its single
+//!   network's fused loops (`kernels::per_agent`), one op per layer's step whatever P;
+//!   an update's backward by hand (`tape`). A layer whose method has no fused op takes
+//!   its tensor form, and its update candle's backward.
+//! - **CUDA kernels** (`Path::DeviceKernels`): the same ops' kernels (`kernels/cuda`),
+//!   where every layer has them (`PopulationNet::cuda_fusable`: a method's
+//!   `StackedNorm::has_cuda_kernel`, no convolution after the first layer); the
+//!   backward by hand; each step captured once as a CUDA graph and replayed.
+//! - **Tensor forms** (`Path::TensorForms`): candle's ops on any device and candle's
+//!   backward; the fused paths' reference (`use_tensor_forms`, on the CPU too), and what
+//!   a device runs where a layer has no kernel, or a forward for candle's graph.
+//! - **Host** is a single network's path, not a population's: a CPU MLP's layers on
+//!   plain buffers (`QNetwork::runs_on_host`, `nn/host_mlp.rs`).
+//!
+//! Weight norm's share of each path (its fused weight or output scale, cached per
+//! version of the variables) is `nn::weight_norm::StackedWeightNorm`.
+//!
 //! On the CPU an update's backward is taken by hand over the fused ops (`tape`), and a
 //! population runs in shards of agents that fit a core's cache (`ShardedPopulation`),
 //! on the run's threads. On CUDA the update and the acting forward read fixed buffers
@@ -30,5 +51,5 @@ mod tape;
 
 pub use dqn::{PopulationDqn, PopulationInfo};
 pub use frames::DeviceFrames;
-pub use net::PopulationNet;
+pub use net::{Path, PopulationNet};
 pub use shards::{cpu_shard_size, ShardedPopulation};

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use candle_core::{Result, Tensor, Var};
 
@@ -17,20 +17,17 @@ use super::conv::Im2col;
 use crate::kernels::agent_product::{self, AgentConv};
 use crate::kernels::bias_relu::{AgentBias, AgentScaledBias};
 use crate::kernels::per_agent::{Applied, PerAgent};
-use crate::nn::stack::stack_norm;
 use crate::nn::stacked::{copy_var, StackedNorm};
-use crate::nn::weight_norm::stacked_weight_reference;
-use crate::nn::weight_norm::{stacked_initial_gain, stacked_scale_applied, stacked_weight};
-use crate::nn::weight_norm::{stacked_scale_reference, stacked_weight_applied};
+use crate::nn::weight_norm::StackedWeightNorm;
 use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 
 /// One layer: `[P, out, in]` weights (each agent's in its single network's layout, a
 /// convolution's inputs flattened to its patch), or weight norm's `v` in that layout
-/// and its gains `g` `[P, 1, out]`; an optional bias `[P, 1, out]`, the normalization
-/// and the ReLU.
+/// and its gains; an optional bias `[P, 1, out]`, the normalization and the ReLU.
 pub(super) struct PopulationLayer {
     pub(super) weight: Var,
-    pub(super) gain: Option<Var>,
+    /// Weight norm's gains over `weight` (its `v`) and its fused op.
+    pub(super) weight_norm: Option<StackedWeightNorm>,
     pub(super) bias: Option<Var>,
     /// The method's population form (`nn::stacked`), on hidden layers that have one.
     pub(super) norm: Option<Box<dyn StackedNorm>>,
@@ -41,17 +38,13 @@ pub(super) struct PopulationLayer {
     /// A convolution of the observations as one fused op (the first layer's, on the
     /// CPU).
     pub(super) data_conv: Option<AgentConv>,
-    /// Weight norm's fused weight with its backward, for the network's version it was
-    /// formed at: a step's acting forward and its training forward share the online
-    /// network's, a target network keeps its own until the next sync.
-    weight_cache: Mutex<Option<(u64, Arc<Applied>)>>,
 }
 
 impl PopulationLayer {
     /// Trainable variables, in a fixed order.
     fn trainable(&self) -> Vec<&Var> {
         let mut v = vec![&self.weight];
-        v.extend(&self.gain);
+        v.extend(self.weight_norm.iter().map(|wn| &wn.g));
         v.extend(&self.bias);
         v.extend(self.norm.iter().flat_map(|n| n.vars().0));
         v
@@ -88,53 +81,43 @@ impl PopulationLayer {
     /// The weight the product uses: `w`, or weight norm's from `v` and its gains
     /// (fused: formed once per `version` of the network).
     fn effective_weight(&self, direction: bool, fused: bool, version: u64) -> Result<Tensor> {
-        let v = self.weight.as_tensor();
-        match &self.gain {
-            // A scaled layer's output is scaled after the product, both ways.
-            Some(_) if self.scaled() && !direction => Ok(v.clone()),
-            Some(_) if fused && !direction => Ok(self.fused_gain(version)?.out.clone()),
-            Some(g) if fused => stacked_weight(v, g.as_tensor(), direction),
-            Some(g) => stacked_weight_reference(v, g.as_tensor(), direction),
-            None => Ok(v.clone()),
+        match &self.weight_norm {
+            Some(wn) => wn.weight(&self.weight, direction, fused, version),
+            None => Ok(self.weight.as_tensor().clone()),
         }
     }
 
-    /// Whether the fused ops scale this layer's output per unit rather than form its
-    /// weight: weight norm with a bias and no normalization after it, as a single
-    /// network's layer does (the product is `v`'s; [`AgentScaledBias`]).
-    pub(super) fn scaled(&self) -> bool {
-        self.gain.is_some() && self.bias.is_some() && self.norm.is_none()
+    /// Weight norm's fused op at the network's `version` with its backward, where the
+    /// layer is weight-normed (`StackedWeightNorm::fused`): formed inside a captured
+    /// step from its own step's variables, as a cached one would be a tensor of the
+    /// step the graph was captured at.
+    pub(super) fn fused_weight_norm(
+        &self,
+        version: u64,
+    ) -> Result<Option<(&StackedWeightNorm, Arc<Applied>)>> {
+        let Some(wn) = &self.weight_norm else {
+            return Ok(None);
+        };
+        let cache = !super::graph::capturing();
+        Ok(Some((
+            wn,
+            wn.fused(self.weight.as_tensor(), version, cache)?,
+        )))
     }
+}
 
-    /// Weight norm's fused op at the network's `version`, with its backward: the per
-    /// unit scale `g / ||v||` where the layer is [`Self::scaled`], else the weight `g v
-    /// / ||v||`.
-    pub(super) fn fused_gain(&self, version: u64) -> Result<Arc<Applied>> {
-        let Some(g) = &self.gain else {
-            candle_core::bail!("a layer without weight norm has no fused gain");
-        };
-        let form = || -> Result<Arc<Applied>> {
-            let (v, g) = (self.weight.as_tensor(), g.as_tensor());
-            Ok(Arc::new(match self.scaled() {
-                true => stacked_scale_applied(v, g)?,
-                false => stacked_weight_applied(v, g)?,
-            }))
-        };
-        if super::graph::capturing() {
-            // Formed inside a captured step from its own step's variables: a cached
-            // one would be a tensor of the step the graph was captured at.
-            return form();
-        }
-        let mut cache = self.weight_cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, applied)) = cache.as_ref() {
-            if *at == version {
-                return Ok(applied.clone());
-            }
-        }
-        let applied = form()?;
-        *cache = Some((version, applied.clone()));
-        Ok(applied)
-    }
+/// Which code runs a population's layers, as [`PopulationNet::path`] chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// The fused CPU ops: each agent's single-network loops (`kernels::per_agent`), the
+    /// update's backward by hand (`tape`).
+    CpuOps,
+    /// The fused ops' CUDA kernels (`kernels/cuda`), the update's backward by hand, the
+    /// steps captured as CUDA graphs (`graph`).
+    DeviceKernels,
+    /// The tensor forms: candle's ops on any device, candle's backward; the fused
+    /// ops' reference.
+    TensorForms,
 }
 
 /// What follows a layer's product in its fused form.
@@ -161,7 +144,7 @@ struct Settings {
 }
 
 /// P agents' Q-networks, of any method (each method's stacked form is in its `nn/`
-/// file, found through `nn::stack`).
+/// file, found through `nn::registry`).
 pub struct PopulationNet {
     layers: Vec<PopulationLayer>,
     /// Every variable's (buffers too) single-network name, role and layout, in the
@@ -256,18 +239,20 @@ fn stack_layer(
         .map(|_| take("bias", Role::Weight))
         .transpose()?;
     let norm = match layer.relu {
-        true => stack_norm(&mut take, config)?,
+        true => (config.kind.method().stacked)(&mut take, config)?,
         false => None,
     };
+    // A weight-normed layer with a bias and no normalization after it scales its
+    // output, as a single network's does.
+    let scaled = bias.is_some() && norm.is_none();
     Ok(PopulationLayer {
         weight,
-        gain,
+        weight_norm: gain.map(|g| StackedWeightNorm::new(g, scaled)),
         bias,
         norm,
         relu: layer.relu,
         conv,
         data_conv,
-        weight_cache: Mutex::default(),
     })
 }
 
@@ -348,8 +333,6 @@ impl PopulationNet {
             .collect()
     }
 
-    /// The optimizer role of each of [`Self::vars`] (weight norm's gains have a
-    /// learning rate of their own).
     /// Every variable with its name, the buffers too (running statistics, counts).
     pub fn vars_and_buffers(&self) -> Vec<(&str, &Var)> {
         self.changed();
@@ -361,6 +344,8 @@ impl PopulationNet {
             .collect()
     }
 
+    /// The optimizer role of each of [`Self::vars`] (weight norm's gains have a
+    /// learning rate of their own).
     pub(crate) fn roles(&self) -> Vec<Role> {
         self.trainable_layouts().iter().map(|l| l.role).collect()
     }
@@ -396,7 +381,7 @@ impl PopulationNet {
         stats: BnStats,
         graph: bool,
     ) -> Result<Tensor> {
-        let fused = self.fused_on(x) && (x.device().is_cpu() || !graph);
+        let fused = self.path(graph) != Path::TensorForms;
         let w = layer.effective_weight(false, fused, self.version())?;
         let h = layer.product(x, &w, fused)?;
         if fused {
@@ -407,12 +392,11 @@ impl PopulationNet {
             }
         }
         let mut h = match &layer.norm {
-            Some(norm) => norm.forward(h, stats)?,
+            Some(norm) => norm.normalize(h, stats)?,
             None => h,
         };
-        if let (Some(g), true) = (&layer.gain, layer.scaled()) {
-            let v = layer.weight.as_tensor();
-            h = h.broadcast_mul(&stacked_scale_reference(v, g.as_tensor(), h.rank())?)?;
+        if let Some(wn) = &layer.weight_norm {
+            h = wn.scale_output(&layer.weight, h)?;
         }
         if let Some(b) = &layer.bias {
             h = h.broadcast_add(b.as_tensor())?;
@@ -434,26 +418,26 @@ impl PopulationNet {
         let norm = layer.norm.as_ref().filter(|n| !n.passes_through());
         if let Some(norm) = norm {
             let applied = match layer.relu {
-                true => norm.forward_relu(h, stats, layer.bias.as_ref())?,
+                true => norm.fused_forward(h, stats, layer.bias.as_ref())?,
                 false => None,
             };
             return Ok(applied.map_or(After::Unfused, After::Op));
         }
-        match &layer.bias {
-            Some(b) if layer.scaled() => {
-                let s = layer.fused_gain(self.version())?;
+        let scale = layer.fused_weight_norm(self.version())?;
+        match (&layer.bias, scale.filter(|(wn, _)| wn.scaled())) {
+            (Some(b), Some((_, s))) => {
                 let kernel = AgentScaledBias::of(h.shape(), layer.relu)?;
                 let op = PerAgent { kernel, agents };
                 Ok(After::Op(op.apply2(h, &s.out, b.as_tensor())?))
             }
-            Some(b) => {
+            (Some(b), None) => {
                 // Bias and ReLU in one op with a one-pass backward, per agent.
                 let kernel = AgentBias::of(h.shape(), layer.relu)?;
                 let op = PerAgent { kernel, agents };
                 Ok(After::Op(op.apply1(h, b.as_tensor())?))
             }
-            None if !layer.relu => Ok(After::Identity),
-            None => Ok(After::Unfused),
+            (None, _) if !layer.relu => Ok(After::Identity),
+            (None, _) => Ok(After::Unfused),
         }
     }
 
@@ -463,21 +447,15 @@ impl PopulationNet {
     pub fn data_dependent_init(&self, x: &Tensor) -> Result<()> {
         let mut h = x.clone();
         for layer in &self.layers {
-            if let (Some(g), Some(b)) = (&layer.gain, &layer.bias) {
-                let fused = self.fused_on(&h);
-                let t =
-                    layer.product(&h, &layer.effective_weight(true, false, 0)?.detach(), fused)?;
-                let (scale, mean_scaled) = stacked_initial_gain(&t)?;
-                g.set(&scale.reshape(g.shape())?)?;
-                let mean_scaled = mean_scaled.reshape(b.shape())?;
-                let taken = match &layer.norm {
-                    Some(norm) => norm.take_initial_mean(&mean_scaled)?,
-                    None => false,
-                };
-                match taken {
-                    true => b.set(&mean_scaled.zeros_like()?)?,
-                    false => b.set(&mean_scaled.neg()?)?,
-                }
+            if let (Some(wn), Some(b)) = (&layer.weight_norm, &layer.bias) {
+                let fused = self.path(false) != Path::TensorForms;
+                let direction = wn.weight(&layer.weight, true, false, 0)?.detach();
+                let mean_scaled =
+                    wn.initialize(&layer.product(&h, &direction, fused)?, b.shape())?;
+                b.set(&match &layer.norm {
+                    Some(norm) => norm.initial_bias(&mean_scaled)?,
+                    None => mean_scaled.neg()?,
+                })?;
                 self.changed();
             }
             h = self.layer_output(layer, &h, BnStats::Running, false)?;
@@ -492,7 +470,7 @@ impl PopulationNet {
 
     /// Whether the agents' networks ask for weight norm's data-dependent init.
     pub(crate) fn wants_data_dependent_init(&self) -> bool {
-        self.settings.data_dependent_init && self.layers.iter().any(|l| l.gain.is_some())
+        self.settings.data_dependent_init && self.layers.iter().any(|l| l.weight_norm.is_some())
     }
 
     /// `self = other` (a target network's sync, buffers included), every agent alike.
@@ -559,7 +537,6 @@ impl PopulationNet {
         net.store().load_map(&map)
     }
 
-    /// An independent copy (a target network).
     /// The same network through the tensor forms a device runs, on the CPU too (the
     /// fused CPU ops' reference, and the device path tested without a device).
     pub fn use_tensor_forms(&mut self) {
@@ -585,15 +562,24 @@ impl PopulationNet {
         self.version.clone()
     }
 
-    /// Whether the fused ops run on `x`: on the CPU, and on a CUDA device where every
-    /// layer has them there (then the update takes the explicit backward; a device's
-    /// ops make no nodes in candle's graph, so [`Self::forward_in_graph`] never runs them).
-    pub(super) fn fused_on(&self, x: &Tensor) -> bool {
-        (self.settings.fused && x.device().is_cpu()) || self.runs_device_kernels()
+    /// Which code runs this network's layers on its device: the one place that
+    /// chooses (the module's doc, "Paths"). The fused ops on the CPU unless the tensor
+    /// forms were asked for ([`Self::use_tensor_forms`]); on a CUDA device the fused
+    /// ops' kernels where every layer has them ([`Self::cuda_fusable`]), else the
+    /// tensor forms. `graph`: the forward is for candle's backward, where a device's
+    /// kernels make no nodes, so they give way to the tensor forms there (the CPU's
+    /// ops have their nodes). A layer on the fused path whose method has no fused op
+    /// for it takes its tensor form ([`After::Unfused`]), and an update with such a
+    /// layer takes candle's backward (`tape`).
+    pub fn path(&self, graph: bool) -> Path {
+        let device = self.device();
+        match self.settings.fused {
+            true if device.is_cpu() => Path::CpuOps,
+            true if device.is_cuda() && self.cuda_fusable() && !graph => Path::DeviceKernels,
+            _ => Path::TensorForms,
+        }
     }
 
-    /// Whether this network's steps run the fused ops' kernels on its device (a CUDA
-    /// device; see `kernels/cuda`), rather than the tensor forms.
     /// Whether a training step's work on the device is the same at every step (see
     /// `StackedNorm::step_invariant`), as a CUDA graph's replay needs.
     pub(crate) fn step_invariant(&self) -> bool {
@@ -601,8 +587,10 @@ impl PopulationNet {
         norms.into_iter().all(|n| n.step_invariant())
     }
 
+    /// Whether this network's steps run the fused ops' kernels on its device (a CUDA
+    /// device; see `kernels/cuda`), rather than the tensor forms.
     pub fn runs_device_kernels(&self) -> bool {
-        self.settings.fused && self.device().is_cuda() && self.cuda_fusable()
+        self.path(false) == Path::DeviceKernels
     }
 
     /// Whether every layer has its fused ops' CUDA kernels: no convolution after the
@@ -625,6 +613,7 @@ impl PopulationNet {
         &self.layers
     }
 
+    /// An independent copy (a target network).
     pub fn duplicate(&self) -> Result<Self> {
         let layers = self
             .layers
@@ -633,13 +622,12 @@ impl PopulationNet {
                 let norm = l.norm.as_ref().map(|n| n.copied()).transpose()?;
                 Ok(PopulationLayer {
                     weight: copy_var(&l.weight)?,
-                    gain: l.gain.as_ref().map(copy_var).transpose()?,
+                    weight_norm: l.weight_norm.as_ref().map(|wn| wn.copied()).transpose()?,
                     bias: l.bias.as_ref().map(copy_var).transpose()?,
                     norm,
                     relu: l.relu,
                     conv: l.conv.clone(),
                     data_conv: l.data_conv,
-                    weight_cache: Mutex::default(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -49,7 +49,7 @@ enum WeightSource {
         v: TensorId,
         op: Arc<Applied>,
     },
-    /// Weight norm's scale of the layer's output ([`PopulationLayer::scaled`], `op`'s
+    /// Weight norm's scale of the layer's output (`StackedWeightNorm::scaled`, `op`'s
     /// output): `v`'s gradient is the product's plus the scale's share, whose
     /// gradient the op after the product left under the scale.
     Scaled {
@@ -65,7 +65,7 @@ impl PopulationNet {
         x: &Tensor,
         stats: BnStats,
     ) -> Result<Option<(Tensor, Tape)>> {
-        if !self.fused_on(x) {
+        if self.path(false) == super::net::Path::TensorForms {
             return Ok(None);
         }
         let mut layers = Vec::with_capacity(self.layers().len());
@@ -92,13 +92,9 @@ impl PopulationNet {
             return Ok(None);
         }
         let v = layer.weight.as_tensor();
-        let (weight, weight_source) = match &layer.gain {
-            Some(_) if layer.scaled() => {
-                let op = layer.fused_gain(self.version())?;
-                (v.clone(), WeightSource::Scaled { op })
-            }
-            Some(_) => {
-                let op = layer.fused_gain(self.version())?;
+        let (weight, weight_source) = match layer.fused_weight_norm(self.version())? {
+            Some((wn, op)) if wn.scaled() => (v.clone(), WeightSource::Scaled { op }),
+            Some((_, op)) => {
                 let v = v.id();
                 (op.out.clone(), WeightSource::WeightNorm { v, op })
             }
@@ -152,7 +148,7 @@ impl PopulationNet {
                     let Some(ds) = grads.remove(&op.out) else {
                         candle_core::bail!("weight norm's scale received no gradient");
                     };
-                    let (v, g) = (&layer.weight, layer.gain.as_ref());
+                    let (v, g) = (&layer.weight, layer.weight_norm.as_ref().map(|wn| &wn.g));
                     let Some(g) = g else {
                         candle_core::bail!("a scaled layer without gains");
                     };
