@@ -13,7 +13,7 @@ use normrl_agents::replay::Batch;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::timing::{bench_train_config, random_batch, time_interleaved, Row};
+use super::timing::{bench_train_config, random_batch, time_interleaved, Row, Timing};
 
 /// Population sizes: up to 64 on the CPU, to 256 on a GPU (the study size).
 const POPULATIONS_CPU: [usize; 4] = [1, 4, 16, 64];
@@ -141,10 +141,29 @@ fn case_rows(
         time_interleaved(iters, device, &mut fs)?
     };
     let case = format!("{} b{batch} P={p}", net.name);
+    let counted = [
+        ("shard size", shard as f64, "agents"),
+        ("graph", nodes as f64, "nodes"),
+        ("ops/step", ops as f64, "tensors"),
+        ("reads/step", reads as f64, "reads"),
+    ];
+    Ok(rows_of(&case, kind, p, &timings, &counted))
+}
+
+/// A case's rows: each variant's update time and agent-updates per second, then the
+/// counts.
+fn rows_of(
+    case: &str,
+    kind: NormKind,
+    p: usize,
+    timings: &[Timing],
+    counted: &[(&str, f64, &'static str)],
+) -> Vec<Row> {
+    let case = case.to_string();
     let mut rows = vec![];
     for (name, t) in ["population", "separate", "tensor-forms", "graphs"]
         .iter()
-        .zip(&timings)
+        .zip(timings)
     {
         rows.push(Row {
             bench: format!("{name} update {kind}"),
@@ -161,13 +180,7 @@ fn case_rows(
             unit: "1/s",
         });
     }
-    let counted = [
-        ("shard size", shard as f64, "agents"),
-        ("graph", nodes as f64, "nodes"),
-        ("ops/step", ops as f64, "tensors"),
-        ("reads/step", reads as f64, "reads"),
-    ];
-    for (what, value, unit) in counted {
+    for &(what, value, unit) in counted {
         rows.push(Row {
             bench: format!("population {what} {kind}"),
             case: case.clone(),
@@ -176,7 +189,7 @@ fn case_rows(
             unit,
         });
     }
-    Ok(rows)
+    rows
 }
 
 /// The tensors created and device reads of one population step: every agent's greedy
