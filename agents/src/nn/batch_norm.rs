@@ -371,9 +371,11 @@ pub(crate) struct StackedBatchNorm {
 }
 
 impl StackedBatchNorm {
+    /// `(momentum, eps)` as [`BatchNorm::new`]'s; `renorm` for batch renormalization.
     pub(crate) fn stack(
         take: &mut super::stacked::Take,
-        config: &super::NormConfig,
+        (momentum, eps): (f64, f64),
+        renorm: Option<RenormConfig>,
     ) -> Result<Self> {
         use super::batch_renorm::StackedRenorm;
         Ok(Self {
@@ -381,12 +383,9 @@ impl StackedBatchNorm {
             beta: take("bn.beta", Role::Weight)?,
             running_mean: take("bn.running_mean", Role::Buffer)?,
             running_var: take("bn.running_var", Role::Buffer)?,
-            renorm: match config.kind {
-                super::NormKind::BatchRenorm => Some(StackedRenorm::stack(take, config.renorm())?),
-                _ => None,
-            },
-            eps: config.bn_eps,
-            momentum: config.bn_momentum,
+            renorm: renorm.map(|r| StackedRenorm::stack(take, r)).transpose()?,
+            eps,
+            momentum,
         })
     }
 

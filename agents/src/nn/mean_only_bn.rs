@@ -253,13 +253,10 @@ pub(crate) struct StackedMeanOnly {
 }
 
 impl StackedMeanOnly {
-    pub(crate) fn stack(
-        take: &mut super::stacked::Take,
-        config: &super::NormConfig,
-    ) -> Result<Self> {
+    pub(crate) fn stack(take: &mut super::stacked::Take, momentum: f64) -> Result<Self> {
         Ok(Self {
             running_mean: take("running_mean", super::Role::Buffer)?,
-            momentum: config.bn_momentum,
+            momentum,
         })
     }
 

@@ -95,7 +95,12 @@ fn fused_population_batch_norm_equals_its_tensor_form() {
                     vars.insert(name.to_string(), v.clone());
                     Ok(v)
                 };
-                (StackedBatchNorm::stack(&mut take, &config).unwrap(), vars)
+                let renorm = (kind == NormKind::BatchRenorm).then(|| config.renorm());
+                let settings = (config.bn_momentum, config.bn_eps);
+                (
+                    StackedBatchNorm::stack(&mut take, settings, renorm).unwrap(),
+                    vars,
+                )
             };
             // Two copies of one state: the same draws.
             let (fused_bn, _) = make(&mut Normals::new(4));
@@ -130,7 +135,7 @@ fn fused_population_mean_only_equals_its_tensor_form() {
         let running = random(&mut rng, &unit);
         let make = || {
             let mut take = |_: &str, _: Role| Var::from_tensor(&running);
-            StackedMeanOnly::stack(&mut take, &NormConfig::default()).unwrap()
+            StackedMeanOnly::stack(&mut take, NormConfig::default().bn_momentum).unwrap()
         };
         let (fused, reference) = (make(), make());
         let x = Var::from_tensor(&random(&mut rng, &h)).unwrap();
