@@ -286,12 +286,30 @@ impl BatchNorm {
     /// BBN's bound on the gains: each `|gamma|` is kept within `(1 ± eps)` times the
     /// running deviation `sqrt(var + eps_bn)`, its sign kept.
     pub(crate) fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
-        let gamma: Vec<f32> = self.gamma.as_tensor().to_vec1()?;
-        let sigma: Vec<f32> = (self.running_var() + self.eps)?.sqrt()?.to_vec1()?;
-        let bounded = svb::bound_bn_gains(&gamma, &sigma, bbn_eps);
-        let bounded = Tensor::from_vec(bounded, gamma.len(), self.gamma.device())?;
-        self.version.set(&self.gamma, &bounded)
+        let (gamma, running_var) = (self.gamma.as_tensor(), self.running_var.as_tensor());
+        let bounded = bounded_gains(
+            &gamma.unsqueeze(0)?,
+            &running_var.unsqueeze(0)?,
+            self.eps,
+            bbn_eps,
+        )?;
+        self.version
+            .set(&self.gamma, &bounded.reshape(gamma.shape())?)
     }
+}
+
+/// BBN's bound of the gains `gamma` `[P, ...]` (`svb::bound_bn_gains`) from the running
+/// variance, each agent's on its own, on the host: a population's, and a single
+/// network's as one agent's.
+fn bounded_gains(gamma: &Tensor, running_var: &Tensor, eps: f64, bbn_eps: f64) -> Result<Tensor> {
+    let sigma = (running_var + eps)?.sqrt()?;
+    let mut bounded = vec![];
+    for i in 0..gamma.dim(0)? {
+        let g: Vec<f32> = gamma.get(i)?.flatten_all()?.to_vec1()?;
+        let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
+        bounded.extend(svb::bound_bn_gains(&g, &s, bbn_eps));
+    }
+    Tensor::from_vec(bounded, gamma.shape(), gamma.device())
 }
 
 impl ActivationNorm for BatchNorm {
@@ -518,16 +536,9 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
     /// BBN's bound of each agent's gains (`svb::bound_bn_gains`), from its running
     /// variance, agent by agent on the host.
     fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
-        let sigma = (self.running_var.as_tensor() + self.eps)?.sqrt()?;
-        let gamma = self.gamma.as_tensor();
-        let mut bounded = vec![];
-        for i in 0..gamma.dim(0)? {
-            let g: Vec<f32> = gamma.get(i)?.flatten_all()?.to_vec1()?;
-            let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
-            bounded.extend(svb::bound_bn_gains(&g, &s, bbn_eps));
-        }
+        let (gamma, running_var) = (self.gamma.as_tensor(), self.running_var.as_tensor());
         self.gamma
-            .set(&Tensor::from_vec(bounded, gamma.shape(), gamma.device())?)
+            .set(&bounded_gains(gamma, running_var, self.eps, bbn_eps)?)
     }
 
     fn has_cuda_kernel(&self) -> bool {
