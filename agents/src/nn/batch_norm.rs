@@ -34,6 +34,7 @@ use super::activation_norm::{
 use super::batch_renorm::{BatchRenorm, RenormConfig};
 use super::linear_map::{unit_moments, values_per_unit};
 use super::params::StoreVersion;
+use super::stacked::blend;
 use super::{svb, BnStats, ParamStore, Role};
 use crate::kernels::batch_norm::{self as batch_norm_op, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
@@ -181,17 +182,8 @@ impl BatchNorm {
                     }
                     None => None,
                 };
-                let n = units.per_unit() as f64;
-                batch_norm_op::update_running(&self.running_mean, &mean, self.momentum, 1.0)?;
-                if n > 1.0 {
-                    let unbiased = (n / (n - 1.0)) as f32;
-                    batch_norm_op::update_running(
-                        &self.running_var,
-                        &var,
-                        self.momentum,
-                        unbiased,
-                    )?;
-                }
+                let running = (&self.running_mean, &self.running_var);
+                blend_running_values(running, (&mean, &var), units.per_unit(), self.momentum)?;
                 self.version.bump();
                 let op = BatchNormOp::training(mean, &var, self.eps);
                 Ok(Arc::new(match renorm {
@@ -243,40 +235,81 @@ impl BatchNorm {
                 let running = (self.running_mean.as_tensor(), self.running_var.as_tensor());
                 normalized = brn.graph_correction(normalized, (&mean, &var), running)?;
             }
-            self.update_running_reference(t, &mean, &var)?;
+            let running = (&self.running_mean, &self.running_var);
+            let moments = (&mean.flatten_all()?, &var.flatten_all()?);
+            blend_running(running, moments, values_per_unit(t), self.momentum)?;
+            self.version.bump();
         }
         normalized
             .broadcast_mul(&self.unit_view(self.gamma.as_tensor(), t)?)?
             .broadcast_add(&self.unit_view(self.beta.as_tensor(), t)?)
     }
+}
 
-    /// The running statistics' update from a batch's moments, by tensor ops.
-    fn update_running_reference(&self, t: &Tensor, mean: &Tensor, var: &Tensor) -> Result<()> {
-        let n = values_per_unit(t);
-        let m = self.momentum;
-        let batch_mean = mean.detach().flatten_all()?;
-        let running_mean = ((self.running_mean.as_tensor() * (1.0 - m))? + (batch_mean * m)?)?;
-        self.version.set(&self.running_mean, &running_mean)?;
-        if n > 1 {
-            let unbiased = (var.detach().flatten_all()? * (n as f64 / (n as f64 - 1.0)))?;
-            let running_var = ((self.running_var.as_tensor() * (1.0 - m))? + (unbiased * m)?)?;
-            self.version.set(&self.running_var, &running_var)?;
-        }
-        self.version.bump();
-        Ok(())
+/// Batch norm's running statistics after a batch of `n` values per unit with moments
+/// `(mean, var)` (its population variance), by tensor ops, for a single network and a
+/// population alike (the moments shaped as the running statistics): the mean always,
+/// the unbiased variance where `n > 1`.
+pub(crate) fn blend_running(
+    (running_mean, running_var): (&Var, &Var),
+    (mean, var): (&Tensor, &Tensor),
+    n: usize,
+    momentum: f64,
+) -> Result<()> {
+    blend(running_mean, mean, momentum)?;
+    if n > 1 {
+        blend(
+            running_var,
+            &(var * (n as f64 / (n as f64 - 1.0)))?,
+            momentum,
+        )?;
     }
+    Ok(())
+}
+
+/// [`blend_running`] on host values, in place: the fused paths' update.
+pub(crate) fn blend_running_values(
+    (running_mean, running_var): (&Var, &Var),
+    (mean, var): (&[f32], &[f32]),
+    n: usize,
+    momentum: f64,
+) -> Result<()> {
+    batch_norm_op::update_running(running_mean, mean, momentum, 1.0)?;
+    if n > 1 {
+        let unbiased = (n as f64 / (n as f64 - 1.0)) as f32;
+        batch_norm_op::update_running(running_var, var, momentum, unbiased)?;
+    }
+    Ok(())
 }
 
 impl BatchNorm {
     /// BBN's bound on the gains: each `|gamma|` is kept within `(1 ± eps)` times the
     /// running deviation `sqrt(var + eps_bn)`, its sign kept.
     pub(crate) fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
-        let gamma: Vec<f32> = self.gamma.as_tensor().to_vec1()?;
-        let sigma: Vec<f32> = (self.running_var() + self.eps)?.sqrt()?.to_vec1()?;
-        let bounded = svb::bound_bn_gains(&gamma, &sigma, bbn_eps);
-        let bounded = Tensor::from_vec(bounded, gamma.len(), self.gamma.device())?;
-        self.version.set(&self.gamma, &bounded)
+        let (gamma, running_var) = (self.gamma.as_tensor(), self.running_var.as_tensor());
+        let bounded = bounded_gains(
+            &gamma.unsqueeze(0)?,
+            &running_var.unsqueeze(0)?,
+            self.eps,
+            bbn_eps,
+        )?;
+        self.version
+            .set(&self.gamma, &bounded.reshape(gamma.shape())?)
     }
+}
+
+/// BBN's bound of the gains `gamma` `[P, ...]` (`svb::bound_bn_gains`) from the running
+/// variance, each agent's on its own, on the host: a population's, and a single
+/// network's as one agent's.
+fn bounded_gains(gamma: &Tensor, running_var: &Tensor, eps: f64, bbn_eps: f64) -> Result<Tensor> {
+    let sigma = (running_var + eps)?.sqrt()?;
+    let mut bounded = vec![];
+    for i in 0..gamma.dim(0)? {
+        let g: Vec<f32> = gamma.get(i)?.flatten_all()?.to_vec1()?;
+        let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
+        bounded.extend(svb::bound_bn_gains(&g, &s, bbn_eps));
+    }
+    Tensor::from_vec(bounded, gamma.shape(), gamma.device())
 }
 
 impl ActivationNorm for BatchNorm {
@@ -356,9 +389,11 @@ pub(crate) struct StackedBatchNorm {
 }
 
 impl StackedBatchNorm {
+    /// `(momentum, eps)` as [`BatchNorm::new`]'s; `renorm` for batch renormalization.
     pub(crate) fn stack(
         take: &mut super::stacked::Take,
-        config: &super::NormConfig,
+        (momentum, eps): (f64, f64),
+        renorm: Option<RenormConfig>,
     ) -> Result<Self> {
         use super::batch_renorm::StackedRenorm;
         Ok(Self {
@@ -366,12 +401,9 @@ impl StackedBatchNorm {
             beta: take("bn.beta", Role::Weight)?,
             running_mean: take("bn.running_mean", Role::Buffer)?,
             running_var: take("bn.running_var", Role::Buffer)?,
-            renorm: match config.kind {
-                super::NormKind::BatchRenorm => Some(StackedRenorm::stack(take, config.renorm())?),
-                _ => None,
-            },
-            eps: config.bn_eps,
-            momentum: config.bn_momentum,
+            renorm: renorm.map(|r| StackedRenorm::stack(take, r)).transpose()?,
+            eps,
+            momentum,
         })
     }
 
@@ -417,12 +449,8 @@ impl StackedBatchNorm {
         }
         let means: Vec<f32> = moments.iter().flat_map(|m| m.0.iter().copied()).collect();
         let vars: Vec<f32> = moments.iter().flat_map(|m| m.1.iter().copied()).collect();
-        batch_norm_op::update_running(&self.running_mean, &means, self.momentum, 1.0)?;
-        let n = units.per_unit() as f64;
-        if n > 1.0 {
-            let unbiased = (n / (n - 1.0)) as f32;
-            batch_norm_op::update_running(&self.running_var, &vars, self.momentum, unbiased)?;
-        }
+        let running = (&self.running_mean, &self.running_var);
+        blend_running_values(running, (&means, &vars), units.per_unit(), self.momentum)?;
         Ok(ops)
     }
 
@@ -477,15 +505,11 @@ impl StackedBatchNorm {
 
     /// The running statistics from one agent batch each: the mean always, the
     /// (unbiased) variance where a batch has more than one row.
-    fn update_running(&self, h: &Tensor, (mean, var): (&Tensor, &Tensor)) -> Result<()> {
-        use super::stacked::blend;
+    fn update_running(&self, h: &Tensor, moments: (&Tensor, &Tensor)) -> Result<()> {
         // Values per unit: the batch's rows, times the positions of a feature map.
-        let n = (h.elem_count() / (h.dim(0)? * h.dim(2)?)) as f64;
-        blend(&self.running_mean, mean, self.momentum)?;
-        if n > 1.0 {
-            blend(&self.running_var, &(var * (n / (n - 1.0)))?, self.momentum)?;
-        }
-        Ok(())
+        let n = h.elem_count() / (h.dim(0)? * h.dim(2)?);
+        let running = (&self.running_mean, &self.running_var);
+        blend_running(running, moments, n, self.momentum)
     }
 }
 
@@ -512,16 +536,9 @@ impl super::stacked::StackedNorm for StackedBatchNorm {
     /// BBN's bound of each agent's gains (`svb::bound_bn_gains`), from its running
     /// variance, agent by agent on the host.
     fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
-        let sigma = (self.running_var.as_tensor() + self.eps)?.sqrt()?;
-        let gamma = self.gamma.as_tensor();
-        let mut bounded = vec![];
-        for i in 0..gamma.dim(0)? {
-            let g: Vec<f32> = gamma.get(i)?.flatten_all()?.to_vec1()?;
-            let s: Vec<f32> = sigma.get(i)?.flatten_all()?.to_vec1()?;
-            bounded.extend(svb::bound_bn_gains(&g, &s, bbn_eps));
-        }
+        let (gamma, running_var) = (self.gamma.as_tensor(), self.running_var.as_tensor());
         self.gamma
-            .set(&Tensor::from_vec(bounded, gamma.shape(), gamma.device())?)
+            .set(&bounded_gains(gamma, running_var, self.eps, bbn_eps)?)
     }
 
     fn has_cuda_kernel(&self) -> bool {

@@ -110,16 +110,27 @@ impl BatchRenorm {
         if !self.count_update()? {
             return Ok(x_hat);
         }
-        let RenormBounds { r_max, d_max, eps } = self.bounds();
         let shape = mean.shape();
-        let s = (running.1.reshape(shape)? + eps)?.sqrt()?;
-        let s_batch = (var + eps)?.sqrt()?;
-        let r = (s_batch / &s)?.clamp(1.0 / r_max, r_max)?.detach();
-        let d = ((mean - running.0.reshape(shape)?)? / s)?
-            .clamp(-d_max, d_max)?
-            .detach();
+        let running = (&running.0.reshape(shape)?, &running.1.reshape(shape)?);
+        let (r, d) = renorm_factors((mean, var), running, self.bounds())?;
         x_hat.broadcast_mul(&r)?.broadcast_add(&d)
     }
+}
+
+/// Batch renormalization's `r` and `d` (detached) by tensor ops, from a batch's moments
+/// and the running statistics before the batch updates them, all shaped alike: a
+/// single network's graph path and a population's tensor form. The fused loops'
+/// counterpart is `kernels::batch_norm::Renorm::of`.
+fn renorm_factors(
+    (mean, var): (&Tensor, &Tensor),
+    (running_mean, running_var): (&Tensor, &Tensor),
+    RenormBounds { r_max, d_max, eps }: RenormBounds,
+) -> Result<(Tensor, Tensor)> {
+    let s = (running_var + eps)?.sqrt()?;
+    let s_batch = (var + eps)?.sqrt()?;
+    let r = (s_batch / &s)?.clamp(1.0 / r_max, r_max)?.detach();
+    let d = ((mean - running_mean)? / s)?.clamp(-d_max, d_max)?.detach();
+    Ok((r, d))
 }
 
 /// Batch renormalization's population form: the clip and warm-up of every agent alike,
@@ -190,13 +201,7 @@ impl StackedRenorm {
         (running_mean, running_var): (&Var, &Var),
         eps: f64,
     ) -> Result<(Tensor, Tensor)> {
-        let (r_max, d_max) = (self.config.r_max, self.config.d_max);
-        let s = (running_var.as_tensor() + eps)?.sqrt()?;
-        let s_batch = (var + eps)?.sqrt()?;
-        let r = (s_batch / &s)?.clamp(1.0 / r_max, r_max)?.detach();
-        let d = ((mean - running_mean.as_tensor())? / s)?
-            .clamp(-d_max, d_max)?
-            .detach();
-        Ok((r, d))
+        let running = (running_mean.as_tensor(), running_var.as_tensor());
+        renorm_factors((mean, var), running, self.bounds(eps))
     }
 }

@@ -117,13 +117,10 @@ pub(crate) struct StackedGroupNorm {
 }
 
 impl StackedGroupNorm {
-    pub(crate) fn stack(
-        take: &mut super::stacked::Take,
-        config: &super::NormConfig,
-    ) -> Result<Self> {
+    pub(crate) fn stack(take: &mut super::stacked::Take, groups: usize, eps: f64) -> Result<Self> {
         let gamma = take("gn.gamma", super::Role::Weight)?;
         let beta = take("gn.beta", super::Role::Weight)?;
-        Ok(Self::new(gamma, beta, config.groups, config.ln_eps))
+        Ok(Self::new(gamma, beta, groups, eps))
     }
 
     pub(crate) fn new(gamma: Var, beta: Var, groups: usize, eps: f64) -> Self {

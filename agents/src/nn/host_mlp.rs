@@ -37,7 +37,8 @@ use candle_core::Result;
 
 use super::activation_norm::{push, HostGradients, HostLayer, NormTape, Saved};
 use super::activation_norm::{ActivationNorm, Identity};
-use super::layer::{with_method, Norm, WeightParam};
+use super::layer::WeightParam;
+use super::norm::{with_method, Norm};
 use super::weight_norm::UnitNorms;
 use super::{BnStats, Layer, LinearMap, QNetwork};
 use crate::kernels::linear::LinearCore;

@@ -4,14 +4,14 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{ActivationNorm, GraphLayer, Identity};
+use super::activation_norm::GraphLayer;
 use super::init::InitRng;
 use super::linear_map::unit_moments;
+use super::norm::Norm;
 use super::params::StoreVersion;
 use super::registry::Kernel;
 use super::{
-    svb, BatchNorm, GroupNorm, LayerNorm, LinearMap, MeanOnlyBn, NormConfig, NormKind, ParamStore,
-    Pass, RmsNorm, Role, WeightNorm,
+    svb, BatchNorm, LinearMap, MeanOnlyBn, NormConfig, NormKind, ParamStore, Pass, Role, WeightNorm,
 };
 
 use super::weight_norm::DDI_EPS;
@@ -20,43 +20,6 @@ pub(crate) enum WeightParam {
     Plain(Var),
     Normed(WeightNorm),
 }
-
-pub(crate) enum Norm {
-    None,
-    MeanOnly(MeanOnlyBn),
-    Batch(BatchNorm),
-    Layer(LayerNorm),
-    Rms(RmsNorm),
-    Group(GroupNorm),
-}
-
-impl Norm {
-    /// The method behind the layer's activation normalization, as a trait object (for
-    /// the calls off the hot path; [`with_method!`] dispatches statically).
-    pub(crate) fn method(&self) -> &dyn ActivationNorm {
-        with_method!(self, |m| m)
-    }
-}
-
-/// Evaluates `$body` with `$m` bound to the layer's [`ActivationNorm`], one arm per
-/// method, so that each call is static and inlined (a trait-object call per layer cost
-/// acting on a small MLP about 5%, measured).
-macro_rules! with_method {
-    ($norm:expr, |$m:ident| $body:expr) => {
-        match $norm {
-            Norm::None => {
-                let $m = &Identity;
-                $body
-            }
-            Norm::MeanOnly($m) => $body,
-            Norm::Batch($m) => $body,
-            Norm::Layer($m) => $body,
-            Norm::Rms($m) => $body,
-            Norm::Group($m) => $body,
-        }
-    };
-}
-pub(crate) use with_method;
 
 pub struct Layer {
     name: String,

@@ -113,10 +113,12 @@ pub(crate) fn normalized_per_sample(
     match centered {
         Centered::Groups(groups) => {
             let grouped = t.reshape((samples, groups, ()))?;
+            // Centered twice, as two nodes of the graph: the population's form always
+            // was, and its gradients' summation order is what parity measures.
             let mean = grouped.mean_keepdim(2)?;
-            let centered = grouped.broadcast_sub(&mean)?;
-            let var = centered.sqr()?.mean_keepdim(2)?;
-            centered
+            let var = grouped.broadcast_sub(&mean)?.sqr()?.mean_keepdim(2)?;
+            grouped
+                .broadcast_sub(&mean)?
                 .broadcast_div(&(var + eps)?.sqrt()?)?
                 .reshape(t.shape())
         }

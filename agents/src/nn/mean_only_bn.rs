@@ -125,10 +125,8 @@ impl MeanOnlyBn {
         match stats {
             BnStats::Batch => {
                 let mean = unit_mean(t)?;
-                let batch = mean.detach().flatten_all()?;
-                let running = ((self.running_mean.as_tensor() * (1.0 - self.momentum))?
-                    + (batch * self.momentum)?)?;
-                self.version.set(&self.running_mean, &running)?;
+                super::stacked::blend(&self.running_mean, &mean.flatten_all()?, self.momentum)?;
+                self.version.bump();
                 t.broadcast_sub(&mean)
             }
             BnStats::Running => {
@@ -255,13 +253,10 @@ pub(crate) struct StackedMeanOnly {
 }
 
 impl StackedMeanOnly {
-    pub(crate) fn stack(
-        take: &mut super::stacked::Take,
-        config: &super::NormConfig,
-    ) -> Result<Self> {
+    pub(crate) fn stack(take: &mut super::stacked::Take, momentum: f64) -> Result<Self> {
         Ok(Self {
             running_mean: take("running_mean", super::Role::Buffer)?,
-            momentum: config.bn_momentum,
+            momentum,
         })
     }
 

@@ -111,12 +111,9 @@ pub(crate) struct StackedRmsNorm {
 }
 
 impl StackedRmsNorm {
-    pub(crate) fn stack(
-        take: &mut super::stacked::Take,
-        config: &super::NormConfig,
-    ) -> Result<Self> {
+    pub(crate) fn stack(take: &mut super::stacked::Take, eps: f64) -> Result<Self> {
         let gamma = take("rms.gamma", super::Role::Weight)?;
-        Ok(Self::new(gamma, config.ln_eps))
+        Ok(Self::new(gamma, eps))
     }
 
     pub(crate) fn new(gamma: Var, eps: f64) -> Self {

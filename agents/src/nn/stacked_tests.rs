@@ -95,7 +95,12 @@ fn fused_population_batch_norm_equals_its_tensor_form() {
                     vars.insert(name.to_string(), v.clone());
                     Ok(v)
                 };
-                (StackedBatchNorm::stack(&mut take, &config).unwrap(), vars)
+                let renorm = (kind == NormKind::BatchRenorm).then(|| config.renorm());
+                let settings = (config.bn_momentum, config.bn_eps);
+                (
+                    StackedBatchNorm::stack(&mut take, settings, renorm).unwrap(),
+                    vars,
+                )
             };
             // Two copies of one state: the same draws.
             let (fused_bn, _) = make(&mut Normals::new(4));
@@ -130,7 +135,7 @@ fn fused_population_mean_only_equals_its_tensor_form() {
         let running = random(&mut rng, &unit);
         let make = || {
             let mut take = |_: &str, _: Role| Var::from_tensor(&running);
-            StackedMeanOnly::stack(&mut take, &NormConfig::default()).unwrap()
+            StackedMeanOnly::stack(&mut take, NormConfig::default().bn_momentum).unwrap()
         };
         let (fused, reference) = (make(), make());
         let x = Var::from_tensor(&random(&mut rng, &h)).unwrap();
@@ -294,4 +299,33 @@ fn a_population_scaled_bias_equals_the_tensor_form() {
             }
         }
     }
+}
+
+/// BBN's form answers for its batch norm (it once kept the trait's defaults, so that
+/// a BBN population never took batch norm's CUDA kernels); SVB's alone has nothing
+/// to normalize.
+#[test]
+fn bbn_answers_as_its_batch_norm() {
+    use crate::nn::batch_norm::StackedBatchNorm;
+    use crate::nn::stacked::StackedNorm;
+    use crate::nn::svb::StackedSvb;
+    use crate::nn::{RenormConfig, Role};
+    use candle_core::{DType, Device, Tensor, Var};
+    let mut take =
+        |_: &str, _: Role| Var::from_tensor(&Tensor::ones((2, 1, 3), DType::F32, &Device::Cpu)?);
+    let mut bbn = |renorm| {
+        let bn = StackedBatchNorm::stack(&mut take, (0.1, 1e-5), renorm).unwrap();
+        StackedSvb::new(5, 0.05, Some((Box::new(bn) as Box<dyn StackedNorm>, 0.5)))
+    };
+    let plain = bbn(None);
+    assert!(plain.has_cuda_kernel() && plain.step_invariant() && !plain.passes_through());
+    // Batch renormalization's warm-up counts on the host: no graph replays it.
+    let warmup = RenormConfig {
+        r_max: 3.0,
+        d_max: 5.0,
+        warmup: 10,
+    };
+    assert!(!bbn(Some(warmup)).step_invariant());
+    let svb = StackedSvb::new(5, 0.05, None);
+    assert!(!svb.has_cuda_kernel() && svb.passes_through() && svb.step_invariant());
 }

@@ -121,13 +121,10 @@ pub(crate) struct StackedSvb {
 }
 
 impl StackedSvb {
-    /// SVB's form, or BBN's over its batch norm `bn`.
-    pub(crate) fn new(config: &super::NormConfig, bn: Option<Box<dyn StackedNorm>>) -> Self {
-        Self {
-            interval: config.svb_interval,
-            eps: config.svb_eps,
-            bbn: bn.map(|bn| (bn, config.bbn_eps)),
-        }
+    /// SVB's form with its `interval` and bound `eps`, or BBN's over its batch norm
+    /// and the gains' bound.
+    pub(crate) fn new(interval: u64, eps: f64, bbn: Option<(Box<dyn StackedNorm>, f64)>) -> Self {
+        Self { interval, eps, bbn }
     }
 }
 
