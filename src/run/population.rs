@@ -235,6 +235,7 @@ impl Population {
     }
 
     /// Whether the replay frames live on the device.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn frames_on_device(&self) -> bool {
         self.frames.is_some()
     }
@@ -376,6 +377,7 @@ impl Population {
 
     /// Steps the members on `run.threads` threads from the first step, whatever their
     /// work (for tests: that threads change nothing in a run).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn always_threaded(mut self) -> Self {
         if self.pool.is_some() {
             self.threading = Threading::On;
@@ -406,6 +408,7 @@ impl Population {
     }
 
     /// Whether the members' environments step on threads now.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn steps_on_threads(&self) -> bool {
         matches!(self.threading, Threading::On)
     }

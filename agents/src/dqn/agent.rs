@@ -141,6 +141,7 @@ impl Dqn {
     /// one chosen for its device and network: the graph is the reference the host path
     /// is tested against, and [`Engine::Device`] runs an accelerator's path (targets and
     /// losses as tensor ops) on the CPU for tests.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_engine(mut self, engine: Engine) -> Result<Self> {
         let cpu = self.device.is_cpu();
         match engine {

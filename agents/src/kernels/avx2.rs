@@ -76,6 +76,7 @@ pub fn paths() -> Vec<Path> {
 
 /// Runs `f` with this thread's dispatch held to `path` (restored after, also on a
 /// panic). `Path::Avx2` on a CPU without AVX2 runs the baseline, as the dispatch would.
+#[cfg(any(test, feature = "test-support"))]
 pub fn on_path<R>(path: Path, f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {

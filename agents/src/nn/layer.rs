@@ -233,6 +233,7 @@ impl Layer {
     }
 
     /// The pre-activation: kernel, normalization, bias (no ReLU).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn pre_activation(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
         let t = self.kernel_output(x, pass.differentiable)?;
         self.norm

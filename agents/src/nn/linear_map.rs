@@ -92,6 +92,7 @@ impl LinearMap {
 
     /// `W x` through candle's own matmul and convolution (the reference the fused
     /// linear op and the data convolution are tested against).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn apply_reference(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         match *self {
             LinearMap::Conv2d {
@@ -102,6 +103,7 @@ impl LinearMap {
     }
 
     /// Shape that broadcasts a per-unit vector against this kernel's output.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn unit_shape(&self) -> Vec<usize> {
         match *self {
             LinearMap::Linear { n_out, .. } => vec![1, n_out],

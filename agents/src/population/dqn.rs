@@ -12,7 +12,9 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Result, Tensor, Var, D};
 use rand::Rng;
 
-use super::count::{read_rows_to_host, read_to_host};
+use super::count::read_rows_to_host;
+#[cfg(any(test, feature = "test-support"))]
+use super::count::read_to_host;
 use super::graph::StepGraph;
 use super::inputs::{self, Inputs, Stacked};
 use super::{DeviceFrames, PopulationNet};
@@ -160,6 +162,7 @@ impl PopulationDqn {
 
     /// Whether steps on fixed buffers are forced (as a CUDA graph's), whatever the
     /// device: what a graph's replay reads, tested on the CPU.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_fixed_inputs(mut self) -> Self {
         self.inputs = Inputs::new(true);
         self
@@ -168,6 +171,7 @@ impl PopulationDqn {
     /// The storage addresses (on the CPU) of the fixed inputs and outputs: a test's
     /// view of what a captured graph relies on.
     #[doc(hidden)]
+    #[cfg(any(test, feature = "test-support"))]
     pub fn fixed_buffer_addresses(&self) -> Vec<usize> {
         let mut all = self.inputs.addresses();
         all.extend(self.outputs.iter().flatten().map(inputs::cpu_address));
@@ -749,11 +753,13 @@ pub struct PopulationInfo {
 
 impl PopulationInfo {
     /// Each agent's TD loss, read to the host.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn td_losses(&self) -> Result<Vec<f32>> {
         read_to_host(&self.metrics.get(0)?)
     }
 
     /// Each agent's gradient norm before clipping, read to the host.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn grad_norms(&self) -> Result<Vec<f32>> {
         read_to_host(&self.metrics.get(2)?)
     }

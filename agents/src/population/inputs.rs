@@ -189,6 +189,7 @@ impl Inputs {
 
     /// Every buffer's storage address on the CPU (0 elsewhere), batch then acting: what
     /// a graph captured over fixed buffers relies on staying put.
+    #[cfg(any(test, feature = "test-support"))]
     pub(super) fn addresses(&self) -> Vec<usize> {
         let mut all = Vec::new();
         if let Some(b) = &self.batch {
@@ -279,6 +280,7 @@ pub(super) fn constant<T: WithDType>(values: Vec<T>, device: &Device) -> Result<
 }
 
 /// Where `t`'s values start on the CPU; 0 on a device.
+#[cfg(any(test, feature = "test-support"))]
 pub(super) fn cpu_address(t: &Tensor) -> usize {
     use candle_core::{CpuStorage, Storage};
     let (storage, _) = t.storage_and_layout();

@@ -176,6 +176,7 @@ impl GymProcess {
     }
 
     /// The worker's process id.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn worker_pid(&self) -> u32 {
         self.child.id()
     }
