@@ -148,7 +148,7 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
         crate::config::device_memory::check(&config, members.len())?;
         std::fs::create_dir_all(run_dir)
             .with_context(|| format!("cannot create {}", run_dir.display()))?;
-        checkpoint::write_atomic(&run_dir.join("config.toml"), config.to_toml().as_bytes())?;
+        crate::storage::write_atomic(&run_dir.join("config.toml"), config.to_toml().as_bytes())?;
     }
     eprintln!(
         "training a population of {} ({}) in {}",
@@ -314,7 +314,7 @@ fn evaluate_on_video(
     let eval = evaluate_in(env.as_mut(), agent, config, 0, Some(&mut video))?;
     let frames = video.frames();
     if let Some((gif, width, height)) = video.finish()? {
-        checkpoint::write_atomic(path, &gif)?;
+        crate::storage::write_atomic(path, &gif)?;
         eprintln!(
             "wrote {}: {frames} frames of {width} x {height}, {} KiB",
             path.display(),

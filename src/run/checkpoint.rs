@@ -14,8 +14,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::storage::{human_bytes, sync_dir, CheckedFile, Digest};
-pub use crate::storage::{read_json, write_atomic};
+use crate::storage::{human_bytes, read_json, sync_dir, write_atomic, CheckedFile, Digest};
 
 pub const LATEST: &str = "latest";
 /// Each file's length and checksum, written last: a checkpoint with it is complete.

@@ -275,7 +275,7 @@ impl Population {
         for i in self.live() {
             summaries[i] = self.members[i].conclude(&mut self.clocks[i])?;
         }
-        self.prune()?;
+        self.prune();
         clock.progress.finish();
         Ok(summaries)
     }
@@ -461,7 +461,7 @@ impl Population {
             self.members[i].run_task(task, epsilon, &mut self.clocks[i])?;
         }
         match task {
-            Periodic::Checkpoint => self.prune()?,
+            Periodic::Checkpoint => self.prune(),
             Periodic::Log => {
                 let sps = clock.lap(self.step);
                 let recent = mean(self.members.iter().filter_map(Trainer::recent_return));
@@ -554,7 +554,7 @@ impl Population {
         for i in self.live() {
             self.members[i].interrupt(signal, &self.clocks[i])?;
         }
-        self.prune()?;
+        self.prune();
         Ok(Interrupted {
             signal,
             step: self.step,
@@ -563,13 +563,12 @@ impl Population {
 
     /// The second phase of a checkpoint: once every member has written its new one,
     /// the older ones go, as `checkpoint.keep` says.
-    fn prune(&self) -> Result<()> {
+    fn prune(&self) {
         for m in &self.members {
             if let Some(keep) = m.config().checkpoint.keep.while_training() {
                 checkpoint::prune(m.run_dir(), keep);
             }
         }
-        Ok(())
     }
 }
 

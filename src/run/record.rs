@@ -15,7 +15,6 @@ use crate::config::{Keep, TrainConfig};
 use crate::logging::hparams;
 use crate::logging::tensorboard::TensorBoard;
 use crate::logging::video::Video;
-use crate::run::checkpoint;
 use crate::run::files::{
     host_name, unix_seconds, Divergence, Heartbeat, RunResult, RunSummary, HEARTBEAT_FILE,
     RESULT_FILE, SUMMARY_FILE,
@@ -216,7 +215,7 @@ impl Recorder {
             pid: std::process::id(),
             step,
         };
-        checkpoint::write_atomic(
+        crate::storage::write_atomic(
             &self.run_dir.join(HEARTBEAT_FILE),
             serde_json::to_string(&beat)?.as_bytes(),
         )
@@ -239,11 +238,11 @@ impl Recorder {
         self.tb
             .plugin_summary(hparams::SESSION_END_TAG, "hparams", end, step);
         let result = RunResult::new(config, self.variant.clone(), summary.clone());
-        checkpoint::write_atomic(
+        crate::storage::write_atomic(
             &self.run_dir.join(RESULT_FILE),
             serde_json::to_string(&result)?.as_bytes(),
         )?;
-        checkpoint::write_atomic(
+        crate::storage::write_atomic(
             &self.run_dir.join(SUMMARY_FILE),
             serde_json::to_string_pretty(summary)?.as_bytes(),
         )?;

@@ -73,7 +73,7 @@ pub struct Trainer {
 
 /// The summary of a finished run in `run_dir`, if it has one.
 pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
-    checkpoint::read_json(&run_dir.join(SUMMARY_FILE), "a run summary")
+    crate::storage::read_json(&run_dir.join(SUMMARY_FILE), "a run summary")
 }
 
 /// An error unless `run_dir` is free for a new run.

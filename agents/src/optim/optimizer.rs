@@ -52,8 +52,6 @@ pub struct Optimizer {
     config: OptimizerConfig,
     slots: Vec<Slot>,
     steps: u64,
-    /// This step's learning rate: `lr` times the schedule's factor at `steps`.
-    lr: f64,
     store: ParamStore,
     /// Built as the tensor-op reference ([`Self::reference`]): never a fused step (read
     /// where a device has one).
@@ -273,7 +271,6 @@ impl Optimizer {
             config: config.clone(),
             slots,
             steps: 0,
-            lr: config.lr,
             store: store.clone(),
             reference,
             device_bias: None,
@@ -353,7 +350,7 @@ impl Optimizer {
             Metric::Device(_) => 1.0,
         };
         let base = self.next_coefficients(grad_scale);
-        let lr = self.lr;
+        let lr = self.scheduled_lr();
         for slot in &mut self.slots {
             let Some(grad) = grads.get(slot.var.as_tensor()) else {
                 continue;
@@ -416,7 +413,7 @@ impl Optimizer {
         }
         let norm = sum.sqrt();
         let base = self.next_coefficients(self.clipping_scale(norm));
-        let lr = self.lr;
+        let lr = self.scheduled_lr();
         for slot in &mut self.slots {
             let Some(g) = grad_of(&slot.var) else {
                 continue;
@@ -473,7 +470,7 @@ impl Optimizer {
         }
         let norms: Vec<f64> = sums.iter().map(|s| s.sqrt()).collect();
         let base = self.next_coefficients(1.0);
-        let lr = self.lr;
+        let lr = self.scheduled_lr();
         for (slot, grad) in self.slots.iter_mut().zip(&grads) {
             let (Some(grad), State::Host(state)) = (grad, &mut slot.state) else {
                 continue;
@@ -593,16 +590,21 @@ impl Optimizer {
         super::clip::scale(norm, self.config.max_grad_norm)
     }
 
-    /// Counts a step, sets its learning rate from the schedule, and returns its
-    /// coefficients (with that learning rate, before per-variable scales).
+    /// The learning rate of the step counted last: `lr` times the schedule's factor.
+    fn scheduled_lr(&self) -> f64 {
+        self.config.lr * self.config.lr_schedule.factor(self.steps)
+    }
+
+    /// Counts a step and returns its coefficients (its scheduled learning rate, before
+    /// per-variable scales).
     fn next_coefficients(&mut self, grad_scale: f64) -> Coefficients {
         self.steps += 1;
+        let lr = self.scheduled_lr();
         let c = &self.config;
-        self.lr = c.lr * c.lr_schedule.factor(self.steps);
         let t = self.steps as i32;
         Coefficients {
             kind: c.kind,
-            lr: self.lr as f32,
+            lr: lr as f32,
             grad_scale: grad_scale as f32,
             b1: c.betas.0 as f32,
             b2: c.betas.1 as f32,
