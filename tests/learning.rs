@@ -1,7 +1,8 @@
-//! A small agent actually learns: DQN on CartPole with `none` and with `weight_norm`
-//! reaches a mean evaluation return of at least 400 within 50,000 environment steps
-//! (`configs/cartpole.toml`) with two of seeds 1, 2 and 3; with BBN (whose gain bound
-//! once flipped negative gains and collapsed), at least 250.
+//! A small agent actually learns: DQN on CartPole with `none`, `weight_norm` and weight
+//! norm's descendants `wn_projected` and `nap` reaches a mean evaluation return of at
+//! least 400 within 50,000 environment steps (`configs/cartpole.toml`) with two of seeds
+//! 1, 2 and 3; with BBN (whose gain bound once flipped negative gains and collapsed) and
+//! hyperspherical layers, at least 250 and 300.
 //!
 //! Two of three, because DQN on CartPole varies from seed to seed (about one seed in
 //! four stays below 400 within 50,000 steps, measured): with one seed, a change of
@@ -75,4 +76,23 @@ fn cartpole_learns_with_weight_norm() {
 #[test]
 fn cartpole_learns_with_bbn() {
     assert_learns("bbn", 250.0);
+}
+
+/// Measured: 500, 500 and 500.
+#[test]
+fn cartpole_learns_with_projected_weight_norm() {
+    assert_learns("wn_projected", 400.0);
+}
+
+/// Measured: 230, 500 and 490.
+#[test]
+fn cartpole_learns_with_normalize_and_project() {
+    assert_learns("nap", 400.0);
+}
+
+/// Measured: 467, 179 and 457 (with SimbaV2's scaled head, whose Q-values grow by
+/// about a learning rate a step: 135, 139 and 72).
+#[test]
+fn cartpole_learns_with_hyperspherical_layers() {
+    assert_learns("hyperspherical", 300.0);
 }

@@ -8,7 +8,9 @@ use candle_core::Tensor;
 use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Engine, Loss, TargetUpdate};
 use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
-use normrl_agents::nn::{BnStats, HostTape, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
+use normrl_agents::nn::{
+    BnStats, HostTape, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig, SphereHead,
+};
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::replay::Batch;
 
@@ -21,6 +23,9 @@ fn norm(kind: NormKind) -> NormConfig {
         svb_interval: 2,
         // Batch renormalization's clip opens within the tests' updates.
         brn_warmup: 2,
+        // Hyperspherical layers with SimbaV2's head, whose host loops the plain head
+        // (every other method's) does not run.
+        sphere_head: SphereHead::Scaled,
         ..Default::default()
     }
 }
@@ -191,14 +196,20 @@ fn one_update_from_the_same_state(host: &mut Dqn, graph: &mut Dqn, b: &Batch, wh
     let (h, g) = (host.update(b).unwrap(), graph.update(b).unwrap());
     // The mean of Q-values of both signs can come near 0 (-2e-4 here), where the paths'
     // rounding (1e-8 absolute) reads as 1e-4 relative: it is judged against the
-    // Q-values' own scale (0.01 and up).
+    // Q-values' own scale (0.01 and up). So is the loss near 0 (3.5e-5, of TD errors
+    // near 1e-2, where hyperspherical layers' Q-values start): its floor is 1e-4.
     for (name, a, e, floor) in [
-        ("loss", &h.td_loss, &g.td_loss, 1e-6),
+        ("loss", &h.td_loss, &g.td_loss, 1e-4),
         ("mean Q", &h.q_mean, &g.q_mean, 1e-2),
         ("gradient norm", &h.grad_norm, &g.grad_norm, 1e-6),
     ] {
         let r = relative(a.value().unwrap(), e.value().unwrap(), floor);
-        assert!(r <= 1e-5, "{what} {name}: relative error {r}");
+        assert!(
+            r <= 1e-5,
+            "{what} {name}: relative error {r} ({} vs {})",
+            a.value().unwrap(),
+            e.value().unwrap()
+        );
     }
     assert_eq!((h.projected, h.synced), (g.projected, g.synced));
     let (a, b) = (network_values(host), network_values(graph));

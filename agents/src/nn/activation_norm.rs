@@ -68,6 +68,8 @@ pub(crate) enum NormTape {
     MeanOnly {
         batch_statistics: bool,
     },
+    /// Hyperspherical features: each row's `1 / max(||relu(s t)||, eps)`.
+    Sphere(Vec<f32>),
 }
 
 /// A host forward's result: the layer's output, the kernel's output where the backward

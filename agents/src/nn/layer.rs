@@ -9,7 +9,8 @@ use super::init::InitRng;
 use super::linear_map::unit_moments;
 use super::norm::Norm;
 use super::params::StoreVersion;
-use super::registry::Kernel;
+use super::registry::{AfterStep, Kernel};
+use super::{nap, wn_projected};
 use super::{
     svb, BatchNorm, LinearMap, MeanOnlyBn, NormConfig, NormKind, ParamStore, Pass, Role, WeightNorm,
 };
@@ -21,6 +22,16 @@ pub(crate) enum WeightParam {
     Normed(WeightNorm),
 }
 
+impl WeightParam {
+    /// The variable the optimizer steps: `w`, or weight norm's direction `v`.
+    pub(crate) fn direction_or_weight(&self) -> &Var {
+        match self {
+            WeightParam::Plain(w) => w,
+            WeightParam::Normed(wn) => &wn.v,
+        }
+    }
+}
+
 pub struct Layer {
     name: String,
     pub(crate) kernel: LinearMap,
@@ -28,7 +39,10 @@ pub struct Layer {
     pub(crate) bias: Option<Var>,
     pub(crate) norm: Norm,
     pub(crate) relu: bool,
-    svb: bool,
+    /// The method's step after each optimizer step on this layer.
+    pub(crate) after: AfterStep,
+    /// NaP's target: the weight's norm at init (a buffer, `<layer>.rho`).
+    pub(crate) rho: Option<Var>,
     version: StoreVersion,
 }
 
@@ -82,20 +96,40 @@ impl Layer {
             }
             _ => Some(Self::plain_bias(store, name, kernel, rng)?),
         };
-        Ok(Self {
+        let rho = match method.after_step {
+            AfterStep::InitialNorm => {
+                let w = weight.direction_or_weight().as_tensor();
+                Some(store.add(&format!("{name}.rho"), nap::initial_norm(w)?, Role::Buffer)?)
+            }
+            _ => None,
+        };
+        let layer = Self {
             name: name.to_string(),
             kernel,
             weight,
             bias,
             norm,
             relu: true,
-            svb: method.projects,
+            after: method.after_step,
+            rho,
             version: store.version_handle(),
-        })
+        };
+        layer.project_at_init()
+    }
+
+    /// Projected methods start on their sphere (SimbaV2 normalizes its network after
+    /// init): unit rows here; NaP's `rho` is the initial norm already.
+    fn project_at_init(self) -> Result<Self> {
+        if self.after == AfterStep::UnitRows {
+            wn_projected::project(self.weight.direction_or_weight(), 0)?;
+            self.version.bump();
+        }
+        Ok(self)
     }
 
     /// The output layer: plain, or weight-normalized when the method uses weight norm
-    /// and `wn_output_layer` is on. No activation, no activation normalization.
+    /// and `wn_output_layer` is on (projected too with `wn_projected`), or the
+    /// method's own head (hyperspherical). No activation.
     pub fn output(
         store: &mut ParamStore,
         name: &str,
@@ -103,6 +137,11 @@ impl Layer {
         config: &NormConfig,
         rng: &mut InitRng,
     ) -> Result<Self> {
+        if let Some(head) = &config.kind.method().head {
+            if let Some(norm) = (head.single)(store, name, kernel.units(), config)? {
+                return Self::method_head(store, name, kernel, norm, rng);
+            }
+        }
         let normed = config.kind.uses_weight_norm() && config.wn_output_layer;
         let weight = if normed {
             Self::normed_weight(store, name, kernel, config, rng)?
@@ -114,16 +153,48 @@ impl Layer {
         } else {
             Self::plain_bias(store, name, kernel, rng)?
         };
-        Ok(Self {
+        let projected = normed && config.kind.method().after_step == AfterStep::UnitRows;
+        let layer = Self {
             name: name.to_string(),
             kernel,
             weight,
             bias: Some(bias),
             norm: Norm::None,
             relu: false,
-            svb: false,
+            after: if projected {
+                AfterStep::UnitRows
+            } else {
+                AfterStep::Nothing
+            },
+            rho: None,
             version: store.version_handle(),
-        })
+        };
+        layer.project_at_init()
+    }
+
+    /// A method's own head: orthogonal unit rows, its form `norm`, a zero bias.
+    fn method_head(
+        store: &mut ParamStore,
+        name: &str,
+        kernel: LinearMap,
+        norm: Norm,
+        rng: &mut InitRng,
+    ) -> Result<Self> {
+        let w = rng.orthogonal(kernel.weight_shape(), &store.device().clone())?;
+        let weight = WeightParam::Plain(store.add(&format!("{name}.weight"), w, Role::Weight)?);
+        let bias = store.zeros(&format!("{name}.bias"), kernel.units(), Role::Weight)?;
+        let layer = Self {
+            name: name.to_string(),
+            kernel,
+            weight,
+            bias: Some(bias),
+            norm,
+            relu: false,
+            after: AfterStep::UnitRows,
+            rho: None,
+            version: store.version_handle(),
+        };
+        layer.project_at_init()
     }
 
     fn plain_weight(
@@ -268,21 +339,36 @@ impl Layer {
         self.forward(x, Pass::EVAL)
     }
 
-    /// The method's step after optimizer step `updates` (counting from 1), when due
-    /// (`svb::due`): SVB's projection of the weight (SVB, BBN) and BBN's bound on BN
-    /// gains; a population's layer takes the same step (`StackedNorm::after_step`).
-    /// Whether it ran.
+    /// The method's step after optimizer step `updates` (counting from 1) on this
+    /// layer, when due: SVB's projection of the weight (SVB, BBN) and BBN's bound on BN
+    /// gains every `svb_interval` steps (`svb::due`); unit rows or NaP's initial norms
+    /// every step. A population's layer takes the same steps. Whether any ran.
     pub fn after_step(&self, updates: u64, config: &NormConfig) -> Result<bool> {
-        if !self.svb || !svb::due(updates, config.svb_interval) {
-            return Ok(false);
+        match self.after {
+            AfterStep::Nothing => return Ok(false),
+            AfterStep::Svb if !svb::due(updates, config.svb_interval) => return Ok(false),
+            AfterStep::Svb => {
+                if let WeightParam::Plain(w) = &self.weight {
+                    self.version
+                        .set(w, &svb::project(w.as_tensor(), config.svb_eps)?)?;
+                }
+                if let (Norm::Batch(bn), NormKind::Bbn) = (&self.norm, config.kind) {
+                    bn.bound_gains(config.bbn_eps)?;
+                }
+            }
+            AfterStep::UnitRows => wn_projected::project(self.weight.direction_or_weight(), 0)?,
+            AfterStep::InitialNorm => {
+                let Some(rho) = &self.rho else {
+                    candle_core::bail!("{}: NaP's layer has no initial norm", self.name);
+                };
+                let affine = match &self.norm {
+                    Norm::Layer(ln) => Some(ln.affine()),
+                    _ => None,
+                };
+                nap::project(self.weight.direction_or_weight(), rho, affine, 0)?;
+            }
         }
-        if let WeightParam::Plain(w) = &self.weight {
-            self.version
-                .set(w, &svb::project(w.as_tensor(), config.svb_eps)?)?;
-        }
-        if let (Norm::Batch(bn), NormKind::Bbn) = (&self.norm, config.kind) {
-            bn.bound_gains(config.bbn_eps)?;
-        }
+        self.version.bump();
         Ok(true)
     }
 

@@ -51,6 +51,11 @@ impl LayerNorm {
         self.forward_then(t, false)
     }
 
+    /// The gain and offset (NaP projects them).
+    pub(crate) fn affine(&self) -> (&Var, &Var) {
+        (&self.gamma, &self.beta)
+    }
+
     /// `relu(forward(t))`, in one op on the CPU.
     pub fn forward_relu(&self, t: &Tensor) -> Result<Tensor> {
         self.forward_then(t, true)

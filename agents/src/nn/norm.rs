@@ -4,7 +4,7 @@
 //! dispatches on it statically on the host path's hot loop.
 
 use super::activation_norm::{ActivationNorm, Identity};
-use super::{BatchNorm, GroupNorm, LayerNorm, MeanOnlyBn, RmsNorm};
+use super::{BatchNorm, GroupNorm, Hyperspherical, LayerNorm, MeanOnlyBn, RmsNorm};
 
 pub(crate) enum Norm {
     None,
@@ -13,6 +13,7 @@ pub(crate) enum Norm {
     Layer(LayerNorm),
     Rms(RmsNorm),
     Group(GroupNorm),
+    Sphere(Hyperspherical),
 }
 
 impl Norm {
@@ -38,6 +39,7 @@ macro_rules! with_method {
             Norm::Layer($m) => $body,
             Norm::Rms($m) => $body,
             Norm::Group($m) => $body,
+            Norm::Sphere($m) => $body,
         }
     };
 }

@@ -11,10 +11,12 @@
 use candle_core::Result;
 use serde::{Deserialize, Serialize};
 
+use super::hyperspherical::StackedHyperspherical;
 use super::norm::Norm;
 use super::stacked::{StackedNorm, Take};
 use super::{batch_norm, group_norm, layer_norm, mean_only_bn, rms_norm, svb};
-use super::{BatchNorm, GroupNorm, LayerNorm, MeanOnlyBn, ParamStore, RenormConfig, RmsNorm};
+use super::{BatchNorm, GroupNorm, Hyperspherical, LayerNorm, MeanOnlyBn, ParamStore};
+use super::{RenormConfig, RmsNorm};
 use crate::check::{non_negative, positive};
 
 /// A hidden layer's kernel weight, as a method starts it.
@@ -28,16 +30,41 @@ pub(crate) enum Kernel {
     Orthogonal,
 }
 
+/// The method's work on a layer after an optimizer step, inside the update, for a
+/// single network (`Layer::after_step`) and a population (`PopulationNet`) alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterStep {
+    Nothing,
+    /// Every `svb_interval` steps, SVB's bound of the singular values (BBN bounds its
+    /// gains then too): `svb.rs`, on the host.
+    Svb,
+    /// Every step, each unit's incoming weights (weight norm's `v`) to norm 1
+    /// (`wn_projected.rs`); also once at init.
+    UnitRows,
+    /// Every step, the weight to its norm at init and the layer norm's gain and offset
+    /// jointly to theirs (`nap.rs`).
+    InitialNorm,
+}
+
+/// The output layer's form where a method has its own (hyperspherical layers' scaler):
+/// a single network's and a population's.
+/// Each returns `None` where the config keeps a plain head.
+pub(crate) struct HeadForm {
+    pub single: fn(&mut ParamStore, &str, usize, &NormConfig) -> Result<Option<Norm>>,
+    pub stacked: StackedForm,
+}
+
 /// What a method is, for the code that builds and steps networks of it.
 pub(crate) struct Method {
     pub kernel: Kernel,
     /// The hidden layers keep a bias after the normalization: not where the method has a
     /// shift of its own (batch and layer norm's `beta`) or, as RMSNorm, none at all.
     pub keeps_bias: bool,
-    /// The weight is projected every `svb_interval` optimizer steps (SVB's bound of the
-    /// singular values; BBN bounds its gains then too): the method's step after the
-    /// optimizer's, `svb::after_step`, for a single network and a population alike.
-    pub projects: bool,
+    /// The method's step after the optimizer's.
+    pub after_step: AfterStep,
+    /// The output layer's own form, where the method has one (else a plain head, or
+    /// weight norm's with `wn_output_layer`).
+    pub head: Option<HeadForm>,
     /// A single network's normalization of a hidden layer of `units` units whose one
     /// sample's output has shape `out_shape` (its variables named `prefix.*`).
     pub single: SingleForm,
@@ -97,6 +124,13 @@ registry! {
     GroupNorm = "group_norm" => GROUP_NORM,
     /// Batch renormalization (Ioffe 2017).
     BatchRenorm = "batch_renorm" => BATCH_RENORM,
+    /// Weight norm with its direction projected to unit norm after every step.
+    WnProjected = "wn_projected" => WN_PROJECTED,
+    /// Normalize-and-Project (Lyle et al. 2024): layer norm, weights held at their
+    /// initial norm.
+    Nap = "nap" => NAP,
+    /// SimbaV2's hyperspherical layers (Lee et al. 2025).
+    Hyperspherical = "hyperspherical" => HYPERSPHERICAL,
 }
 
 /// Normalization settings; every field has a default.
@@ -135,6 +169,23 @@ pub struct NormConfig {
     pub brn_d_max: f64,
     /// Updates of plain batch norm before batch renormalization's clip opens.
     pub brn_warmup: u64,
+    /// Hyperspherical layers' head: a free linear layer (default), or SimbaV2's form,
+    /// unit rows times a learnable scaler plus a bias.
+    pub sphere_head: SphereHead,
+}
+
+/// The output layer of a hyperspherical Q-network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SphereHead {
+    /// A plain linear layer with its bias, free as NaP leaves its output layer: a
+    /// scalar Q-value gets its magnitude there.
+    #[serde(rename = "linear")]
+    Linear,
+    /// SimbaV2's head: unit-norm rows projected every step, a per-action scaler
+    /// (init 1), a bias. SimbaV2's categorical head takes its magnitude from a fixed
+    /// support; a scalar Q's must grow in the scaler, by about one learning rate a step.
+    #[serde(rename = "scaled")]
+    Scaled,
 }
 
 impl NormConfig {
@@ -165,6 +216,7 @@ impl Default for NormConfig {
             brn_r_max: 3.0,
             brn_d_max: 5.0,
             brn_warmup: 1000,
+            sphere_head: SphereHead::Linear,
         }
     }
 }
@@ -237,7 +289,8 @@ fn stacked_bn(
 const NONE: Method = Method {
     kernel: Kernel::Plain,
     keeps_bias: true,
-    projects: false,
+    after_step: AfterStep::Nothing,
+    head: None,
     single: no_norm,
     stacked: no_stacked,
 };
@@ -249,8 +302,6 @@ const WEIGHT_NORM: Method = Method {
 
 const WN_MEAN_ONLY_BN: Method = Method {
     kernel: Kernel::Normed,
-    keeps_bias: true,
-    projects: false,
     single: |store, prefix, out, c| {
         let bn = MeanOnlyBn::new(store, prefix, out[0], c.bn_momentum)?;
         Ok(Norm::MeanOnly(bn))
@@ -259,14 +310,14 @@ const WN_MEAN_ONLY_BN: Method = Method {
         let form = mean_only_bn::StackedMeanOnly::stack(take, c.bn_momentum)?;
         Ok(Some(Box::new(form)))
     },
+    ..NONE
 };
 
 const BATCH_NORM: Method = Method {
-    kernel: Kernel::Plain,
     keeps_bias: false,
-    projects: false,
     single: batch_norm,
     stacked: stacked_batch_norm,
+    ..NONE
 };
 
 const BATCH_RENORM: Method = Method {
@@ -280,9 +331,7 @@ const BATCH_RENORM: Method = Method {
 };
 
 const LAYER_NORM: Method = Method {
-    kernel: Kernel::Plain,
     keeps_bias: false,
-    projects: false,
     single: |store, prefix, out, c| Ok(Norm::Layer(LayerNorm::new(store, prefix, out, c.ln_eps)?)),
     // Group norm with one group: each sample over all its features.
     stacked: |take, c| {
@@ -290,6 +339,7 @@ const LAYER_NORM: Method = Method {
         let form = group_norm::StackedGroupNorm::new(gamma, beta, 1, c.ln_eps);
         Ok(Some(Box::new(form)))
     },
+    ..NONE
 };
 
 const GROUP_NORM: Method = Method {
@@ -316,8 +366,7 @@ const RMS_NORM: Method = Method {
 
 const SVB: Method = Method {
     kernel: Kernel::Orthogonal,
-    keeps_bias: true,
-    projects: true,
+    after_step: AfterStep::Svb,
     single: no_norm,
     stacked: |_, c| {
         Ok(Some(Box::new(svb::StackedSvb::new(
@@ -326,18 +375,48 @@ const SVB: Method = Method {
             None,
         ))))
     },
+    ..NONE
 };
 
 const BBN: Method = Method {
-    kernel: Kernel::Orthogonal,
     keeps_bias: false,
-    projects: true,
     single: batch_norm,
     stacked: |take, c| {
         let bbn: Box<dyn StackedNorm> = Box::new(stacked_bn(take, c, None)?);
         let form = svb::StackedSvb::new(c.svb_interval, c.svb_eps, Some((bbn, c.bbn_eps)));
         Ok(Some(Box::new(form)))
     },
+    ..SVB
+};
+
+const WN_PROJECTED: Method = Method {
+    after_step: AfterStep::UnitRows,
+    ..WEIGHT_NORM
+};
+
+const NAP: Method = Method {
+    after_step: AfterStep::InitialNorm,
+    ..LAYER_NORM
+};
+
+const HYPERSPHERICAL: Method = Method {
+    kernel: Kernel::Orthogonal,
+    keeps_bias: false,
+    after_step: AfterStep::UnitRows,
+    head: Some(HeadForm {
+        single: |store, prefix, actions, c| match c.sphere_head {
+            SphereHead::Scaled => Ok(Some(Norm::Sphere(Hyperspherical::head(
+                store, prefix, actions,
+            )?))),
+            SphereHead::Linear => Ok(None),
+        },
+        stacked: |take, c| match c.sphere_head {
+            SphereHead::Scaled => Ok(Some(Box::new(StackedHyperspherical::stack(take, true)?))),
+            SphereHead::Linear => Ok(None),
+        },
+    }),
+    single: |store, prefix, out, _| Ok(Norm::Sphere(Hyperspherical::hidden(store, prefix, out)?)),
+    stacked: |take, _| Ok(Some(Box::new(StackedHyperspherical::stack(take, false)?))),
 };
 
 impl NormKind {
@@ -353,7 +432,7 @@ impl NormKind {
 
     /// Hidden weights are projected by SVB.
     pub fn uses_svb(self) -> bool {
-        self.method().projects
+        self.method().after_step == AfterStep::Svb
     }
 }
 

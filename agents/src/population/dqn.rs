@@ -446,7 +446,9 @@ impl PopulationDqn {
         let metrics = match self.plan_step()? {
             Plan::Host => {
                 let stacked = self.inputs.current()?.stacked(frames)?;
-                self.host_update(&stacked)?
+                let metrics = self.host_update(&stacked)?;
+                self.online.project()?;
+                metrics
             }
             #[cfg(feature = "cuda")]
             Plan::Device(c) => self.run_device_update(frames, c)?,
@@ -521,6 +523,7 @@ impl PopulationDqn {
             let (stats, grads) = self.gradients(&stacked)?;
             let ratios = self.constants.as_ref().and_then(|k| k.lr_ratios.as_ref());
             let norms = self.optimizer.device_step(&grads, p, ratios, c)?;
+            self.online.project()?;
             out.slice_set(&Tensor::cat(&[stats, norms.unsqueeze(0)?], 0)?, 0, 0)
         };
         let ran = self.run_graph(&mut graph, &out, &region);

@@ -19,6 +19,7 @@ use crate::kernels::bias_relu::{AgentBias, AgentScaledBias};
 use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::nn::stacked::{copy_var, StackedNorm};
 use crate::nn::weight_norm::StackedWeightNorm;
+use crate::nn::{nap, wn_projected, AfterStep};
 use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 
 /// One layer: `[P, out, in]` weights (each agent's in its single network's layout, a
@@ -32,6 +33,10 @@ pub(super) struct PopulationLayer {
     /// The method's population form (`nn::stacked`), on hidden layers that have one.
     pub(super) norm: Option<Box<dyn StackedNorm>>,
     pub(super) relu: bool,
+    /// The method's step after each optimizer step (`nn::AfterStep`), and NaP's
+    /// initial norms `[P, 1, 1]`.
+    after: AfterStep,
+    rho: Option<Var>,
     /// A convolution's unfolding; its per-unit values are `[P, 1, out, 1]`, over the
     /// feature maps `[P, B, out, positions]`.
     conv: Option<Im2col>,
@@ -54,7 +59,27 @@ impl PopulationLayer {
     fn all(&self) -> Vec<&Var> {
         let mut v = self.trainable();
         v.extend(self.norm.iter().flat_map(|n| n.vars().1));
+        v.extend(&self.rho);
         v
+    }
+
+    /// The method's every-step projection after an optimizer step, as a single
+    /// network's `Layer::after_step` (SVB's, every `svb_interval` steps, is the
+    /// normalization's: [`StackedNorm::after_step`]). Whether it ran.
+    fn project(&self) -> Result<bool> {
+        match (self.after, &self.rho) {
+            (AfterStep::UnitRows, _) => wn_projected::project(&self.weight, 1)?,
+            (AfterStep::InitialNorm, Some(rho)) => {
+                let affine = self.norm.as_ref().map(|n| n.vars().0);
+                let affine = affine.as_deref().and_then(|v| match v {
+                    [gamma, beta] => Some((*gamma, *beta)),
+                    _ => None,
+                });
+                nap::project(&self.weight, rho, affine, 1)?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 
     /// The kernel's product of inputs `x` with weights `w` (`[P, out, in]`): `[P, B, out]`
@@ -238,10 +263,17 @@ fn stack_layer(
         .bias()
         .map(|_| take("bias", Role::Weight))
         .transpose()?;
-    let norm = match layer.relu {
-        true => (config.kind.method().stacked)(&mut take, config)?,
-        false => None,
+    let method = config.kind.method();
+    let norm = match (layer.relu, &method.head) {
+        (true, _) => (method.stacked)(&mut take, config)?,
+        (false, Some(head)) => (head.stacked)(&mut take, config)?,
+        (false, None) => None,
     };
+    let rho = layer
+        .rho
+        .as_ref()
+        .map(|_| take("rho", Role::Buffer))
+        .transpose()?;
     // A weight-normed layer with a bias and no normalization after it scales its
     // output, as a single network's does.
     let scaled = bias.is_some() && norm.is_none();
@@ -251,6 +283,8 @@ fn stack_layer(
         bias,
         norm,
         relu: layer.relu,
+        after: layer.after,
+        rho,
         conv,
         data_conv,
     })
@@ -483,8 +517,23 @@ impl PopulationNet {
         Ok(())
     }
 
-    /// After update `updates`: each hidden layer's method does its work on the layer
-    /// when due (SVB's projection and BBN's bound of the gains). Whether any ran.
+    /// Each layer's every-step projection after an optimizer step (projected weight
+    /// norm's and hyperspherical unit rows, NaP's initial norms): tensor ops on the
+    /// device, inside the update (a CUDA graph replays them). Whether any ran.
+    pub(crate) fn project(&self) -> Result<bool> {
+        let mut ran = false;
+        for layer in &self.layers {
+            ran |= layer.project()?;
+        }
+        if ran {
+            self.changed();
+        }
+        Ok(ran)
+    }
+
+    /// After update `updates`: each hidden layer's method does its interval work on the
+    /// layer when due (SVB's projection and BBN's bound of the gains, on the host).
+    /// Whether any ran.
     pub(crate) fn after_optimizer_step(&self, updates: u64) -> Result<bool> {
         let mut ran = false;
         for layer in &self.layers {
@@ -626,6 +675,8 @@ impl PopulationNet {
                     bias: l.bias.as_ref().map(copy_var).transpose()?,
                     norm,
                     relu: l.relu,
+                    after: l.after,
+                    rho: l.rho.as_ref().map(copy_var).transpose()?,
                     conv: l.conv.clone(),
                     data_conv: l.data_conv,
                 })

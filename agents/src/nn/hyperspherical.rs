@@ -1,0 +1,238 @@
+//! Hyperspherical layers (`hyperspherical`), SimbaV2's (Lee et al., "Hyperspherical
+//! Normalization for Scalable Deep Reinforcement Learning", ICML 2025; code:
+//! DAVIAN-Robotics/SimbaV2, `simbaV2_layer.py`, `simbaV2_update.py`) adapted to a
+//! Q-network. A hidden layer is
+//!
+//! ```text
+//! y = l2normalize(relu(s * (W x)))      (no bias)
+//! ```
+//!
+//! with each output unit's row of `W` on the unit sphere (orthogonal init, then
+//! projected after init and after every optimizer step, `wn_projected::unit_rows`), a
+//! learnable per-unit scaler `s` (SimbaV2's `Scaler`: stored at `scale = sqrt(2/h)`,
+//! used times `init / scale` with `init = scale`, so the forward multiplier is 1 and the
+//! stored value is the scaler) and the features put on the unit sphere per sample,
+//! `x / max(||x||, 1e-8)` (over the units; over the channels at each position of a
+//! feature map). The head is `s * (W h) + b`: unit rows too, a scaler per action (init
+//! and scale 1, as SimbaV2's head scalers) and a bias, where SimbaV2's critic has a
+//! categorical head over a fixed support (`docs/methods.md`).
+//!
+//! One tensor form ([`sphere`]) serves a single network's graph and a population's
+//! layers, for any leading axes; a single MLP's host path has its loops here.
+
+use candle_core::{Result, Tensor, Var};
+
+use super::activation_norm::{mean_of, push, ActivationNorm, Backward, GraphLayer};
+use super::activation_norm::{
+    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Saved,
+};
+use super::stacked::{copy_var, StackedNorm, Take};
+use super::{BnStats, ParamStore, Role};
+use crate::kernels::with_values;
+
+/// SimbaV2's floor of a feature vector's norm (`simbaV2_update.py`'s `EPS`).
+const EPS: f32 = 1e-8;
+
+/// The scaler's start on a hidden layer of `units` units: `sqrt(2 / h)`.
+pub(crate) fn hidden_scaler_init(units: usize) -> f64 {
+    (2.0 / units as f64).sqrt()
+}
+
+/// The layer's output from the kernel's `t`: `relu(s t)` on the unit sphere (a hidden
+/// layer), or `s t` (the head, whose bias the caller adds). `lead`: the leading axes
+/// before the batch axis (0 for one network, 1 for a population); the features are
+/// the axis after the batch's (`[.., B, units]` or `[.., B, channels, positions...]`).
+pub(crate) fn sphere(t: &Tensor, scaler: &Tensor, lead: usize, head: bool) -> Result<Tensor> {
+    let scaled = t.broadcast_mul(scaler)?;
+    if head {
+        return Ok(scaled);
+    }
+    // ReLU with no gradient at 0, as every other layer's (an empty patch gives 0).
+    let r = (&scaled * scaled.gt(0.0)?.to_dtype(scaled.dtype())?)?;
+    // `sqrt(max(sum, eps^2))` is `max(norm, eps)`, with a finite gradient where the
+    // features are all 0 (the root's is infinite at 0).
+    let floor = f64::from(EPS * EPS);
+    let norm = r.sqr()?.sum_keepdim(lead + 1)?.maximum(floor)?.sqrt()?;
+    r.broadcast_div(&norm)
+}
+
+/// A single network's hyperspherical layer: its scaler (`<layer>.scaler`).
+pub struct Hyperspherical {
+    scaler: Var,
+    head: bool,
+}
+
+impl Hyperspherical {
+    /// A hidden layer of `units` units whose one sample's output is `out_shape` (a
+    /// feature map's scaler is per channel, `[C, 1, 1]`).
+    pub(crate) fn hidden(
+        store: &mut ParamStore,
+        prefix: &str,
+        out_shape: &[usize],
+    ) -> Result<Self> {
+        let mut shape = out_shape.to_vec();
+        shape[1..].iter_mut().for_each(|d| *d = 1);
+        let init = hidden_scaler_init(out_shape[0]);
+        let value = Tensor::full(init as f32, shape, store.device())?;
+        let scaler = store.add(&format!("{prefix}.scaler"), value, Role::Weight)?;
+        Ok(Self {
+            scaler,
+            head: false,
+        })
+    }
+
+    /// The head's scaler, one per action, at 1.
+    pub(crate) fn head(store: &mut ParamStore, prefix: &str, actions: usize) -> Result<Self> {
+        let scaler = store.ones(&format!("{prefix}.scaler"), actions, Role::Weight)?;
+        Ok(Self { scaler, head: true })
+    }
+
+    /// Hidden: `relu(s t)` per row, each row on the unit sphere in place; returns each
+    /// row's `1 / max(norm, EPS)`.
+    fn host_hidden(t: &mut [f32], s: &[f32]) -> Vec<f32> {
+        let units = s.len();
+        t.chunks_exact_mut(units)
+            .map(|row| {
+                let mut sum = 0.0f32;
+                for (x, &s) in row.iter_mut().zip(s) {
+                    *x = (*x * s).max(0.0);
+                    sum += *x * *x;
+                }
+                let inv = 1.0 / sum.max(EPS * EPS).sqrt();
+                row.iter_mut().for_each(|x| *x *= inv);
+                inv
+            })
+            .collect()
+    }
+
+    /// Hidden backward: `dL/dt` and `dL/ds` from `dy`, the output `y` and each row's
+    /// inverse norm.
+    fn host_hidden_backward(
+        dy: &mut [f32],
+        y: &[f32],
+        t: &[f32],
+        s: &[f32],
+        inv: &[f32],
+    ) -> Vec<f32> {
+        let units = s.len();
+        let mut ds = vec![0.0f32; units];
+        let rows = dy.chunks_exact_mut(units).zip(y.chunks_exact(units));
+        for ((d, y), (t, &inv)) in rows.zip(t.chunks_exact(units).zip(inv)) {
+            // Through `r / ||r||`: the part of `dy` along `y` removed (at the floor,
+            // where the norm is the constant EPS, nothing is removed).
+            let along = match inv < 1.0 / EPS {
+                true => y.iter().zip(d.iter()).map(|(y, d)| y * d).sum::<f32>(),
+                false => 0.0,
+            };
+            for u in 0..units {
+                let dr = if y[u] > 0.0 {
+                    (d[u] - y[u] * along) * inv
+                } else {
+                    0.0
+                };
+                ds[u] += dr * t[u];
+                d[u] = dr * s[u];
+            }
+        }
+        ds
+    }
+}
+
+impl ActivationNorm for Hyperspherical {
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
+        let y = sphere(t, self.scaler.as_tensor(), 0, self.head)?;
+        match layer.bias {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+
+    fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
+        with_values(self.scaler.as_tensor(), |s| {
+            let mut out = t.clone();
+            if self.head {
+                let bias = layer
+                    .bias
+                    .map(|b| b.as_tensor().to_vec1::<f32>())
+                    .transpose()?;
+                for row in out.chunks_exact_mut(s.len()) {
+                    for (u, x) in row.iter_mut().enumerate() {
+                        *x = *x * s[u] + bias.as_ref().map_or(0.0, |b| b[u]);
+                    }
+                }
+                return Ok(HostOutput::keeping(out, t, keep, NormTape::None));
+            }
+            let inv = Self::host_hidden(&mut out, s);
+            Ok(HostOutput::keeping(out, t, keep, NormTape::Sphere(inv)))
+        })
+    }
+
+    fn host_backward(
+        &self,
+        saved: &Saved,
+        mut dy: Vec<f32>,
+        grads: &mut HostGradients,
+    ) -> Backward {
+        let units = saved.layer.units;
+        let ds = with_values(self.scaler.as_tensor(), |s| match saved.tape {
+            NormTape::Sphere(inv) => Ok(Self::host_hidden_backward(
+                &mut dy, saved.out, saved.t, s, inv,
+            )),
+            _ => {
+                let (mut ds, mut db) = (vec![0.0f32; units], vec![0.0f32; units]);
+                for (d, t) in dy.chunks_exact_mut(units).zip(saved.t.chunks_exact(units)) {
+                    for u in 0..units {
+                        ds[u] += d[u] * t[u];
+                        db[u] += d[u];
+                        d[u] *= s[u];
+                    }
+                }
+                if let Some(b) = saved.layer.bias {
+                    push(grads, b, db);
+                }
+                Ok(ds)
+            }
+        })?;
+        push(grads, &self.scaler, ds);
+        Ok(KernelGradient::plain(dy))
+    }
+
+    fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {
+        let s = self.scaler.as_tensor().flatten_all()?.to_vec1::<f32>()?;
+        values.push(("scaler_mean", mean_of(&s)));
+        Ok(())
+    }
+}
+
+/// A population's hyperspherical layer: the agents' scalers stacked, `[P, 1, units]`
+/// (`[P, 1, channels, 1]` over feature maps).
+pub(crate) struct StackedHyperspherical {
+    scaler: Var,
+    head: bool,
+}
+
+impl StackedHyperspherical {
+    pub(crate) fn stack(take: &mut Take, head: bool) -> Result<Self> {
+        Ok(Self {
+            scaler: take("scaler", Role::Weight)?,
+            head,
+        })
+    }
+}
+
+impl StackedNorm for StackedHyperspherical {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![&self.scaler], vec![])
+    }
+
+    fn copied(&self) -> Result<Box<dyn StackedNorm>> {
+        Ok(Box::new(Self {
+            scaler: copy_var(&self.scaler)?,
+            head: self.head,
+        }))
+    }
+
+    fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
+        sphere(&h, self.scaler.as_tensor(), 1, self.head)
+    }
+}
