@@ -47,7 +47,7 @@ pub struct Executed {
 }
 
 /// Runs `runs` with `jobs` workers, each single-threaded: finished runs (with a
-/// `summary.json`) are skipped, and so are runs another process holds (two
+/// `summary.json`, or a `result.json` merged in) are skipped, and so are runs another process holds (two
 /// invocations over one study share its work); interrupted ones resume from their
 /// checkpoint. On a
 /// stop request (SIGTERM, SIGUSR1) every worker checkpoints its run and starts no
@@ -75,9 +75,12 @@ pub fn execute(
                 if crate::run::interrupt::requested().is_some() {
                     break;
                 }
+                // A run with its summary, or only its result (merged in from another
+                // machine's shard or an archive of a study's results), is done.
                 let finished = |r: &&PlannedRun| {
-                    let summary = root.join(&r.rel_dir).join(crate::run::files::SUMMARY_FILE);
-                    summary.exists()
+                    let dir = root.join(&r.rel_dir);
+                    let files = [crate::run::files::SUMMARY_FILE, crate::run::files::RESULT_FILE];
+                    files.iter().any(|f| dir.join(f).exists())
                 };
                 let (ended, pending): (Vec<&PlannedRun>, Vec<&PlannedRun>) =
                     unit.iter().map(|&k| &runs[k]).partition(finished);
