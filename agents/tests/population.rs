@@ -324,9 +324,7 @@ fn with_zero_one_rewards_each_member_updates_as_its_agent() {
             let (worst, change) = zero_one_updates(&shape, kind, 30);
             let net = &shape.network.architecture;
             eprintln!("0/1 rewards {net:?} {kind:?}: worst over 30 updates from the same state: loss {worst:e}, weights' change {change:e}");
-            // Hyperspherical layers' population runs their tensor form, a single MLP
-            // its host loops: rounding apart (2e-7 of the loss, 3e-5 of the change).
-            if !kind.uses_weight_norm() && kind != NormKind::Hyperspherical {
+            if !kind.uses_weight_norm() {
                 assert_eq!(
                     (worst, change),
                     (0.0, 0.0),

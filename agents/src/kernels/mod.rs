@@ -18,7 +18,9 @@ pub(crate) mod linear;
 pub(crate) mod mean_only_bn;
 pub(crate) mod per_agent;
 pub(crate) mod product;
+pub(crate) mod projection;
 pub(crate) mod rms_norm;
+pub(crate) mod sphere;
 pub(crate) mod units;
 pub(crate) mod weight_norm;
 

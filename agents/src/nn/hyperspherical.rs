@@ -18,7 +18,8 @@
 //! categorical head over a fixed support (`docs/methods.md`).
 //!
 //! One tensor form ([`sphere`]) serves a single network's graph and a population's
-//! layers, for any leading axes; a single MLP's host path has its loops here.
+//! layers, for any leading axes; the fused op and the host path's loops are
+//! `kernels/sphere.rs`'s.
 
 use candle_core::{Result, Tensor, Var};
 
@@ -28,10 +29,9 @@ use super::activation_norm::{
 };
 use super::stacked::{copy_var, StackedNorm, Take};
 use super::{BnStats, ParamStore, Role};
+use crate::kernels::per_agent::{Applied, PerAgent};
+use crate::kernels::sphere::{sphere_backward, sphere_forward, AgentSphere, FusedSphere, EPS};
 use crate::kernels::with_values;
-
-/// SimbaV2's floor of a feature vector's norm (`simbaV2_update.py`'s `EPS`).
-const EPS: f32 = 1e-8;
 
 /// The scaler's start on a hidden layer of `units` units: `sqrt(2 / h)`.
 pub(crate) fn hidden_scaler_init(units: usize) -> f64 {
@@ -86,61 +86,17 @@ impl Hyperspherical {
         let scaler = store.ones(&format!("{prefix}.scaler"), actions, Role::Weight)?;
         Ok(Self { scaler, head: true })
     }
-
-    /// Hidden: `relu(s t)` per row, each row on the unit sphere in place; returns each
-    /// row's `1 / max(norm, EPS)`.
-    fn host_hidden(t: &mut [f32], s: &[f32]) -> Vec<f32> {
-        let units = s.len();
-        t.chunks_exact_mut(units)
-            .map(|row| {
-                let mut sum = 0.0f32;
-                for (x, &s) in row.iter_mut().zip(s) {
-                    *x = (*x * s).max(0.0);
-                    sum += *x * *x;
-                }
-                let inv = 1.0 / sum.max(EPS * EPS).sqrt();
-                row.iter_mut().for_each(|x| *x *= inv);
-                inv
-            })
-            .collect()
-    }
-
-    /// Hidden backward: `dL/dt` and `dL/ds` from `dy`, the output `y` and each row's
-    /// inverse norm.
-    fn host_hidden_backward(
-        dy: &mut [f32],
-        y: &[f32],
-        t: &[f32],
-        s: &[f32],
-        inv: &[f32],
-    ) -> Vec<f32> {
-        let units = s.len();
-        let mut ds = vec![0.0f32; units];
-        let rows = dy.chunks_exact_mut(units).zip(y.chunks_exact(units));
-        for ((d, y), (t, &inv)) in rows.zip(t.chunks_exact(units).zip(inv)) {
-            // Through `r / ||r||`: the part of `dy` along `y` removed (at the floor,
-            // where the norm is the constant EPS, nothing is removed).
-            let along = match inv < 1.0 / EPS {
-                true => y.iter().zip(d.iter()).map(|(y, d)| y * d).sum::<f32>(),
-                false => 0.0,
-            };
-            for u in 0..units {
-                let dr = if y[u] > 0.0 {
-                    (d[u] - y[u] * along) * inv
-                } else {
-                    0.0
-                };
-                ds[u] += dr * t[u];
-                d[u] = dr * s[u];
-            }
-        }
-        ds
-    }
 }
 
 impl ActivationNorm for Hyperspherical {
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
-        let y = sphere(t, self.scaler.as_tensor(), 0, self.head)?;
+        let y = match (self.head, t.device().is_cpu()) {
+            (false, true) => {
+                let s = self.scaler.as_tensor().flatten_all()?;
+                t.contiguous()?.apply_op2(&s, FusedSphere)?
+            }
+            _ => sphere(t, self.scaler.as_tensor(), 0, self.head)?,
+        };
         match layer.bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
@@ -149,8 +105,8 @@ impl ActivationNorm for Hyperspherical {
 
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         with_values(self.scaler.as_tensor(), |s| {
-            let mut out = t.clone();
             if self.head {
+                let mut out = t.clone();
                 let bias = layer
                     .bias
                     .map(|b| b.as_tensor().to_vec1::<f32>())
@@ -162,7 +118,7 @@ impl ActivationNorm for Hyperspherical {
                 }
                 return Ok(HostOutput::keeping(out, t, keep, NormTape::None));
             }
-            let inv = Self::host_hidden(&mut out, s);
+            let (out, inv) = sphere_forward(&t, s, (layer.rows, s.len(), 1));
             Ok(HostOutput::keeping(out, t, keep, NormTape::Sphere(inv)))
         })
     }
@@ -175,9 +131,12 @@ impl ActivationNorm for Hyperspherical {
     ) -> Backward {
         let units = saved.layer.units;
         let ds = with_values(self.scaler.as_tensor(), |s| match saved.tape {
-            NormTape::Sphere(inv) => Ok(Self::host_hidden_backward(
-                &mut dy, saved.out, saved.t, s, inv,
-            )),
+            NormTape::Sphere(inv) => {
+                let dims = (saved.layer.rows, units, 1);
+                let (dt, ds) = sphere_backward(saved.t, s, saved.out, inv, &dy, dims);
+                dy = dt;
+                Ok(ds)
+            }
             _ => {
                 let (mut ds, mut db) = (vec![0.0f32; units], vec![0.0f32; units]);
                 for (d, t) in dy.chunks_exact_mut(units).zip(saved.t.chunks_exact(units)) {
@@ -234,5 +193,24 @@ impl StackedNorm for StackedHyperspherical {
 
     fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
         sphere(&h, self.scaler.as_tensor(), 1, self.head)
+    }
+
+    /// A hidden layer's loops per agent on the CPU (no CUDA kernel: a device takes the
+    /// tensor form); the head's scaled output takes the tensor form.
+    fn fused_forward(
+        &self,
+        h: &Tensor,
+        _stats: BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Applied>> {
+        if self.head || bias.is_some() || !h.device().is_cpu() {
+            return Ok(None);
+        }
+        let inner = if h.rank() == 4 { h.dim(3)? } else { 1 };
+        let op = PerAgent {
+            kernel: AgentSphere { inner },
+            agents: h.dim(0)?,
+        };
+        op.apply1(h, self.scaler.as_tensor()).map(Some)
     }
 }

@@ -14,7 +14,7 @@ mod batch_renorm;
 mod config;
 mod group_norm;
 mod host_mlp;
-mod hyperspherical;
+pub(crate) mod hyperspherical;
 pub mod init;
 mod layer;
 mod layer_norm;

@@ -15,8 +15,10 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use crate::kernels::projection::{JointToNorm, ToNorm};
+
 /// Floor of a norm in a projection, so that a zero tensor stays zero.
-const NORM_FLOOR: f64 = 1e-12;
+const NORM_FLOOR: f64 = crate::kernels::projection::NORM_FLOOR as f64;
 
 /// Each leading index's norm over the axes after `lead`, keeping every axis.
 fn norms(t: &Tensor, lead: usize) -> Result<Tensor> {
@@ -42,8 +44,43 @@ pub(crate) fn to_norm(w: &Tensor, rho: &Tensor, lead: usize) -> Result<Tensor> {
 }
 
 /// The layer's step after an optimizer step: `weight` to norm `rho`, and the layer
-/// norm's `(gamma, beta)` jointly to `sqrt(d)`, in place.
+/// norm's `(gamma, beta)` jointly to `sqrt(d)`, in place. On the CPU by in-place ops
+/// that create no tensor; elsewhere by [`reference`].
 pub(crate) fn project(
+    weight: &Var,
+    rho: &Var,
+    affine: Option<(&Var, &Var)>,
+    lead: usize,
+) -> Result<()> {
+    let w = weight.as_tensor();
+    if !w.device().is_cpu() {
+        return reference(weight, rho, affine, lead);
+    }
+    let per = |t: &Tensor| t.dims()[lead..].iter().product::<usize>();
+    w.inplace_op2(rho.as_tensor(), &ToNorm { block: per(w) })?;
+    let Some((gamma, beta)) = affine else {
+        return Ok(());
+    };
+    let (g, b) = (gamma.as_tensor(), beta.as_tensor());
+    let block = per(g);
+    b.inplace_op2(
+        g,
+        &JointToNorm {
+            block,
+            offset: true,
+        },
+    )?;
+    g.inplace_op2(
+        b,
+        &JointToNorm {
+            block,
+            offset: false,
+        },
+    )
+}
+
+/// [`project`] by tensor ops, on any device.
+pub(crate) fn reference(
     weight: &Var,
     rho: &Var,
     affine: Option<(&Var, &Var)>,
@@ -65,7 +102,7 @@ pub(crate) fn project(
 mod tests {
     use candle_core::{Device, Tensor, Var};
 
-    use super::{initial_norm, project};
+    use super::{initial_norm, project, reference};
 
     /// The weight keeps its direction at norm `rho`; gain and offset reach joint norm
     /// `sqrt(d)` per agent.
@@ -102,5 +139,39 @@ mod tests {
             .unwrap();
         let norms = norms.to_vec1::<f32>().unwrap();
         assert!((norms[0] - 1.0).abs() < 1e-6 && (norms[1] - 10.0).abs() < 1e-5);
+    }
+
+    /// The CPU's in-place projection is the tensor form's, to rounding, for a
+    /// population's weights, gains and offsets.
+    #[test]
+    fn in_place_projection_matches_the_tensor_form() {
+        let dev = Device::Cpu;
+        let var = |t: Tensor| Var::from_tensor(&t).unwrap();
+        let values = [
+            Tensor::randn(0f32, 1.0, (3, 5, 4), &dev).unwrap(),
+            Tensor::randn(1f32, 0.3, (3, 1, 5), &dev).unwrap(),
+            Tensor::randn(0f32, 0.3, (3, 1, 5), &dev).unwrap(),
+        ];
+        let rho = var(Tensor::new(&[[[1.0f32]], [[2.0]], [[0.5]]], &dev).unwrap());
+        let fresh = || {
+            values
+                .iter()
+                .map(|t| var(t.copy().unwrap()))
+                .collect::<Vec<_>>()
+        };
+        let (a, b) = (fresh(), fresh());
+        project(&a[0], &rho, Some((&a[1], &a[2])), 1).unwrap();
+        reference(&b[0], &rho, Some((&b[1], &b[2])), 1).unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            let diff = (x.as_tensor() - y.as_tensor()).unwrap().abs().unwrap();
+            let max = diff
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(max < 2e-6, "{max}");
+        }
     }
 }

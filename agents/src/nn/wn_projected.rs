@@ -11,8 +11,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
-/// Floor of a row's norm in a projection: a row of zeros stays zeros.
-const NORM_FLOOR: f64 = 1e-12;
+use crate::kernels::projection::{UnitRows, NORM_FLOOR};
 
 /// `w` with each output unit's incoming weights scaled to norm 1. `lead` counts the
 /// leading axes before the unit axis (0 for one network's `[out, in...]`, 1 for a
@@ -23,14 +22,20 @@ pub(crate) fn unit_rows(w: &Tensor, lead: usize) -> Result<Tensor> {
         .sqr()?
         .sum_keepdim(lead + 1)?
         .sqrt()?
-        .maximum(NORM_FLOOR)?;
+        .maximum(f64::from(NORM_FLOOR))?;
     rows.broadcast_div(&norms)?.reshape(w.shape())
 }
 
 /// Projects `weight` (weight norm's `v`, or a hyperspherical layer's `w`) in place:
-/// each unit's row to norm 1 (see [`unit_rows`]).
+/// each unit's row to norm 1 (see [`unit_rows`]). On the CPU by one in-place op that
+/// creates no tensor; elsewhere by the tensor form.
 pub(crate) fn project(weight: &Var, lead: usize) -> Result<()> {
-    weight.set(&unit_rows(weight.as_tensor(), lead)?)
+    let w = weight.as_tensor();
+    if w.device().is_cpu() {
+        let row = w.dims()[lead + 1..].iter().product();
+        return w.inplace_op1(&UnitRows { row });
+    }
+    weight.set(&unit_rows(w, lead)?)
 }
 
 #[cfg(test)]
@@ -61,5 +66,27 @@ mod tests {
             .unwrap()
             .iter()
             .all(|&x| (x - expected).abs() < 1e-7));
+    }
+}
+
+#[cfg(test)]
+mod in_place_tests {
+    use candle_core::{Device, Tensor, Var};
+
+    use super::{project, unit_rows};
+
+    /// The CPU's in-place projection is the tensor form's, to rounding.
+    #[test]
+    fn in_place_projection_matches_the_tensor_form() {
+        let w = Tensor::randn(0f32, 1.0, (3, 4, 6), &Device::Cpu).unwrap();
+        for lead in [0, 1] {
+            let var = Var::from_tensor(&w.copy().unwrap()).unwrap();
+            project(&var, lead).unwrap();
+            let want = unit_rows(&w, lead).unwrap();
+            let diff = (var.as_tensor() - &want).unwrap().abs().unwrap();
+            let max = diff.flatten_all().unwrap().max(0).unwrap();
+            let max = max.to_scalar::<f32>().unwrap();
+            assert!(max < 1e-6, "lead {lead}: {max}");
+        }
     }
 }
