@@ -79,7 +79,10 @@ pub fn execute(
                 // machine's shard or an archive of a study's results), is done.
                 let finished = |r: &&PlannedRun| {
                     let dir = root.join(&r.rel_dir);
-                    let files = [crate::run::files::SUMMARY_FILE, crate::run::files::RESULT_FILE];
+                    let files = [
+                        crate::run::files::SUMMARY_FILE,
+                        crate::run::files::RESULT_FILE,
+                    ];
                     files.iter().any(|f| dir.join(f).exists())
                 };
                 let (ended, pending): (Vec<&PlannedRun>, Vec<&PlannedRun>) =

@@ -1,9 +1,5 @@
 use super::*;
-use rand::SeedableRng;
-
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
-}
+use crate::minatar::test_support::{assert_frozen, assert_set, rendered, rng};
 
 fn enemy(col: i32, right: bool) -> Option<Entity> {
     Some(Entity {
@@ -186,9 +182,7 @@ fn termination_does_not_stop_later_phases() {
     assert_eq!(g.lanes[4], None);
     assert_eq!(g.lanes[3].unwrap().col, 6, "the enemy still moved");
     assert_eq!(g.move_timer, g.move_interval - 1);
-    let frozen = g.clone();
-    assert_eq!(g.step(Action::Left, &mut r), (0, true));
-    assert_eq!(g, frozen);
+    assert_frozen(&mut g, Action::Left, &mut r);
 }
 
 #[test]
@@ -240,14 +234,11 @@ fn observation_channels_and_trails() {
     g.lanes[0] = enemy(0, true); // trail would be column -1: not drawn
     g.lanes[1] = gold(5, false); // trail at column 6
     g.lanes[2] = enemy(9, false); // trail at column 10: not drawn
-    let mut obs = vec![0.0; 400];
-    g.render(&mut obs);
-    let at = |c: usize, r: usize, col: usize| obs[c * 100 + r * 10 + col];
-    assert_eq!(at(0, 5, 5), 1.0);
-    assert_eq!(at(1, 1, 0), 1.0);
-    assert_eq!(at(1, 3, 9), 1.0);
-    assert_eq!(at(3, 2, 5), 1.0);
-    assert_eq!(at(2, 2, 6), 1.0);
+    let obs = rendered(&g);
+    assert_set(
+        &obs,
+        &[(0, 5, 5), (1, 1, 0), (1, 3, 9), (3, 2, 5), (2, 2, 6)],
+    );
     assert_eq!(obs[200..300].iter().sum::<f32>(), 1.0);
     assert_eq!(obs.iter().sum::<f32>(), 5.0);
 }

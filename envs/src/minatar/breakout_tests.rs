@@ -1,11 +1,7 @@
 use super::*;
+use crate::minatar::test_support::{assert_frozen, cell, rng, started};
 use crate::minatar::{MinAtar, MinAtarConfig};
 use crate::Env;
-use rand::SeedableRng;
-
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
-}
 
 /// A state with the ball at `ball` moving `dir`, the paddle at `paddle`, no bricks.
 fn situation(ball: (i32, i32), dir: (i32, i32), paddle: i32) -> Breakout {
@@ -54,9 +50,7 @@ fn noop_from_left_start_loses_ball_on_step_six() {
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
     assert_eq!(g.ball, (9, 6), "the lost ball is drawn on row 9");
     // Frozen after the end.
-    let frozen = g.clone();
-    assert_eq!(g.step(Action::Left, &mut r), (0, true));
-    assert_eq!(g, frozen);
+    assert_frozen(&mut g, Action::Left, &mut r);
 }
 
 #[test]
@@ -239,27 +233,21 @@ fn refill_waits_for_bottom_row_and_happens_even_when_ball_is_lost() {
 
 #[test]
 fn observation_channels() {
-    let mut env = MinAtar::<Breakout>::new(MinAtarConfig {
-        sticky: 0.0,
-        ..Default::default()
-    });
-    let mut obs = vec![0.0; 400];
-    env.reset(Some(1), &mut obs).unwrap();
-    let at = |obs: &[f32], c: usize, r: usize, col: usize| obs[c * 100 + r * 10 + col];
+    let (mut env, mut obs) = started::<Breakout>(0.0, 1);
     let (row, col) = env.game().ball();
-    assert_eq!(at(&obs, 0, 9, 4), 1.0);
-    assert_eq!(at(&obs, 1, row as usize, col as usize), 1.0);
-    assert_eq!(at(&obs, 2, row as usize, col as usize), 1.0);
+    assert_eq!(cell(&obs, 0, 9, 4), 1.0);
+    assert_eq!(cell(&obs, 1, row as usize, col as usize), 1.0);
+    assert_eq!(cell(&obs, 2, row as usize, col as usize), 1.0);
     assert_eq!(
-        at(&obs, 3, row as usize, col as usize),
+        cell(&obs, 3, row as usize, col as usize),
         1.0,
         "start cell is a brick"
     );
     assert_eq!(obs.iter().sum::<f32>(), 1.0 + 1.0 + 1.0 + 30.0);
     env.step(0, &mut obs).unwrap();
     let (r2, c2) = env.game().ball();
-    assert_eq!(at(&obs, 1, r2 as usize, c2 as usize), 1.0);
-    assert_eq!(at(&obs, 2, row as usize, col as usize), 1.0);
+    assert_eq!(cell(&obs, 1, r2 as usize, c2 as usize), 1.0);
+    assert_eq!(cell(&obs, 2, row as usize, col as usize), 1.0);
     assert_eq!(obs[100..200].iter().sum::<f32>(), 1.0);
 }
 

@@ -1,9 +1,5 @@
 use super::*;
-use rand::SeedableRng;
-
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
-}
+use crate::minatar::test_support::{assert_set, rendered, rng};
 
 /// A game with every car parked far from the chicken's column and stopped for a while.
 fn quiet() -> Freeway {
@@ -182,13 +178,10 @@ fn observation_trails_wrap_by_speed_channel() {
         timer: 1,
         v: -1,
     }; // behind = column 0 (wrapped), channel 2
-    let mut obs = vec![0.0; 700];
-    g.render(&mut obs);
-    let at = |c: usize, r: usize, col: usize| obs[c * 100 + r * 10 + col];
-    assert_eq!(at(0, 9, 4), 1.0);
-    assert_eq!(at(1, 1, 0), 1.0);
-    assert_eq!(at(4, 1, 9), 1.0);
-    assert_eq!(at(1, 2, 9), 1.0);
-    assert_eq!(at(2, 2, 0), 1.0);
+    let obs = rendered(&g);
+    assert_set(
+        &obs,
+        &[(0, 9, 4), (1, 1, 0), (4, 1, 9), (1, 2, 9), (2, 2, 0)],
+    );
     assert_eq!(obs.iter().sum::<f32>(), 1.0 + 16.0);
 }

@@ -1,9 +1,5 @@
 use super::*;
-use rand::SeedableRng;
-
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
-}
+use crate::minatar::test_support::rng;
 
 /// A game where nothing spawns for a long time.
 fn calm() -> Seaquest {

@@ -1,9 +1,5 @@
 use super::*;
-use rand::SeedableRng;
-
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
-}
+use crate::minatar::test_support::{assert_frozen, rng};
 
 fn cells(mask: u128) -> Vec<(i32, i32)> {
     (0..100)
@@ -40,9 +36,7 @@ fn noop_episode_is_shot_on_step_17() {
     assert_eq!(bullets[11], [(4, 5)]);
     assert_eq!(bullets[15], [(8, 5)]);
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
-    let frozen = g.clone();
-    assert_eq!(g.step(Action::Fire, &mut r), (0, true));
-    assert_eq!(g, frozen);
+    assert_frozen(&mut g, Action::Fire, &mut r);
 }
 
 #[test]
