@@ -7,7 +7,7 @@ use candle_core::{DType, Tensor, Var, D};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
     svb, unit_moments, Layer, LinearMap, NormConfig, NormKind, ParamStore, Pass, QNetwork,
-    QNetworkConfig, WeightNorm,
+    QNetworkConfig,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
 
@@ -24,18 +24,17 @@ fn minatar_net(norm: &NormConfig, seed: u64) -> QNetwork {
 }
 
 fn check_weight_norm_gradients(kernel: LinearMap, x_shape: Vec<usize>) {
-    let mut rng = InitRng::new(3);
-    let mut store = ParamStore::new(DEV);
-    let v = rng.normal(kernel.weight_shape(), 0.3, &DEV).unwrap();
-    let g = rng.normal(kernel.units(), 1.0, &DEV).unwrap();
-    let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
-    let x = rng.normal(x_shape, 1.0, &DEV).unwrap();
+    let WeightNormCase {
+        store,
+        wn,
+        x,
+        v: v_t,
+        g: g_t,
+    } = weight_norm_case(kernel, x_shape, 3, 0.3);
 
     let mut loss_rng = InitRng::new(11);
     let y = kernel.apply(&x, &wn.weight().unwrap()).unwrap();
     let grads = loss_of(&y, &mut loss_rng).backward().unwrap();
-    let v_t = store.get("l.v").unwrap().var.as_tensor().clone();
-    let g_t = store.get("l.g").unwrap().var.as_tensor().clone();
     let dv = grads.get(&v_t).unwrap().clone();
     let dg = grads.get(&g_t).unwrap().clone();
 
@@ -552,11 +551,7 @@ fn gradient_clipping_scales_to_max_norm() {
         .unwrap()
         / 1.0)
         .unwrap();
-    let norm = opt
-        .step(&loss.backward().unwrap())
-        .unwrap()
-        .value()
-        .unwrap();
+    let norm = step_on(&mut opt, &loss);
     assert!((norm - 10.0).abs() < 1e-5);
     // RMSprop with alpha 0: p -= g / |g| = sign: exactly 1 each, independent of clip.
     let now: Vec<f32> = x.as_tensor().to_vec1().unwrap();
