@@ -33,6 +33,23 @@ pub fn cartpole_comparison(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// The number in `text` right after the first `marker`, up to the next `end`; panics
+/// naming `text` where there is none.
+pub fn number_after<T: std::str::FromStr>(text: &str, marker: &str, end: char) -> T {
+    let rest = text.split(marker).nth(1);
+    rest.and_then(|rest| rest.split(end).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {marker:?} in: {text}"))
+}
+
+/// `[set]` lines of a short CartPole comparison's runs: learning from step 200, two
+/// evaluation episodes every 500 steps, no checkpoints.
+pub const SHORT_RUNS: &str = r#""replay.learning_starts" = 200
+"eval.interval" = 500
+"eval.episodes" = 2
+"checkpoint.interval" = 0
+"#;
+
 /// The venv's interpreter. Panics with the reason when Python or pip cannot set it up.
 pub fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
