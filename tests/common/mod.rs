@@ -33,6 +33,28 @@ pub fn cartpole_comparison(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// Each line of `out` as JSON (what `--json` prints).
+pub fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// An empty folder `normrl-<name>-<pid>` in the temp dir: what an earlier run of this
+/// name left there is removed.
+pub fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("normrl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The training config at `path` with the `key=value` `overrides` applied.
+pub fn train_config(path: &str, overrides: &[&str]) -> normrl::config::TrainConfig {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    normrl::config::TrainConfig::load(Path::new(path), &overrides).unwrap()
+}
+
 /// The number in `text` right after the first `marker`, up to the next `end`; panics
 /// naming `text` where there is none.
 pub fn number_after<T: std::str::FromStr>(text: &str, marker: &str, end: char) -> T {
