@@ -17,6 +17,17 @@ fn gold(col: i32, right: bool) -> Option<Entity> {
     })
 }
 
+/// A new game (no ramping) with the player at `player`; where `moving`, the lanes move
+/// on the next step.
+fn player_at(player: (i32, i32), moving: bool) -> Asterix {
+    let mut g = Asterix::new(false);
+    g.player = player;
+    if moving {
+        g.move_timer = 0;
+    }
+    g
+}
+
 #[test]
 fn spawns_on_step_11_and_every_10_then_moves_every_5() {
     let mut g = Asterix::new(false);
@@ -116,14 +127,12 @@ fn player_moves_are_clamped_to_rows_1_to_8() {
 #[test]
 fn stepping_into_gold_collects_and_into_enemy_kills() {
     let mut r = rng();
-    let mut g = Asterix::new(false);
-    g.player = (3, 4);
+    let mut g = player_at((3, 4), false);
     g.lanes[2] = gold(5, false); // row 3
     assert_eq!(g.step(Action::Right, &mut r), (1, false));
     assert_eq!(g.lanes[2], None);
 
-    let mut g = Asterix::new(false);
-    g.player = (3, 4);
+    let mut g = player_at((3, 4), false);
     g.lanes[1] = enemy(4, true); // row 2
     assert_eq!(g.step(Action::Up, &mut r), (0, true));
     assert!(g.lanes[1].is_some(), "the enemy stays");
@@ -133,22 +142,16 @@ fn stepping_into_gold_collects_and_into_enemy_kills() {
 fn no_swap_without_contact_and_moving_entity_hits_player() {
     let mut r = rng();
     // Player moves right into the cell the enemy leaves: caught before motion.
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 3);
+    let mut g = player_at((4, 3), true);
     g.lanes[3] = enemy(4, false);
     assert_eq!(g.step(Action::Right, &mut r), (0, true));
     // Enemy moves into a waiting player on a motion step.
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 3);
+    let mut g = player_at((4, 3), true);
     g.lanes[3] = enemy(4, false);
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
     assert_eq!(g.lanes[3].unwrap().col, 3);
     // Gold moving into the player pays.
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 3);
+    let mut g = player_at((4, 3), true);
     g.lanes[3] = gold(2, true);
     assert_eq!(g.step(Action::Noop, &mut r), (1, false));
     assert_eq!(g.lanes[3], None);
@@ -157,9 +160,7 @@ fn no_swap_without_contact_and_moving_entity_hits_player() {
 #[test]
 fn entity_leaving_grid_is_removed_before_contact() {
     let mut r = rng();
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 0);
+    let mut g = player_at((4, 0), true);
     g.lanes[3] = enemy(0, false);
     g.lanes[5] = gold(9, true);
     // The player steps off the enemy's cell before the contact test.
@@ -171,9 +172,7 @@ fn entity_leaving_grid_is_removed_before_contact() {
 #[test]
 fn termination_does_not_stop_later_phases() {
     let mut r = rng();
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 5);
+    let mut g = player_at((4, 5), true);
     g.lanes[3] = enemy(5, true); // kills in phase 3
     g.lanes[4] = gold(9, true); // still leaves the grid in phase 4
     let (reward, terminal) = g.step(Action::Noop, &mut r);
