@@ -40,11 +40,19 @@ fn rewrite(config: &Path, edits: &[(&str, &str)]) {
 }
 
 /// `normrl compare --config CONFIG --runs-dir RUNS`.
-fn compare_args(config: &Path, runs: &Path) -> Vec<String> {
+/// `normrl compare` of `config` into `runs`, with the `extra` flags.
+fn compare_args<'a>(config: &'a Path, runs: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let (config, runs) = (config.to_str().unwrap(), runs.to_str().unwrap());
-    ["compare", "--config", config, "--runs-dir", runs]
-        .map(String::from)
-        .to_vec()
+    let mut args = vec!["compare", "--config", config, "--runs-dir", runs];
+    args.extend(extra);
+    args
+}
+
+/// `normrl args` is refused (exit status 2), saying `needle`.
+fn assert_refused(args: &[&str], needle: &str) {
+    let (code, _, err) = normrl(args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(needle), "{err}");
 }
 
 fn csv_rows(path: &Path) -> usize {
@@ -98,9 +106,7 @@ fn assert_report_files(report: &Path) {
 fn tiny_comparison_reports_and_skips_finished_runs() {
     let (dir, config) = setup("full", &[]);
     let runs = dir.join("runs");
-    let mut args = compare_args(&config, &runs);
-    args.extend(["--jobs".to_string(), "2".to_string()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = compare_args(&config, &runs, &["--jobs", "2"]);
     let (code, out, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -174,15 +180,7 @@ fn shards_split_the_grid_and_report_merges_them() {
     let (dir, config) = setup("shards", &[]);
     for shard in ["0/2", "1/2"] {
         let runs = dir.join(format!("shard-{}", &shard[..1]));
-        let (code, _, err) = normrl(&[
-            "compare",
-            "--config",
-            config.to_str().unwrap(),
-            "--runs-dir",
-            runs.to_str().unwrap(),
-            "--shard",
-            shard,
-        ]);
+        let (code, _, err) = normrl(&compare_args(&config, &runs, &["--shard", shard]));
         assert_eq!(code, 0, "{err}");
         assert!(err.contains("2 of 4 runs"), "{err}");
     }
@@ -199,27 +197,16 @@ fn shards_split_the_grid_and_report_merges_them() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(csv_rows(&out_dir.join("runs.csv")), 4);
     assert!(out.contains("P(improvement over none's method)"), "{out}");
-    let (code, _, err) = normrl(&[
-        "report",
-        dir.join("shard-0").to_str().unwrap(),
-        "--baseline",
-        "nope",
-    ]);
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("baseline 'nope' is not among the variants"),
-        "{err}"
+    let shard = dir.join("shard-0");
+    assert_refused(
+        &["report", shard.to_str().unwrap(), "--baseline", "nope"],
+        "baseline 'nope' is not among the variants",
     );
-    let (code, _, err) = normrl(&[
-        "compare",
-        "--config",
-        config.to_str().unwrap(),
-        "--shard",
-        "3/2",
-        "--dry-run",
-    ]);
-    assert_eq!(code, 2);
-    assert!(err.contains("0 <= i < n"), "{err}");
+    let config = config.to_str().unwrap();
+    assert_refused(
+        &["compare", "--config", config, "--shard", "3/2", "--dry-run"],
+        "0 <= i < n",
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -238,8 +225,7 @@ fn a_comparison_trains_its_seeds_as_populations() {
         ],
     );
     let runs = dir.join("runs");
-    let args = compare_args(&config, &runs);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = compare_args(&config, &runs, &[]);
     let (code, _, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("as 2 populations of up to 3 runs"), "{err}");
@@ -264,9 +250,7 @@ fn a_comparison_trains_its_seeds_as_populations() {
         &config,
         &[("population = \"seeds\"", "population = \"variants\"")],
     );
-    let (code, _, err) = normrl(&args);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("population = 'variants' must be"), "{err}");
+    assert_refused(&args, "population = 'variants' must be");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -280,15 +264,7 @@ fn a_dry_run_measures_the_studys_rate_on_its_device() {
         &[("seeds = 2", "seeds = 2\npopulation = \"seeds\"")],
     );
     let runs = dir.join("runs");
-    let (code, _, err) = normrl(&[
-        "compare",
-        "--config",
-        config.to_str().unwrap(),
-        "--runs-dir",
-        runs.to_str().unwrap(),
-        "--dry-run",
-        "--measure",
-    ]);
+    let (code, _, err) = normrl(&compare_args(&config, &runs, &["--dry-run", "--measure"]));
     assert_eq!(code, 0, "{err}");
     let measured = err
         .split("measured on ")
