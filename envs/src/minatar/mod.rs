@@ -99,8 +99,16 @@ pub trait Game: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 
     fn new(ramping: bool) -> Self;
     /// Re-initializes the state, drawing from `rng` where the game's rules say so.
     fn reset(&mut self, rng: &mut GameRng);
-    /// One game step (a no-op returning `(0, true)` once terminal).
-    fn step(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool);
+    /// One game step: a no-op returning `(0, true)` once terminal (a finished game is
+    /// frozen), else [`Game::advance`].
+    fn step(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool) {
+        if self.is_terminal() {
+            return (0, true);
+        }
+        self.advance(action, rng)
+    }
+    /// One step of a game that has not ended: its reward, and whether it ended now.
+    fn advance(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool);
     /// Sets the cells of this state in `obs` (`[C, 10, 10]`), which is all zeros on
     /// entry.
     fn render(&self, obs: &mut [f32]);
