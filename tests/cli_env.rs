@@ -1,38 +1,17 @@
 //! The `normrl env` commands as a user runs them.
 
-use std::process::Command;
+mod common;
 
-fn normrl(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_normrl"))
-        .args(args)
-        .output()
-        .expect("run normrl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{json_lines, normrl};
 
 #[test]
 fn rollout_prints_episodes_and_is_deterministic() {
-    let args = [
-        "env",
-        "rollout",
-        "--env",
-        "minatar/breakout",
-        "--episodes",
-        "3",
-        "--seed",
-        "4",
-        "--json",
-    ];
+    // The command line as a user types it.
+    let line = "env rollout --env minatar/breakout --episodes 3 --seed 4 --json";
+    let args: Vec<&str> = line.split(' ').collect();
     let (code, out, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
-    let episodes: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let episodes = json_lines(&out);
     assert_eq!(episodes.len(), 3);
     assert!(episodes.iter().all(|e| e["length"].as_u64().unwrap() > 0));
     assert_eq!(normrl(&args).1, out, "same seed, same output");
@@ -73,11 +52,8 @@ fn trace_and_action_file() {
         "--json",
     ]);
     assert_eq!(code, 0, "{err}");
-    let steps: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|v: &serde_json::Value| v.get("action").is_some())
-        .collect();
+    let mut steps = json_lines(&out);
+    steps.retain(|v| v.get("action").is_some());
     let actions: Vec<u64> = steps
         .iter()
         .map(|s| s["action"].as_u64().unwrap())
@@ -166,10 +142,7 @@ fn bench_nn_filters_by_method_and_case_and_reports_median_and_min() {
         "--json",
     ]);
     assert_eq!(code, 0, "{err}");
-    let rows: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = json_lines(&out);
     let names: Vec<String> = rows
         .iter()
         .map(|r| format!("{} / {}", r["bench"], r["case"]))

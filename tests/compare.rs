@@ -5,36 +5,54 @@ use std::path::{Path, PathBuf};
 
 mod common;
 
-use common::normrl;
+use common::{normrl, SHORT_RUNS};
 
-fn setup(name: &str) -> (PathBuf, PathBuf) {
+/// A tiny comparison in a fresh folder named after `name`, its config changed by
+/// `edits` ([`rewrite`]).
+fn setup(name: &str, edits: &[(&str, &str)]) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("normrl-compare-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let body = r#"seeds = 2
+    let body = format!(
+        r#"seeds = 2
 [set]
 "run.total_steps" = 1500
-"replay.learning_starts" = 200
-"eval.interval" = 500
-"eval.episodes" = 2
-"checkpoint.interval" = 0
-"logging.layer_stats_interval" = 500
+{SHORT_RUNS}"logging.layer_stats_interval" = 500
 [axes]
 norm = ["none", "weight_norm"]
 [report]
 baseline = "none"
-thresholds = { "classic/cartpole" = 30.0 }
-"#;
-    let config = common::cartpole_comparison(&dir, "tiny", body);
+thresholds = {{ "classic/cartpole" = 30.0 }}
+"#
+    );
+    let config = common::cartpole_comparison(&dir, "tiny", &body);
+    rewrite(&config, edits);
     (dir, config)
 }
 
+/// Rewrites the comparison `config`, each `(from, to)` of `edits` in turn.
+fn rewrite(config: &Path, edits: &[(&str, &str)]) {
+    let mut text = std::fs::read_to_string(config).unwrap();
+    for (from, to) in edits {
+        text = text.replace(from, to);
+    }
+    std::fs::write(config, text).unwrap();
+}
+
 /// `normrl compare --config CONFIG --runs-dir RUNS`.
-fn compare_args(config: &Path, runs: &Path) -> Vec<String> {
+/// `normrl compare` of `config` into `runs`, with the `extra` flags.
+fn compare_args<'a>(config: &'a Path, runs: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let (config, runs) = (config.to_str().unwrap(), runs.to_str().unwrap());
-    ["compare", "--config", config, "--runs-dir", runs]
-        .map(String::from)
-        .to_vec()
+    let mut args = vec!["compare", "--config", config, "--runs-dir", runs];
+    args.extend(extra);
+    args
+}
+
+/// `normrl args` is refused (exit status 2), saying `needle`.
+fn assert_refused(args: &[&str], needle: &str) {
+    let (code, _, err) = normrl(args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(needle), "{err}");
 }
 
 fn csv_rows(path: &Path) -> usize {
@@ -86,11 +104,9 @@ fn assert_report_files(report: &Path) {
 
 #[test]
 fn tiny_comparison_reports_and_skips_finished_runs() {
-    let (dir, config) = setup("full");
+    let (dir, config) = setup("full", &[]);
     let runs = dir.join("runs");
-    let mut args = compare_args(&config, &runs);
-    args.extend(["--jobs".to_string(), "2".to_string()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = compare_args(&config, &runs, &["--jobs", "2"]);
     let (code, out, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -161,18 +177,10 @@ fn regroup_once(local: &[&str], plan: &Path) {
 
 #[test]
 fn shards_split_the_grid_and_report_merges_them() {
-    let (dir, config) = setup("shards");
+    let (dir, config) = setup("shards", &[]);
     for shard in ["0/2", "1/2"] {
         let runs = dir.join(format!("shard-{}", &shard[..1]));
-        let (code, _, err) = normrl(&[
-            "compare",
-            "--config",
-            config.to_str().unwrap(),
-            "--runs-dir",
-            runs.to_str().unwrap(),
-            "--shard",
-            shard,
-        ]);
+        let (code, _, err) = normrl(&compare_args(&config, &runs, &["--shard", shard]));
         assert_eq!(code, 0, "{err}");
         assert!(err.contains("2 of 4 runs"), "{err}");
     }
@@ -189,27 +197,16 @@ fn shards_split_the_grid_and_report_merges_them() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(csv_rows(&out_dir.join("runs.csv")), 4);
     assert!(out.contains("P(improvement over none's method)"), "{out}");
-    let (code, _, err) = normrl(&[
-        "report",
-        dir.join("shard-0").to_str().unwrap(),
-        "--baseline",
-        "nope",
-    ]);
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("baseline 'nope' is not among the variants"),
-        "{err}"
+    let shard = dir.join("shard-0");
+    assert_refused(
+        &["report", shard.to_str().unwrap(), "--baseline", "nope"],
+        "baseline 'nope' is not among the variants",
     );
-    let (code, _, err) = normrl(&[
-        "compare",
-        "--config",
-        config.to_str().unwrap(),
-        "--shard",
-        "3/2",
-        "--dry-run",
-    ]);
-    assert_eq!(code, 2);
-    assert!(err.contains("0 <= i < n"), "{err}");
+    let config = config.to_str().unwrap();
+    assert_refused(
+        &["compare", "--config", config, "--shard", "3/2", "--dry-run"],
+        "0 <= i < n",
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -217,18 +214,18 @@ fn shards_split_the_grid_and_report_merges_them() {
 /// into the run directories single runs use. A second invocation skips them all.
 #[test]
 fn a_comparison_trains_its_seeds_as_populations() {
-    let (dir, config) = setup("population");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let text = text
-        .replace("seeds = 2", "seeds = 3\npopulation = \"seeds\"")
-        .replace(
-            r#"norm = ["none", "weight_norm"]"#,
-            r#"norm = ["none", "svb"]"#,
-        );
-    std::fs::write(&config, text).unwrap();
+    let (dir, config) = setup(
+        "population",
+        &[
+            ("seeds = 2", "seeds = 3\npopulation = \"seeds\""),
+            (
+                r#"norm = ["none", "weight_norm"]"#,
+                r#"norm = ["none", "svb"]"#,
+            ),
+        ],
+    );
     let runs = dir.join("runs");
-    let args = compare_args(&config, &runs);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = compare_args(&config, &runs, &[]);
     let (code, _, err) = normrl(&args);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("as 2 populations of up to 3 runs"), "{err}");
@@ -249,13 +246,11 @@ fn a_comparison_trains_its_seeds_as_populations() {
         "{err}"
     );
     // A grouping that is neither "seeds" nor a size is refused.
-    let bad = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("population = \"seeds\"", "population = \"variants\"");
-    std::fs::write(&config, bad).unwrap();
-    let (code, _, err) = normrl(&args);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("population = 'variants' must be"), "{err}");
+    rewrite(
+        &config,
+        &[("population = \"seeds\"", "population = \"variants\"")],
+    );
+    assert_refused(&args, "population = 'variants' must be");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -264,34 +259,18 @@ fn a_comparison_trains_its_seeds_as_populations() {
 /// estimated by it (steps over rate); nothing is left behind and no run is created.
 #[test]
 fn a_dry_run_measures_the_studys_rate_on_its_device() {
-    let (dir, config) = setup("measure");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace("seeds = 2", "seeds = 2\npopulation = \"seeds\""),
-    )
-    .unwrap();
+    let (dir, config) = setup(
+        "measure",
+        &[("seeds = 2", "seeds = 2\npopulation = \"seeds\"")],
+    );
     let runs = dir.join("runs");
-    let (code, _, err) = normrl(&[
-        "compare",
-        "--config",
-        config.to_str().unwrap(),
-        "--runs-dir",
-        runs.to_str().unwrap(),
-        "--dry-run",
-        "--measure",
-    ]);
+    let (code, _, err) = normrl(&compare_args(&config, &runs, &["--dry-run", "--measure"]));
     assert_eq!(code, 0, "{err}");
     let measured = err
         .split("measured on ")
         .nth(1)
         .unwrap_or_else(|| panic!("{err}"));
-    let rate: f64 = measured
-        .split(": ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|r| r.parse().ok())
-        .unwrap_or_else(|| panic!("{err}"));
+    let rate: f64 = common::number_after(measured, ": ", ' ');
     assert!(rate > 10.0, "{err}");
     assert!(
         measured.contains("a population of 2, 300 steps with updates"),

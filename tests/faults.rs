@@ -129,12 +129,7 @@ fn ctrl_c_keeps_the_work_and_a_second_writer_is_refused() {
         err.contains(&format!("normrl train --resume {}", dir.display())),
         "{err}"
     );
-    let step: u64 = err
-        .split("SIGINT (Ctrl-C) at step ")
-        .nth(1)
-        .and_then(|rest| rest.split(':').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no step in: {err}"));
+    let step: u64 = common::number_after(&err, "SIGINT (Ctrl-C) at step ", ':');
     let newest = normrl::checkpoint::complete(&dir).pop().unwrap().0;
     assert_eq!(newest, step, "the checkpoint is at the step Ctrl-C stopped");
     assert!(!dir.join("summary.json").exists(), "stopped before the end");
@@ -299,17 +294,16 @@ fn a_full_disk_names_itself_and_the_resume_after_ends_the_same() {
 #[test]
 fn a_comparison_skips_a_run_another_process_holds() {
     let root = temp("compare");
-    let body = r#"seeds = 1
+    let body = format!(
+        r#"seeds = 1
 [set]
 "run.total_steps" = 1000
-"replay.learning_starts" = 200
-"eval.interval" = 500
-"eval.episodes" = 2
-"checkpoint.interval" = 0
-[axes]
+{}[axes]
 norm = ["none", "layer_norm"]
-"#;
-    let config = common::cartpole_comparison(&root, "tiny", body);
+"#,
+        common::SHORT_RUNS
+    );
+    let config = common::cartpole_comparison(&root, "tiny", &body);
     let runs = root.join("runs");
     let held = runs.join("classic_cartpole/none/seed-1");
     let lock = normrl::storage::lock::RunLock::acquire(&held).unwrap();

@@ -148,17 +148,15 @@ fn conflicting_and_odd_values_name_their_keys() {
 }
 
 fn tiny_run(dir: &Path) -> normrl::train::RunSummary {
-    let overrides: Vec<String> = [
+    let overrides = [
         "run.total_steps=600",
         "replay.learning_starts=100",
         "eval.interval=0",
         "eval.episodes=2",
         "checkpoint.interval=300",
         "logging.progress=false",
-    ]
-    .map(String::from)
-    .to_vec();
-    let config = TrainConfig::load(Path::new("configs/cartpole.toml"), &overrides).unwrap();
+    ];
+    let config = common::train_config("configs/cartpole.toml", &overrides);
     Trainer::new(config, dir)
         .unwrap()
         .run(None)

@@ -32,6 +32,12 @@ fn config(config_file: &str, norm: &str, total: u64) -> TrainConfig {
     TrainConfig::load(Path::new(config_file), &overrides).unwrap()
 }
 
+/// Asserts that `n` lines of `out` hold `needle`.
+fn assert_lines(out: &str, needle: &str, n: usize) {
+    let found = out.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(found, n, "{needle:?} in {out}");
+}
+
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("normrl-pop-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -333,11 +339,7 @@ fn the_command_line_trains_and_resumes_a_population() {
         dir_s,
     ]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        out.lines().filter(|l| l.contains("1200 steps")).count(),
-        3,
-        "{out}"
-    );
+    assert_lines(&out, "1200 steps", 3);
     for seed in [1, 2, 3] {
         let member = dir.join(format!("seed-{seed}"));
         for file in ["summary.json", "result.json", "config.toml"] {
@@ -364,11 +366,7 @@ fn the_command_line_trains_and_resumes_a_population() {
     assert!(err.contains("already holds a population"), "{err}");
     let (code, out, err) = common::normrl(&["train", "--resume", dir_s]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        out.lines().filter(|l| l.contains("1200 steps")).count(),
-        3,
-        "{out}"
-    );
+    assert_lines(&out, "1200 steps", 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -401,11 +399,7 @@ fn a_population_of_zero_is_refused_and_every_method_trains() {
     ];
     let (code, out, err) = run(&svb);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        out.lines().filter(|l| l.contains("bbn seed")).count(),
-        2,
-        "{out}"
-    );
+    assert_lines(&out, "bbn seed", 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

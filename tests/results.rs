@@ -10,15 +10,9 @@ mod common;
 use common::normrl;
 
 fn setup(name: &str, keep: &str, steps: u64) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("normrl-results-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
-    let config = dir.join("c.toml");
-    let text = format!(
-        r#"name = "c"
-base = "{}"
-seeds = 2
+    let dir = common::fresh_dir(&format!("results-{name}"));
+    let body = format!(
+        r#"seeds = 2
 [set]
 "run.total_steps" = {steps}
 "replay.learning_starts" = 200
@@ -31,10 +25,9 @@ seeds = 2
 norm = ["none", "weight_norm"]
 [report]
 baseline = "none"
-"#,
-        base.display()
+"#
     );
-    std::fs::write(&config, text).unwrap();
+    let config = common::cartpole_comparison(&dir, "c", &body);
     (dir, config)
 }
 

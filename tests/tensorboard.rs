@@ -141,7 +141,7 @@ fn tensorboard_reads_our_event_files() {
 /// is the picture of that episode's first observation.
 #[test]
 fn evaluation_episodes_are_gifs_in_the_images_tab() {
-    let overrides: Vec<String> = [
+    let overrides = [
         "run.total_steps=2000",
         "replay.learning_starts=200",
         "eval.interval=1000",
@@ -149,10 +149,8 @@ fn evaluation_episodes_are_gifs_in_the_images_tab() {
         "eval.video=true",
         "logging.progress=false",
         "checkpoint.replay=false",
-    ]
-    .map(String::from)
-    .to_vec();
-    let config = TrainConfig::load(Path::new("configs/minatar/breakout.toml"), &overrides).unwrap();
+    ];
+    let config = common::train_config("configs/minatar/breakout.toml", &overrides);
     let dir = std::env::temp_dir().join(format!("normrl-tb-video-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let summary = {
@@ -219,16 +217,9 @@ fn check_diagnostics(scalars: &serde_json::Value, summary: &normrl::train::RunSu
 /// metrics, at the root of its runs; each run's session groups its seeds.
 #[test]
 fn a_comparison_writes_the_hparams_experiment() {
-    let dir = std::env::temp_dir().join(format!("normrl-tb-hparams-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
-    let config = dir.join("grid.toml");
-    let text = format!(
-        "name = \"grid\"\nbase = \"{}\"\nseeds = 2\n[set]\n\"run.total_steps\" = 400\n\"replay.learning_starts\" = 100\n\"eval.interval\" = 0\n\"eval.episodes\" = 1\n[axes]\nnorm = [\"none\", \"layer_norm\"]\nbatch_size = [4, 8]\n",
-        base.display()
-    );
-    std::fs::write(&config, text).unwrap();
+    let dir = common::fresh_dir("tb-hparams");
+    let body = "seeds = 2\n[set]\n\"run.total_steps\" = 400\n\"replay.learning_starts\" = 100\n\"eval.interval\" = 0\n\"eval.episodes\" = 1\n[axes]\nnorm = [\"none\", \"layer_norm\"]\nbatch_size = [4, 8]\n";
+    let config = common::cartpole_comparison(&dir, "grid", body);
     let runs = dir.join("runs");
     let status = Command::new(env!("CARGO_BIN_EXE_normrl"))
         .args([

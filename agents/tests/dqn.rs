@@ -7,6 +7,9 @@ use normrl_agents::nn::{unit_moments, NormConfig, NormKind, Pass, QNetwork, QNet
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::replay::Batch;
 
+mod common;
+use common::MaxAbs;
+
 fn agent(kind: NormKind, dqn: DqnConfig) -> Dqn {
     let norm = NormConfig {
         kind,
@@ -27,19 +30,30 @@ fn agent(kind: NormKind, dqn: DqnConfig) -> Dqn {
     .unwrap()
 }
 
+/// [`agent`] with the default DQN settings but for how its target follows.
+fn agent_with_target(kind: NormKind, target_update: TargetUpdate) -> Dqn {
+    let config = DqnConfig {
+        target_update,
+        ..Default::default()
+    };
+    agent(kind, config)
+}
+
+/// Parameter `name` of `net`, flattened.
+fn param(net: &QNetwork, name: &str) -> Vec<f32> {
+    let p = net.store().get(name).unwrap();
+    p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap()
+}
+
 fn random_batch(size: usize, seed: u64) -> Batch {
     let mut rng = InitRng::new(seed);
     let mut batch = Batch::new(size, 3);
-    batch.obs = rng
-        .normal(size * 3, 1.0, &Device::Cpu)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    batch.next_obs = rng
-        .normal(size * 3, 1.0, &Device::Cpu)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let mut normal = || -> Vec<f32> {
+        let values = rng.normal(size * 3, 1.0, &Device::Cpu).unwrap();
+        values.to_vec1().unwrap()
+    };
+    batch.obs = normal();
+    batch.next_obs = normal();
     for i in 0..size {
         batch.actions[i] = (i % 2) as u32;
         batch.rewards[i] = i as f32 * 0.1;
@@ -153,31 +167,14 @@ fn updates_fit_rewards_with_gamma_zero() {
 
 #[test]
 fn hard_sync_copies_weights_and_batch_norm_statistics() {
-    let config = DqnConfig {
-        target_update: TargetUpdate::Hard { every: 3 },
-        ..Default::default()
-    };
-    let mut dqn = agent(NormKind::BatchNorm, config);
+    let mut dqn = agent_with_target(NormKind::BatchNorm, TargetUpdate::Hard { every: 3 });
     let batch = random_batch(16, 3);
-    let running = |d: &Dqn, which: &str| -> Vec<f32> {
-        let net = if which == "online" {
-            d.online()
-        } else {
-            d.target()
-        };
-        net.store()
-            .get("fc0.bn.running_var")
-            .unwrap()
-            .var
-            .as_tensor()
-            .to_vec1()
-            .unwrap()
-    };
+    let running = |net: &QNetwork| param(net, "fc0.bn.running_var");
     assert!(!dqn.update(&batch).unwrap().synced);
-    assert_ne!(running(&dqn, "online"), running(&dqn, "target"));
+    assert_ne!(running(dqn.online()), running(dqn.target()));
     dqn.update(&batch).unwrap();
     assert!(dqn.update(&batch).unwrap().synced);
-    assert_eq!(running(&dqn, "online"), running(&dqn, "target"));
+    assert_eq!(running(dqn.online()), running(dqn.target()));
     for (a, b) in dqn
         .online()
         .store()
@@ -185,49 +182,27 @@ fn hard_sync_copies_weights_and_batch_norm_statistics() {
         .iter()
         .zip(dqn.target().store().params())
     {
-        let same = (a.var.as_tensor() - b.var.as_tensor())
-            .unwrap()
-            .abs()
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        assert_eq!(same, 0.0, "{}", a.name);
+        let differ = (a.var.as_tensor() - b.var.as_tensor()).unwrap();
+        assert_eq!(differ.max_abs(), 0.0, "{}", a.name);
     }
 }
 
 #[test]
 fn polyak_moves_target_by_tau() {
-    let config = DqnConfig {
-        target_update: TargetUpdate::Polyak { tau: 0.25 },
-        ..Default::default()
-    };
-    let mut dqn = agent(NormKind::None, config);
+    let mut dqn = agent_with_target(NormKind::None, TargetUpdate::Polyak { tau: 0.25 });
     let before = dqn.target().store().to_map().unwrap();
     dqn.update(&random_batch(8, 4)).unwrap();
     let online = dqn.online().store().to_map().unwrap();
     let w = "fc0.weight";
     let expected = ((&before[w] * 0.75).unwrap() + (&online[w] * 0.25).unwrap()).unwrap();
     let got = dqn.target().store().get(w).unwrap().var.as_tensor().clone();
-    let err = (got - expected)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let err = (got - expected).unwrap().max_abs();
     assert!(err < 1e-6);
 }
 
 #[test]
 fn data_dependent_init_runs_on_first_batch_and_target_follows() {
-    let config = DqnConfig {
-        target_update: TargetUpdate::Hard { every: 1_000 },
-        ..Default::default()
-    };
-    let mut dqn = agent(NormKind::WeightNorm, config);
+    let mut dqn = agent_with_target(NormKind::WeightNorm, TargetUpdate::Hard { every: 1_000 });
     let batch = random_batch(32, 5);
     assert!(!dqn.is_initialized());
     dqn.update(&batch).unwrap();
@@ -237,21 +212,8 @@ fn data_dependent_init_runs_on_first_batch_and_target_follows() {
     let obs = Tensor::from_slice(&batch.obs, (32, 3), &Device::Cpu).unwrap();
     let first = dqn.target().layers().next().unwrap();
     let (mean, var) = unit_moments(&first.pre_activation(&obs, Pass::EVAL).unwrap()).unwrap();
-    let m = mean
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    let s = (var.sqrt().unwrap() - 1.0)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let m = mean.max_abs();
+    let s = (var.sqrt().unwrap() - 1.0).unwrap().max_abs();
     assert!(m < 1e-4 && s < 1e-4, "{m} {s}");
 }
 
@@ -311,13 +273,9 @@ fn a_joint_forward_normalizes_over_both_halves() {
         let mut dqn = agent(NormKind::BatchNorm, config)
             .with_engine(engine)
             .unwrap();
-        let read = |dqn: &Dqn, name: &str| -> Vec<f32> {
-            let p = dqn.online().store().get(name).unwrap();
-            p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap()
-        };
-        let w = read(&dqn, "fc0.weight");
+        let w = param(dqn.online(), "fc0.weight");
         dqn.update(&batch).unwrap();
-        let running = read(&dqn, "fc0.bn.running_mean");
+        let running = param(dqn.online(), "fc0.bn.running_mean");
         let mut normalized = rows(&batch.obs);
         if joint {
             normalized.extend(rows(&batch.next_obs));

@@ -422,16 +422,7 @@ fn fused_optimizer_equals_tensor_reference() {
                         q.sqr().unwrap().sum_all().unwrap()
                     };
                     let (la, lb) = (loss(&a), loss(&b));
-                    let na = fused
-                        .step(&la.backward().unwrap())
-                        .unwrap()
-                        .value()
-                        .unwrap();
-                    let nb = reference
-                        .step(&lb.backward().unwrap())
-                        .unwrap()
-                        .value()
-                        .unwrap();
+                    let (na, nb) = (step_on(&mut fused, &la), step_on(&mut reference, &lb));
                     // The two sum in different orders: f32 rounding drifts a little.
                     assert!(
                         (na - nb).abs() <= 1e-4 * nb.max(1e-12),
@@ -454,14 +445,13 @@ fn fused_optimizer_equals_tensor_reference() {
 fn fused_weight_norm_equals_unfused_reference() {
     on_every_path(|| {
         for (kernel, x_shape) in [linear(), conv()] {
-            let mut rng = InitRng::new(12);
-            let mut store = ParamStore::new(DEV);
-            let v = rng.normal(kernel.weight_shape(), 0.4, &DEV).unwrap();
-            let g = rng.normal(kernel.units(), 1.0, &DEV).unwrap();
-            let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
-            let x = rng.normal(x_shape, 1.0, &DEV).unwrap();
-            let v_t = store.get("l.v").unwrap().var.as_tensor().clone();
-            let g_t = store.get("l.g").unwrap().var.as_tensor().clone();
+            let WeightNormCase {
+                wn,
+                x,
+                v: v_t,
+                g: g_t,
+                ..
+            } = weight_norm_case(kernel, x_shape, 12, 0.4);
             let mut grads = vec![];
             let mut outputs = vec![];
             for fused in [true, false] {

@@ -7,9 +7,45 @@ use candle_core::{DType, Tensor, Var, D};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
     svb, unit_moments, Layer, LinearMap, NormConfig, NormKind, ParamStore, Pass, QNetwork,
-    QNetworkConfig, WeightNorm,
+    QNetworkConfig,
 };
 use normrl_agents::optim::{Optimizer, OptimizerConfig, OptimizerKind};
+
+/// An MLP of `hidden` widths on `(observation size, actions)`, initialized from `seed`.
+fn mlp_net(
+    hidden: Vec<usize>,
+    norm: &NormConfig,
+    (obs, actions): (usize, usize),
+    seed: u64,
+) -> QNetwork {
+    QNetwork::new(
+        &QNetworkConfig::mlp(hidden),
+        norm,
+        &[obs],
+        actions,
+        seed,
+        &DEV,
+    )
+    .unwrap()
+}
+
+/// A hidden layer `l` of `kernel` under `cfg`, drawn from `seed`, and that stream
+/// after it (to draw inputs from).
+fn hidden_layer(kernel: LinearMap, cfg: &NormConfig, seed: u64) -> (Layer, InitRng) {
+    let mut rng = InitRng::new(seed);
+    let mut store = ParamStore::new(DEV);
+    let layer = Layer::hidden(&mut store, "l", kernel, &[kernel.units()], cfg, &mut rng).unwrap();
+    (layer, rng)
+}
+
+/// Weight norm without its data-dependent initialization.
+fn plain_weight_norm() -> NormConfig {
+    NormConfig {
+        kind: NormKind::WeightNorm,
+        data_dependent_init: false,
+        ..Default::default()
+    }
+}
 
 fn minatar_net(norm: &NormConfig, seed: u64) -> QNetwork {
     QNetwork::new(
@@ -24,18 +60,17 @@ fn minatar_net(norm: &NormConfig, seed: u64) -> QNetwork {
 }
 
 fn check_weight_norm_gradients(kernel: LinearMap, x_shape: Vec<usize>) {
-    let mut rng = InitRng::new(3);
-    let mut store = ParamStore::new(DEV);
-    let v = rng.normal(kernel.weight_shape(), 0.3, &DEV).unwrap();
-    let g = rng.normal(kernel.units(), 1.0, &DEV).unwrap();
-    let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
-    let x = rng.normal(x_shape, 1.0, &DEV).unwrap();
+    let WeightNormCase {
+        store,
+        wn,
+        x,
+        v: v_t,
+        g: g_t,
+    } = weight_norm_case(kernel, x_shape, 3, 0.3);
 
     let mut loss_rng = InitRng::new(11);
     let y = kernel.apply(&x, &wn.weight().unwrap()).unwrap();
     let grads = loss_of(&y, &mut loss_rng).backward().unwrap();
-    let v_t = store.get("l.v").unwrap().var.as_tensor().clone();
-    let g_t = store.get("l.g").unwrap().var.as_tensor().clone();
     let dv = grads.get(&v_t).unwrap().clone();
     let dg = grads.get(&g_t).unwrap().clone();
 
@@ -117,11 +152,7 @@ fn weight_norm_gradients_match_closed_forms_conv() {
 }
 
 fn check_data_dependent_init(kind: NormKind, kernel: LinearMap, x_shape: Vec<usize>) {
-    let mut rng = InitRng::new(5);
-    let mut store = ParamStore::new(DEV);
-    let out_shape = vec![kernel.units()];
-    let layer =
-        Layer::hidden(&mut store, "l", kernel, &out_shape, &config(kind), &mut rng).unwrap();
+    let (layer, mut rng) = hidden_layer(kernel, &config(kind), 5);
     let x = (rng.normal(x_shape, 2.0, &DEV).unwrap() + 0.7).unwrap();
     layer.data_dependent_init(&x).unwrap();
     for pass in [Pass::TRAIN, Pass::EVAL] {
@@ -185,16 +216,13 @@ fn data_dependent_init_runs_layer_by_layer_through_a_network() {
 #[test]
 fn mean_only_bn_batch_mean_is_bias_and_eval_uses_running_mean() {
     for (kernel, x_shape) in [linear(), conv()] {
-        let mut rng = InitRng::new(1);
-        let mut store = ParamStore::new(DEV);
         let cfg = NormConfig {
             kind: NormKind::WnMeanOnlyBn,
             data_dependent_init: false,
             bn_momentum: 0.25,
             ..Default::default()
         };
-        let layer =
-            Layer::hidden(&mut store, "l", kernel, &[kernel.units()], &cfg, &mut rng).unwrap();
+        let (layer, mut rng) = hidden_layer(kernel, &cfg, 1);
         let x = (rng.normal(x_shape.clone(), 1.0, &DEV).unwrap() + 1.5).unwrap();
         let t = layer.pre_activation(&x, Pass::TRAIN).unwrap();
         let (mean, _) = unit_moments(&t).unwrap();
@@ -226,15 +254,12 @@ fn mean_only_bn_batch_mean_is_bias_and_eval_uses_running_mean() {
 #[test]
 fn batch_norm_train_and_eval_semantics() {
     for (kernel, x_shape) in [linear(), conv()] {
-        let mut rng = InitRng::new(4);
-        let mut store = ParamStore::new(DEV);
         let cfg = NormConfig {
             kind: NormKind::BatchNorm,
             bn_momentum: 1.0,
             ..Default::default()
         };
-        let layer =
-            Layer::hidden(&mut store, "l", kernel, &[kernel.units()], &cfg, &mut rng).unwrap();
+        let (layer, mut rng) = hidden_layer(kernel, &cfg, 4);
         let x = (rng.normal(x_shape.clone(), 3.0, &DEV).unwrap() - 2.0).unwrap();
         let train = layer.pre_activation(&x, Pass::TRAIN).unwrap();
         let (mean, var) = unit_moments(&train).unwrap();
@@ -267,18 +292,8 @@ fn batch_norm_train_and_eval_semantics() {
 
 #[test]
 fn batch_norm_with_batch_size_one_is_defined_and_finite() {
-    let mut rng = InitRng::new(4);
-    let mut store = ParamStore::new(DEV);
     let (kernel, _) = linear();
-    let layer = Layer::hidden(
-        &mut store,
-        "l",
-        kernel,
-        &[5],
-        &config(NormKind::BatchNorm),
-        &mut rng,
-    )
-    .unwrap();
+    let (layer, mut rng) = hidden_layer(kernel, &config(NormKind::BatchNorm), 4);
     let x = Var::from_tensor(&rng.normal((1, 7), 1.0, &DEV).unwrap()).unwrap();
     let y = layer.pre_activation(x.as_tensor(), Pass::TRAIN).unwrap();
     let values: Vec<f32> = y.flatten_all().unwrap().to_vec1().unwrap();
@@ -309,7 +324,7 @@ fn batch_norm_with_batch_size_one_is_defined_and_finite() {
 #[test]
 fn layer_norm_normalizes_per_sample_and_passes_gradients_down() {
     let norm = config(NormKind::LayerNorm);
-    let net = QNetwork::new(&QNetworkConfig::mlp(vec![16, 16]), &norm, &[4], 2, 0, &DEV).unwrap();
+    let net = mlp_net(vec![16, 16], &norm, (4, 2), 0);
     let x = InitRng::new(2).normal((8, 4), 1.0, &DEV).unwrap();
     let first = net.layers().next().unwrap();
     let t = first.pre_activation(&x, Pass::TRAIN).unwrap();
@@ -404,7 +419,7 @@ fn bbn_bounds_gain_magnitudes_and_keeps_their_signs() {
         svb_interval: 1,
         ..Default::default()
     };
-    let net = QNetwork::new(&QNetworkConfig::mlp(vec![32, 32]), &cfg, &[6], 3, 0, &DEV).unwrap();
+    let net = mlp_net(vec![32, 32], &cfg, (6, 3), 0);
     let x = InitRng::new(8).normal((64, 6), 2.0, &DEV).unwrap();
     perturb(&net, &x, 30);
     // Learned gains can be negative (in front of a ReLU) or 0: make some so.
@@ -478,12 +493,8 @@ fn bbn_bounds_gain_magnitudes_and_keeps_their_signs() {
 
 #[test]
 fn cached_weight_follows_optimizer_steps() {
-    let norm = NormConfig {
-        kind: NormKind::WeightNorm,
-        data_dependent_init: false,
-        ..Default::default()
-    };
-    let net = QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm, &[3], 2, 0, &DEV).unwrap();
+    let norm = plain_weight_norm();
+    let net = mlp_net(vec![8], &norm, (3, 2), 0);
     let x = InitRng::new(3).normal((4, 3), 1.0, &DEV).unwrap();
     let eval = net.forward(&x, Pass::EVAL).unwrap();
     let train = net.forward(&x, Pass::TRAIN).unwrap();
@@ -501,12 +512,8 @@ fn cached_weight_follows_optimizer_steps() {
 fn gain_group_gets_scaled_learning_rate() {
     // With Adam the first step moves every variable by about lr (sign of the
     // gradient), so g moves g_lr_scale times further than v.
-    let norm = NormConfig {
-        kind: NormKind::WeightNorm,
-        data_dependent_init: false,
-        ..Default::default()
-    };
-    let net = QNetwork::new(&QNetworkConfig::mlp(vec![4]), &norm, &[3], 2, 0, &DEV).unwrap();
+    let norm = plain_weight_norm();
+    let net = mlp_net(vec![4], &norm, (3, 2), 0);
     let before = net.store().to_map().unwrap();
     let cfg = OptimizerConfig {
         lr: 1e-3,
@@ -552,11 +559,7 @@ fn gradient_clipping_scales_to_max_norm() {
         .unwrap()
         / 1.0)
         .unwrap();
-    let norm = opt
-        .step(&loss.backward().unwrap())
-        .unwrap()
-        .value()
-        .unwrap();
+    let norm = step_on(&mut opt, &loss);
     assert!((norm - 10.0).abs() < 1e-5);
     // RMSprop with alpha 0: p -= g / |g| = sign: exactly 1 each, independent of clip.
     let now: Vec<f32> = x.as_tensor().to_vec1().unwrap();
@@ -570,8 +573,7 @@ fn gradient_clipping_scales_to_max_norm() {
 fn architectures_have_documented_shapes() {
     for kind in NormKind::ALL {
         let norm = config(kind);
-        let mlp =
-            QNetwork::new(&QNetworkConfig::mlp(vec![64, 64]), &norm, &[4], 2, 0, &DEV).unwrap();
+        let mlp = mlp_net(vec![64, 64], &norm, (4, 2), 0);
         let x = Tensor::ones((3, 4), DType::F32, &DEV).unwrap();
         assert_eq!(mlp.forward(&x, Pass::TRAIN).unwrap().dims(), &[3, 2]);
         let cnn = QNetwork::new(
@@ -621,8 +623,8 @@ fn architectures_have_documented_shapes() {
 #[test]
 fn target_copy_includes_running_statistics() {
     let norm = config(NormKind::BatchNorm);
-    let online = QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm, &[3], 2, 0, &DEV).unwrap();
-    let target = QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm, &[3], 2, 1, &DEV).unwrap();
+    let online = mlp_net(vec![8], &norm, (3, 2), 0);
+    let target = mlp_net(vec![8], &norm, (3, 2), 1);
     let x = (InitRng::new(3).normal((16, 3), 1.0, &DEV).unwrap() + 4.0).unwrap();
     online.forward(&x, Pass::TRAIN).unwrap();
     target.copy_from(&online).unwrap();

@@ -135,17 +135,24 @@ fn truncation_keeps_final_observation_and_is_not_terminal() {
     assert_eq!(batch.terminated, [0.0]);
 }
 
+/// Stores the one transition `a -> b` (action 2, reward 0.5) in an empty `replay` and
+/// samples it back.
+fn round_trip(replay: &mut ReplayBuffer, a: &[f32], b: &[f32]) -> Batch {
+    replay.start_episode(a);
+    replay.push(2, 0.5, false, false, b);
+    let mut batch = Batch::new(1, a.len());
+    replay
+        .sample(Sampler::Uniform, &mut batch, &mut rng())
+        .unwrap();
+    batch
+}
+
 #[test]
 fn binary_observations_round_trip_bit_packed() {
     let mut replay = ReplayBuffer::new(10, 130, true);
     let a: Vec<f32> = (0..130).map(|i| ((i * 7) % 3 == 0) as u8 as f32).collect();
     let b: Vec<f32> = a.iter().map(|v| 1.0 - v).collect();
-    replay.start_episode(&a);
-    replay.push(2, 0.5, false, false, &b);
-    let mut batch = Batch::new(1, 130);
-    replay
-        .sample(Sampler::Uniform, &mut batch, &mut rng())
-        .unwrap();
+    let batch = round_trip(&mut replay, &a, &b);
     assert_eq!(batch.obs, a);
     assert_eq!(batch.next_obs, b);
     assert_eq!(batch.actions, [2]);
@@ -157,12 +164,7 @@ fn byte_observations_round_trip_exactly() {
     let a: Vec<f32> = (0..=255u8).map(|k| f32::from(k) / 255.0).collect();
     let b: Vec<f32> = a.iter().rev().copied().collect();
     let mut replay = ReplayBuffer::with_encoding(4, 256, FrameEncoding::Bytes);
-    replay.start_episode(&a);
-    replay.push(1, 1.0, false, false, &b);
-    let mut batch = Batch::new(1, 256);
-    replay
-        .sample(Sampler::Uniform, &mut batch, &mut rng())
-        .unwrap();
+    let batch = round_trip(&mut replay, &a, &b);
     assert_eq!(batch.obs, a);
     assert_eq!(batch.next_obs, b);
 }

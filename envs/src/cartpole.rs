@@ -15,7 +15,7 @@
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::env::{check_obs_len, from_state, to_state};
+use crate::env::{check_obs_len, whole_state};
 use crate::render::Frame;
 use crate::{ActionSpace, Env, EnvError, ObservationSpace, Step};
 
@@ -194,14 +194,7 @@ impl Env for CartPole {
         })
     }
 
-    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
-        to_state(self)
-    }
-
-    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
-        *self = from_state(state)?;
-        Ok(())
-    }
+    whole_state!();
 
     fn render(&mut self) -> Result<Frame, EnvError> {
         Ok(Self::draw(self.state))

@@ -114,6 +114,22 @@ pub(crate) fn from_state<T: serde::de::DeserializeOwned>(
     T::deserialize(state).map_err(|e| EnvError::External(format!("restoring state: {e}")))
 }
 
+/// Writes `save_state` and `load_state` for an environment whose whole state (its
+/// random stream included) is the one serde value `Self`.
+macro_rules! whole_state {
+    () => {
+        fn save_state(&self) -> Result<serde_json::Value, $crate::EnvError> {
+            $crate::env::to_state(self)
+        }
+
+        fn load_state(&mut self, state: &serde_json::Value) -> Result<(), $crate::EnvError> {
+            *self = $crate::env::from_state(state)?;
+            Ok(())
+        }
+    };
+}
+pub(crate) use whole_state;
+
 impl<E: Env + ?Sized> Env for Box<E> {
     fn id(&self) -> &str {
         (**self).id()

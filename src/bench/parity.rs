@@ -60,12 +60,7 @@ pub fn check(device: &Device) -> Result<Vec<Parity>> {
     ];
     let mut out = vec![];
     for method in NormKind::ALL {
-        let norm = NormConfig {
-            kind: method,
-            // Batch renormalization with its clip open (in its warm-up it is batch norm).
-            brn_warmup: 0,
-            ..Default::default()
-        };
+        let norm = parity_norm(method);
         for (network, config, shape, n_actions, batch) in &cases {
             let case = Case {
                 config,
@@ -84,6 +79,16 @@ pub fn check(device: &Device) -> Result<Vec<Parity>> {
         }
     }
     Ok(out)
+}
+
+/// `kind`'s settings in the parity checks: batch renormalization with its clip open (in
+/// its warm-up it is batch norm).
+fn parity_norm(kind: NormKind) -> NormConfig {
+    NormConfig {
+        kind,
+        brn_warmup: 0,
+        ..Default::default()
+    }
 }
 
 /// One network and batch of the parity check.
@@ -184,11 +189,7 @@ const POPULATION: (usize, usize, usize) = (3, 8, 5);
 pub fn population_check(device: &Device) -> Result<Vec<PopulationParity>> {
     let mut out = vec![];
     for method in NormKind::ALL {
-        let norm = NormConfig {
-            kind: method,
-            brn_warmup: 0,
-            ..Default::default()
-        };
+        let norm = parity_norm(method);
         for net in &crate::bench::population::nets() {
             out.push(compare_populations(net, &norm, device)?);
         }

@@ -17,7 +17,7 @@ use anyhow::Result;
 
 use super::aggregate::{AggregateStats, BatchPoint, Estimate};
 use super::grid::{color_of, Setting};
-use super::plots::{self, Content, Figure, Line, Panel, Row};
+use super::plots::{self, Content, Figure, Line, Panel, Point, Row};
 use super::records::RunRecord;
 use super::stats::{mean, stratified_bootstrap_ci};
 use super::summary::Report;
@@ -25,7 +25,7 @@ use crate::run::diagnostics::REPORTED;
 use crate::storage::sanitize;
 
 /// Points `(x, y, low, high)` of a curve with its band, from some runs.
-type Series<'a> = dyn Fn(&[&RunRecord]) -> Vec<(f64, f64, f64, f64)> + 'a;
+type Series<'a> = dyn Fn(&[&RunRecord]) -> Vec<Point> + 'a;
 
 /// Bootstrap resamples of each band point (a band of a few seeds needs few).
 const BAND_REPS: usize = 500;
@@ -77,6 +77,16 @@ impl Methods {
             .collect()
     }
 
+    /// A line per method, in the methods' order and colors, of the methods `points`
+    /// gives points for.
+    fn lines(&self, points: impl Fn(&String) -> Option<Vec<Point>>) -> Vec<Line> {
+        let line = |m: &String| {
+            let color = color_of(m);
+            points(m).map(|points| Line { color, points })
+        };
+        self.names.iter().filter_map(line).collect()
+    }
+
     /// Two columns of setting panels at most beside each other, else one.
     fn columns(&self) -> usize {
         self.settings.len().clamp(1, 2)
@@ -117,22 +127,15 @@ fn headline(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
         let panels = samplers
             .iter()
             .map(|sampler| {
-                let lines = methods
-                    .names
-                    .iter()
-                    .filter_map(|m| {
-                        let mut pts: Vec<(f64, f64, f64, f64)> = points
-                            .iter()
-                            .filter(|p| &p.method == m && p.sampler.as_deref() == *sampler)
-                            .map(|p| (x(p.batch_size), p.iqm.value, p.iqm.low, p.iqm.high))
-                            .collect();
-                        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                        (!pts.is_empty()).then(|| Line {
-                            color: color_of(m),
-                            points: pts,
-                        })
-                    })
-                    .collect();
+                let lines = methods.lines(|m| {
+                    let mut pts: Vec<Point> = points
+                        .iter()
+                        .filter(|p| &p.method == m && p.sampler.as_deref() == *sampler)
+                        .map(|p| (x(p.batch_size), p.iqm.value, p.iqm.low, p.iqm.high))
+                        .collect();
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    (!pts.is_empty()).then_some(pts)
+                });
                 Panel {
                     title: sampler.map_or("all samplers".into(), |s| format!("{s} sampler")),
                     x_label: "batch size".into(),
@@ -277,22 +280,11 @@ fn profiles(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
         .settings
         .iter()
         .map(|setting| {
-            let lines = methods
-                .names
-                .iter()
-                .filter_map(|m| {
-                    let a = aggregate_of(report, m, setting)?;
-                    let points = taus
-                        .iter()
-                        .zip(&a.profile)
-                        .map(|(&t, e)| (t, e.value, e.low, e.high))
-                        .collect();
-                    Some(Line {
-                        color: color_of(m),
-                        points,
-                    })
-                })
-                .collect();
+            let lines = methods.lines(|m| {
+                let a = aggregate_of(report, m, setting)?;
+                let points = taus.iter().zip(&a.profile);
+                Some(points.map(|(&t, e)| (t, e.value, e.low, e.high)).collect())
+            });
             Panel {
                 title: panel_title("Performance profile", setting),
                 x_label: "normalized score τ".into(),
@@ -323,22 +315,15 @@ fn environment(report: &Report, env: &str, methods: &Methods, out: &Path) -> Res
             .settings
             .iter()
             .map(|setting| {
-                let lines = methods
-                    .names
-                    .iter()
-                    .filter_map(|m| {
-                        let rs: Vec<&RunRecord> = runs
-                            .iter()
-                            .copied()
-                            .filter(|r| &r.axes.method == m && &r.axes.setting == setting)
-                            .collect();
-                        let points = series(&rs);
-                        (!points.is_empty()).then(|| Line {
-                            color: color_of(m),
-                            points,
-                        })
-                    })
-                    .collect();
+                let lines = methods.lines(|m| {
+                    let rs: Vec<&RunRecord> = runs
+                        .iter()
+                        .copied()
+                        .filter(|r| &r.axes.method == m && &r.axes.setting == setting)
+                        .collect();
+                    let points = series(&rs);
+                    (!points.is_empty()).then_some(points)
+                });
                 Panel {
                     title: panel_title(env, setting),
                     x_label: "environment steps".into(),

@@ -2,7 +2,7 @@
 //! compare), each with one sentence under it that says what it shows, written from the
 //! numbers; then the tables.
 
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 
 use super::aggregate::{AggregateStats, Estimate};
 use super::plots::tick_label;
@@ -240,45 +240,51 @@ fn environments(report: &Report, md: &mut String) {
     }
 }
 
+/// A statistic of a variant on one environment, with its confidence interval.
+type Stat = fn(&VariantStats) -> (f64, (f64, f64));
+
+/// A figure's caption from the variants at the two ends of its statistic.
+type Caption = fn(&str, &str) -> String;
+
 fn environment(report: &Report, env: &str, md: &mut String) {
     let stats: Vec<&VariantStats> = report.per_env.iter().filter(|s| s.env == env).collect();
-    let by = |f: fn(&VariantStats) -> f64| {
-        let key = |s: &&&VariantStats| f(s);
-        let max = stats.iter().max_by(|a, b| key(a).total_cmp(&key(b)));
-        let min = stats.iter().min_by(|a, b| key(a).total_cmp(&key(b)));
-        max.zip(min)
+    // "variant (estimate [CI])" of the variants highest and lowest on `stat`.
+    let extremes = |stat: Stat| {
+        let key = |s: &&&VariantStats| stat(s).0;
+        let named = |s: &VariantStats| {
+            let (value, ci) = stat(s);
+            format!("{} ({})", s.variant, fmt_ci(value, ci))
+        };
+        let max = stats.iter().max_by(|a, b| key(a).total_cmp(&key(b)))?;
+        let min = stats.iter().min_by(|a, b| key(a).total_cmp(&key(b)))?;
+        Some((named(max), named(min)))
     };
     let _ = writeln!(md, "### {env}\n");
     let file = sanitize(env);
-    if let Some((hi, lo)) = by(|s| s.final_iqm) {
-        let caption = format!(
-            "Evaluation return over training, mean over seeds with a 95% band, a panel per setting. Highest at the end: {} ({}); lowest: {} ({}).",
-            hi.variant,
-            fmt_ci(hi.final_iqm, hi.final_ci),
-            lo.variant,
-            fmt_ci(lo.final_iqm, lo.final_ci)
-        );
-        figure(
-            md,
-            &format!("curves-{file}.png"),
-            &format!("{env} evaluation curves"),
-            &caption,
-        );
-    }
-    if let Some((hi, lo)) = by(|s| s.auc_iqm) {
-        let caption = format!(
-            "Training episodes' returns, smoothed per seed. Largest area under the evaluation curve: {} ({}); smallest: {} ({}).",
-            hi.variant,
-            fmt_ci(hi.auc_iqm, hi.auc_ci),
-            lo.variant,
-            fmt_ci(lo.auc_iqm, lo.auc_ci)
-        );
-        figure(
-            md,
-            &format!("train-curves-{file}.png"),
-            &format!("{env} training curves"),
-            &caption,
-        );
+    // Each curve figure, its caption naming the variants at both ends of its statistic.
+    let figures: [(&str, &str, Stat, Caption); 2] = [
+        (
+            "curves",
+            "evaluation curves",
+            |s| (s.final_iqm, s.final_ci),
+            |hi, lo| {
+                format!("Evaluation return over training, mean over seeds with a 95% band, a panel per setting. Highest at the end: {hi}; lowest: {lo}.")
+            },
+        ),
+        (
+            "train-curves",
+            "training curves",
+            |s| (s.auc_iqm, s.auc_ci),
+            |hi, lo| {
+                format!("Training episodes' returns, smoothed per seed. Largest area under the evaluation curve: {hi}; smallest: {lo}.")
+            },
+        ),
+    ];
+    for (image, alt, stat, caption) in figures {
+        if let Some((hi, lo)) = extremes(stat) {
+            let (image, alt) = (format!("{image}-{file}.png"), format!("{env} {alt}"));
+            figure(md, &image, &alt, &caption(&hi, &lo));
+        }
     }
     diagnostics(report, env, md);
 }
@@ -339,26 +345,30 @@ fn ranges(report: &Report, md: &mut String) {
     }
 }
 
+/// Appends the CSV row of `fields` to `csv`: joined by commas, unquoted.
+fn csv_row(csv: &mut String, fields: &[&dyn Display]) {
+    let row: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
+    let _ = writeln!(csv, "{}", row.join(","));
+}
+
 /// `runs.csv`: one row per run.
 pub(crate) fn csv_runs(report: &Report) -> String {
     let mut csv = String::from(
         "env,variant,seed,final_return,auc,steps_to_threshold,wall_seconds,steps_per_second\n",
     );
     for r in &report.runs {
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{}",
-            r.env,
-            r.variant,
-            r.seed,
-            r.final_return,
-            r.auc,
-            r.steps_to_threshold
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            r.wall_seconds,
-            r.steps_per_second
-        );
+        let steps = r.steps_to_threshold.map(|s| s.to_string());
+        let fields: [&dyn Display; 8] = [
+            &r.env,
+            &r.variant,
+            &r.seed,
+            &r.final_return,
+            &r.auc,
+            &steps.unwrap_or_default(),
+            &r.wall_seconds,
+            &r.steps_per_second,
+        ];
+        csv_row(&mut csv, &fields);
     }
     csv
 }
@@ -367,20 +377,19 @@ pub(crate) fn csv_runs(report: &Report) -> String {
 pub(crate) fn csv_summary(report: &Report) -> String {
     let mut summary = String::from("env,variant,runs,final_iqm,final_ci_low,final_ci_high,final_mean,auc_iqm,auc_ci_low,auc_ci_high\n");
     for s in &report.per_env {
-        let _ = writeln!(
-            summary,
-            "{},{},{},{},{},{},{},{},{},{}",
-            s.env,
-            s.variant,
-            s.runs,
-            s.final_iqm,
-            s.final_ci.0,
-            s.final_ci.1,
-            s.final_mean,
-            s.auc_iqm,
-            s.auc_ci.0,
-            s.auc_ci.1
-        );
+        let fields: [&dyn Display; 10] = [
+            &s.env,
+            &s.variant,
+            &s.runs,
+            &s.final_iqm,
+            &s.final_ci.0,
+            &s.final_ci.1,
+            &s.final_mean,
+            &s.auc_iqm,
+            &s.auc_ci.0,
+            &s.auc_ci.1,
+        ];
+        csv_row(&mut summary, &fields);
     }
     summary
 }

@@ -27,11 +27,14 @@ const LEGEND_ROW: i32 = 22;
 /// A color as the palette gives it.
 pub type Rgb = (u8, u8, u8);
 
-/// One line with a band: `(x, y, low, high)` points.
+/// One line with a band.
 pub struct Line {
     pub color: Rgb,
-    pub points: Vec<(f64, f64, f64, f64)>,
+    pub points: Vec<Point>,
 }
+
+/// A point of a line: `(x, y, low, high)`.
+pub type Point = (f64, f64, f64, f64);
 
 /// One row of an interval panel: a label, its color and the estimate with its interval.
 pub struct Row {

@@ -33,6 +33,45 @@ pub fn cartpole_comparison(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// Each line of `out` as JSON (what `--json` prints).
+pub fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// An empty folder `normrl-<name>-<pid>` in the temp dir: what an earlier run of this
+/// name left there is removed.
+pub fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("normrl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The training config at `path` with the `key=value` `overrides` applied.
+pub fn train_config(path: &str, overrides: &[&str]) -> normrl::config::TrainConfig {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    normrl::config::TrainConfig::load(Path::new(path), &overrides).unwrap()
+}
+
+/// The number in `text` right after the first `marker`, up to the next `end`; panics
+/// naming `text` where there is none.
+pub fn number_after<T: std::str::FromStr>(text: &str, marker: &str, end: char) -> T {
+    let rest = text.split(marker).nth(1);
+    rest.and_then(|rest| rest.split(end).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {marker:?} in: {text}"))
+}
+
+/// `[set]` lines of a short CartPole comparison's runs: learning from step 200, two
+/// evaluation episodes every 500 steps, no checkpoints.
+pub const SHORT_RUNS: &str = r#""replay.learning_starts" = 200
+"eval.interval" = 500
+"eval.episodes" = 2
+"checkpoint.interval" = 0
+"#;
+
 /// The venv's interpreter. Panics with the reason when Python or pip cannot set it up.
 pub fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();

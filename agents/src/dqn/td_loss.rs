@@ -521,49 +521,69 @@ mod population_tests {
     use super::*;
     use crate::nn::init::InitRng;
 
+    /// The largest absolute value of `t`.
+    fn max_abs(t: &Tensor) -> f32 {
+        let flat = t.abs().unwrap().flatten_all().unwrap();
+        flat.max(0).unwrap().to_scalar().unwrap()
+    }
+
+    /// Each agent's Q-values at its taken actions, `[P, B]`, by gather.
+    fn taken(q: &Var, actions: &Tensor) -> Tensor {
+        let taken = q.as_tensor().gather(actions, 2).unwrap();
+        taken.squeeze(2).unwrap()
+    }
+
+    /// `(P, B, A)` of [`problem`].
+    const DIMS: (usize, usize, usize) = (3, 6, 4);
+
+    /// Q-values `[P, B, A]`, actions `[P, B, 1]` and targets `[P, B]` of [`DIMS`]:
+    /// normal Q-values, then targets (std 2), from `seed`, and action `i * stride % A`
+    /// for sample `i`.
+    fn problem(seed: u64, stride: usize) -> (Var, Tensor, Tensor) {
+        let (p, b, a) = DIMS;
+        let mut rng = InitRng::new(seed);
+        let mut normal = |dims: &[usize]| {
+            let t = rng
+                .normal(dims.iter().product::<usize>(), 2.0, &Device::Cpu)
+                .unwrap();
+            t.reshape(dims).unwrap()
+        };
+        let q = Var::from_tensor(&normal(&[p, b, a])).unwrap();
+        let targets = normal(&[p, b]);
+        let actions: Vec<u32> = (0..p * b).map(|i| (i * stride % a) as u32).collect();
+        let actions = Tensor::from_vec(actions, (p, b, 1), &Device::Cpu).unwrap();
+        (q, actions, targets)
+    }
+
+    /// Asserts that `x` and `y` hold the same number of values, each within a relative
+    /// 1e-6 (absolute below 1).
+    fn assert_close(x: &Tensor, y: &Tensor, what: &str) {
+        let (x, y) = (x.flatten_all().unwrap(), y.flatten_all().unwrap());
+        let (x, y): (Vec<f32>, Vec<f32>) = (x.to_vec1().unwrap(), y.to_vec1().unwrap());
+        assert_eq!(x.len(), y.len(), "{what}");
+        for (x, y) in x.iter().zip(&y) {
+            assert!(
+                (x - y).abs() <= 1e-6 * y.abs().max(1.0),
+                "{what}: {x} against {y}"
+            );
+        }
+    }
+
     /// The population's fused TD loss equals the tensor-op form per agent, value and
     /// gradient, for both losses, with errors inside and beyond Huber's kink; and the
     /// mean taken Q-value equals gather and mean.
     #[test]
     fn the_population_td_loss_equals_the_tensor_form() {
-        let (p, b, a) = (3, 6, 4);
-        let mut rng = InitRng::new(11);
-        let q = Var::from_tensor(
-            &(rng
-                .normal(p * b * a, 2.0, &Device::Cpu)
-                .unwrap()
-                .reshape((p, b, a))
-                .unwrap()),
-        )
-        .unwrap();
-        let targets = rng
-            .normal(p * b, 2.0, &Device::Cpu)
-            .unwrap()
-            .reshape((p, b))
-            .unwrap();
-        let actions: Vec<u32> = (0..p * b).map(|i| (i * 7 % a) as u32).collect();
-        let actions = Tensor::from_vec(actions, (p, b, 1), &Device::Cpu).unwrap();
+        let (q, actions, targets) = problem(11, 7);
         let upstream = Tensor::new(&[1.0f32, -2.0, 0.5], &Device::Cpu).unwrap();
         for loss in [Loss::Huber, Loss::Mse] {
             let fused = population_td_loss(q.as_tensor(), &actions, &targets, loss).unwrap();
-            let taken = q
-                .as_tensor()
-                .gather(&actions, 2)
-                .unwrap()
-                .squeeze(2)
-                .unwrap();
+            let taken = taken(&q, &actions);
             let reference = loss_of_errors(&(taken - &targets).unwrap(), loss)
                 .unwrap()
                 .mean(1)
                 .unwrap();
-            let (f, r): (Vec<f32>, Vec<f32>) =
-                (fused.to_vec1().unwrap(), reference.to_vec1().unwrap());
-            for (f, r) in f.iter().zip(&r) {
-                assert!(
-                    (f - r).abs() <= 1e-6 * r.abs().max(1.0),
-                    "{loss:?}: {f} against {r}"
-                );
-            }
+            assert_close(&fused, &reference, &format!("{loss:?}"));
             let grad = |l: &Tensor| {
                 (l * &upstream)
                     .unwrap()
@@ -577,76 +597,32 @@ mod population_tests {
                 gf.get(q.as_tensor()).unwrap(),
                 gr.get(q.as_tensor()).unwrap(),
             );
-            let diff: f32 = (gf - gr)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let diff = max_abs(&(gf - gr).unwrap());
             assert!(diff <= 1e-6, "{loss:?}: gradients differ by {diff}");
         }
-        let mean = population_mean_taken(q.as_tensor(), &actions)
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
-        let taken = q
-            .as_tensor()
-            .gather(&actions, 2)
-            .unwrap()
-            .squeeze(2)
-            .unwrap();
-        let expected = taken.mean(1).unwrap().to_vec1::<f32>().unwrap();
-        for (m, e) in mean.iter().zip(&expected) {
-            assert!((m - e).abs() <= 1e-6 * e.abs().max(1.0), "{m} against {e}");
-        }
+        let mean = population_mean_taken(q.as_tensor(), &actions).unwrap();
+        let expected = taken(&q, &actions).mean(1).unwrap();
+        assert_close(&mean, &expected, "mean taken");
     }
 
     /// The explicit backward's ops equal the tensor forms: each agent's loss and mean
     /// taken Q-value in one op, and the loss's gradient with every agent's weight 1.
     #[test]
     fn the_population_td_stats_and_gradient_equal_the_tensor_form() {
-        let (p, b, a) = (3, 6, 4);
-        let mut rng = InitRng::new(12);
-        let mut normal = |n: usize, dims: &[usize]| {
-            let t = rng.normal(n, 2.0, &Device::Cpu).unwrap();
-            t.reshape(dims).unwrap()
-        };
-        let q = Var::from_tensor(&normal(p * b * a, &[p, b, a])).unwrap();
-        let targets = normal(p * b, &[p, b]);
-        let actions: Vec<u32> = (0..p * b).map(|i| (i * 5 % a) as u32).collect();
-        let actions = Tensor::from_vec(actions, (p, b, 1), &Device::Cpu).unwrap();
-        let close = |x: &Tensor, y: &Tensor, what: &str| {
-            let (x, y) = (x.flatten_all().unwrap(), y.flatten_all().unwrap());
-            let (x, y): (Vec<f32>, Vec<f32>) = (x.to_vec1().unwrap(), y.to_vec1().unwrap());
-            assert_eq!(x.len(), y.len(), "{what}");
-            for (x, y) in x.iter().zip(&y) {
-                assert!(
-                    (x - y).abs() <= 1e-6 * y.abs().max(1.0),
-                    "{what}: {x} against {y}"
-                );
-            }
-        };
+        let (q, actions, targets) = problem(12, 5);
         for loss in [Loss::Huber, Loss::Mse] {
             let reference = population_td_loss_tensor_ops(q.as_tensor(), &actions, &targets, loss);
             let reference = reference.unwrap();
-            let taken = q
-                .as_tensor()
-                .gather(&actions, 2)
-                .unwrap()
-                .squeeze(2)
-                .unwrap();
+            let taken = taken(&q, &actions);
             let means = taken.mean(1).unwrap();
             let expected = Tensor::stack(&[&reference, &means], 0).unwrap();
             let stats = population_td_stats(q.as_tensor(), &actions, &targets, loss).unwrap();
-            close(&stats, &expected, "stats");
+            assert_close(&stats, &expected, "stats");
             let dq = population_td_gradient(q.as_tensor(), &actions, &targets, loss).unwrap();
             let grads = reference.sum_all().unwrap().backward().unwrap();
-            close(&dq, grads.get(q.as_tensor()).unwrap(), "gradient");
+            assert_close(&dq, grads.get(q.as_tensor()).unwrap(), "gradient");
         }
+        let (p, b, a) = DIMS;
         let bad = Tensor::from_vec(vec![a as u32; p * b], (p, b, 1), &Device::Cpu).unwrap();
         assert!(population_td_gradient(q.as_tensor(), &bad, &targets, Loss::Mse).is_err());
     }
@@ -669,14 +645,7 @@ mod population_tests {
             let fused = population_targets(&next_q, &rewards, &terminated, gamma).unwrap();
             let best = best_next(&next_q, None).unwrap();
             let reference = bootstrap(&rewards, &terminated, &best, gamma).unwrap();
-            let diff = (fused - reference).unwrap().abs().unwrap();
-            let diff: f32 = diff
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let diff = max_abs(&(fused - reference).unwrap());
             assert!(diff <= 1e-6, "targets differ by {diff}");
         }
     }

@@ -71,9 +71,16 @@ pub(crate) type Grads3 = candle_core::Result<(Option<Tensor>, Option<Tensor>, Op
 ///     fn bwd(...) -> Grads2 { ... }
 /// }
 /// ```
+///
+/// An op whose name depends on it gives the name as an expression of the op instead:
+/// `cpu_forward!(|op| op.kernel.name(), |op, t @ lt| { ... })`.
 macro_rules! cpu_forward {
     ($name:literal, |$op:ident, $($x:ident @ $l:ident),+| $body:block) => {
+        $crate::kernels::cpu_forward!(|_op| $name, |$op, $($x @ $l),+| $body);
+    };
+    (|$named:ident| $name:expr, |$op:ident, $($x:ident @ $l:ident),+| $body:block) => {
         fn name(&self) -> &'static str {
+            let $named = self;
             $name
         }
 

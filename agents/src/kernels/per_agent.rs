@@ -8,10 +8,9 @@
 use std::sync::Arc;
 
 use candle_core::backprop::GradStore;
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, TensorId};
+use candle_core::{CustomOp2, CustomOp3, Result, Tensor, TensorId};
 
-use super::dense::f32_slice;
-use super::{with_values, Grads2, Grads3};
+use super::{cpu_forward, with_values, Grads2, Grads3};
 
 /// A method's loops on one agent's host values: pre-activations `t` and `N` per-unit
 /// parameters (a gain, and a shift where the method has one).
@@ -357,20 +356,9 @@ impl<K: AgentKernel<2>> ApplyN<2> for Shared<K> {
 }
 
 impl<K: AgentKernel<1>> CustomOp2 for Shared<K> {
-    fn name(&self) -> &'static str {
-        self.0.kernel.name()
-    }
-
-    fn cpu_fwd(
-        &self,
-        t: &CpuStorage,
-        lt: &Layout,
-        a: &CpuStorage,
-        la: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let out = self.0.forward_all(f32_slice(t, lt)?, [f32_slice(a, la)?])?;
-        Ok((CpuStorage::F32(out), lt.shape().clone()))
-    }
+    cpu_forward!(|op| op.0.kernel.name(), |op, t @ lt, a @ la| {
+        Ok((op.0.forward_all(t, [a])?, lt.shape().clone()))
+    });
 
     fn bwd(&self, t: &Tensor, a: &Tensor, out: &Tensor, dy: &Tensor) -> Grads2 {
         let (dt, [da]) = self.0.gradients(t, [a], out, dy)?;
@@ -379,23 +367,9 @@ impl<K: AgentKernel<1>> CustomOp2 for Shared<K> {
 }
 
 impl<K: AgentKernel<2>> CustomOp3 for Shared<K> {
-    fn name(&self) -> &'static str {
-        self.0.kernel.name()
-    }
-
-    fn cpu_fwd(
-        &self,
-        t: &CpuStorage,
-        lt: &Layout,
-        a: &CpuStorage,
-        la: &Layout,
-        b: &CpuStorage,
-        lb: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let params = [f32_slice(a, la)?, f32_slice(b, lb)?];
-        let out = self.0.forward_all(f32_slice(t, lt)?, params)?;
-        Ok((CpuStorage::F32(out), lt.shape().clone()))
-    }
+    cpu_forward!(|op| op.0.kernel.name(), |op, t @ lt, a @ la, b @ lb| {
+        Ok((op.0.forward_all(t, [a, b])?, lt.shape().clone()))
+    });
 
     fn bwd(&self, t: &Tensor, a: &Tensor, b: &Tensor, out: &Tensor, dy: &Tensor) -> Grads3 {
         let (dt, [da, db]) = self.0.gradients(t, [a, b], out, dy)?;

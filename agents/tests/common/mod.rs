@@ -4,7 +4,8 @@
 use candle_core::{Device, Tensor};
 use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
-use normrl_agents::nn::{LinearMap, NormConfig, NormKind};
+use normrl_agents::nn::{LinearMap, NormConfig, NormKind, ParamStore, WeightNorm};
+use normrl_agents::optim::Optimizer;
 use normrl_agents::replay::Batch;
 
 pub const DEV: Device = Device::Cpu;
@@ -78,6 +79,43 @@ pub fn config(kind: NormKind) -> NormConfig {
 pub fn loss_of(y: &Tensor, rng: &mut InitRng) -> Tensor {
     let r = rng.normal(y.shape().clone(), 1.0, &DEV).unwrap();
     (y * r).unwrap().sum_all().unwrap()
+}
+
+/// A weight-normed layer and what its gradient checks need.
+pub struct WeightNormCase {
+    /// The store that holds the layer's variables.
+    pub store: ParamStore,
+    pub wn: WeightNorm,
+    /// An input of the layer.
+    pub x: Tensor,
+    /// The layer's variables `v` and `g`, to look their gradients up by.
+    pub v: Tensor,
+    pub g: Tensor,
+}
+
+/// A weight-normed `kernel` with `v ~ N(0, v_std)` and `g ~ N(0, 1)`, and an input of
+/// `x_shape`, drawn in that order from `seed`.
+pub fn weight_norm_case(
+    kernel: LinearMap,
+    x_shape: Vec<usize>,
+    seed: u64,
+    v_std: f64,
+) -> WeightNormCase {
+    let mut rng = InitRng::new(seed);
+    let mut store = ParamStore::new(DEV);
+    let v = rng.normal(kernel.weight_shape(), v_std, &DEV).unwrap();
+    let g = rng.normal(kernel.units(), 1.0, &DEV).unwrap();
+    let wn = WeightNorm::from_values(&mut store, "l", kernel, v, g).unwrap();
+    let x = rng.normal(x_shape, 1.0, &DEV).unwrap();
+    let var = |name: &str| store.get(name).unwrap().var.as_tensor().clone();
+    let (v, g) = (var("l.v"), var("l.g"));
+    WeightNormCase { store, wn, x, v, g }
+}
+
+/// One step of `opt` on the gradients of `loss`; the gradient norm it reports.
+pub fn step_on(opt: &mut Optimizer, loss: &Tensor) -> f64 {
+    let norm = opt.step(&loss.backward().unwrap()).unwrap();
+    norm.value().unwrap()
 }
 
 /// Runs `check` on every path of the kernels' AVX2 dispatch this CPU can take, saying

@@ -106,10 +106,7 @@ impl Game for Asterix {
         *self = Self::new(self.ramping);
     }
 
-    fn step(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool) {
-        if self.terminal {
-            return (0, true);
-        }
+    fn advance(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool) {
         let mut reward = 0;
         if self.spawn_timer == 0 {
             self.spawn(rng);

@@ -1,9 +1,5 @@
 use super::*;
-use rand::SeedableRng;
-
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
-}
+use crate::minatar::test_support::{assert_frozen, assert_set, rendered, rng};
 
 fn enemy(col: i32, right: bool) -> Option<Entity> {
     Some(Entity {
@@ -19,6 +15,17 @@ fn gold(col: i32, right: bool) -> Option<Entity> {
         right,
         gold: true,
     })
+}
+
+/// A new game (no ramping) with the player at `player`; where `moving`, the lanes move
+/// on the next step.
+fn player_at(player: (i32, i32), moving: bool) -> Asterix {
+    let mut g = Asterix::new(false);
+    g.player = player;
+    if moving {
+        g.move_timer = 0;
+    }
+    g
 }
 
 #[test]
@@ -120,14 +127,12 @@ fn player_moves_are_clamped_to_rows_1_to_8() {
 #[test]
 fn stepping_into_gold_collects_and_into_enemy_kills() {
     let mut r = rng();
-    let mut g = Asterix::new(false);
-    g.player = (3, 4);
+    let mut g = player_at((3, 4), false);
     g.lanes[2] = gold(5, false); // row 3
     assert_eq!(g.step(Action::Right, &mut r), (1, false));
     assert_eq!(g.lanes[2], None);
 
-    let mut g = Asterix::new(false);
-    g.player = (3, 4);
+    let mut g = player_at((3, 4), false);
     g.lanes[1] = enemy(4, true); // row 2
     assert_eq!(g.step(Action::Up, &mut r), (0, true));
     assert!(g.lanes[1].is_some(), "the enemy stays");
@@ -137,22 +142,16 @@ fn stepping_into_gold_collects_and_into_enemy_kills() {
 fn no_swap_without_contact_and_moving_entity_hits_player() {
     let mut r = rng();
     // Player moves right into the cell the enemy leaves: caught before motion.
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 3);
+    let mut g = player_at((4, 3), true);
     g.lanes[3] = enemy(4, false);
     assert_eq!(g.step(Action::Right, &mut r), (0, true));
     // Enemy moves into a waiting player on a motion step.
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 3);
+    let mut g = player_at((4, 3), true);
     g.lanes[3] = enemy(4, false);
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
     assert_eq!(g.lanes[3].unwrap().col, 3);
     // Gold moving into the player pays.
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 3);
+    let mut g = player_at((4, 3), true);
     g.lanes[3] = gold(2, true);
     assert_eq!(g.step(Action::Noop, &mut r), (1, false));
     assert_eq!(g.lanes[3], None);
@@ -161,9 +160,7 @@ fn no_swap_without_contact_and_moving_entity_hits_player() {
 #[test]
 fn entity_leaving_grid_is_removed_before_contact() {
     let mut r = rng();
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 0);
+    let mut g = player_at((4, 0), true);
     g.lanes[3] = enemy(0, false);
     g.lanes[5] = gold(9, true);
     // The player steps off the enemy's cell before the contact test.
@@ -175,9 +172,7 @@ fn entity_leaving_grid_is_removed_before_contact() {
 #[test]
 fn termination_does_not_stop_later_phases() {
     let mut r = rng();
-    let mut g = Asterix::new(false);
-    g.move_timer = 0;
-    g.player = (4, 5);
+    let mut g = player_at((4, 5), true);
     g.lanes[3] = enemy(5, true); // kills in phase 3
     g.lanes[4] = gold(9, true); // still leaves the grid in phase 4
     let (reward, terminal) = g.step(Action::Noop, &mut r);
@@ -186,9 +181,7 @@ fn termination_does_not_stop_later_phases() {
     assert_eq!(g.lanes[4], None);
     assert_eq!(g.lanes[3].unwrap().col, 6, "the enemy still moved");
     assert_eq!(g.move_timer, g.move_interval - 1);
-    let frozen = g.clone();
-    assert_eq!(g.step(Action::Left, &mut r), (0, true));
-    assert_eq!(g, frozen);
+    assert_frozen(&mut g, Action::Left, &mut r);
 }
 
 #[test]
@@ -240,14 +233,11 @@ fn observation_channels_and_trails() {
     g.lanes[0] = enemy(0, true); // trail would be column -1: not drawn
     g.lanes[1] = gold(5, false); // trail at column 6
     g.lanes[2] = enemy(9, false); // trail at column 10: not drawn
-    let mut obs = vec![0.0; 400];
-    g.render(&mut obs);
-    let at = |c: usize, r: usize, col: usize| obs[c * 100 + r * 10 + col];
-    assert_eq!(at(0, 5, 5), 1.0);
-    assert_eq!(at(1, 1, 0), 1.0);
-    assert_eq!(at(1, 3, 9), 1.0);
-    assert_eq!(at(3, 2, 5), 1.0);
-    assert_eq!(at(2, 2, 6), 1.0);
+    let obs = rendered(&g);
+    assert_set(
+        &obs,
+        &[(0, 5, 5), (1, 1, 0), (1, 3, 9), (3, 2, 5), (2, 2, 6)],
+    );
     assert_eq!(obs[200..300].iter().sum::<f32>(), 1.0);
     assert_eq!(obs.iter().sum::<f32>(), 5.0);
 }

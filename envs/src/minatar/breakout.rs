@@ -78,10 +78,7 @@ impl Game for Breakout {
         };
     }
 
-    fn step(&mut self, action: Action, _rng: &mut GameRng) -> (u32, bool) {
-        if self.terminal {
-            return (0, true);
-        }
+    fn advance(&mut self, action: Action, _rng: &mut GameRng) -> (u32, bool) {
         match action {
             Action::Left => self.paddle = (self.paddle - 1).max(0),
             Action::Right => self.paddle = (self.paddle + 1).min(9),

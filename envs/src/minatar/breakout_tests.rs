@@ -1,11 +1,7 @@
 use super::*;
+use crate::minatar::test_support::{assert_frozen, cell, rng, started};
 use crate::minatar::{MinAtar, MinAtarConfig};
 use crate::Env;
-use rand::SeedableRng;
-
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
-}
 
 /// A state with the ball at `ball` moving `dir`, the paddle at `paddle`, no bricks.
 fn situation(ball: (i32, i32), dir: (i32, i32), paddle: i32) -> Breakout {
@@ -18,6 +14,30 @@ fn situation(ball: (i32, i32), dir: (i32, i32), paddle: i32) -> Breakout {
         strike: false,
         terminal: false,
     }
+}
+
+/// A new game, its bricks all standing, with the ball starting at `ball` moving `dir`
+/// (as a reset may start it).
+fn starting_at(ball: (i32, i32), dir: (i32, i32)) -> Breakout {
+    let mut g = Breakout::new(true);
+    g.ball = ball;
+    g.trail = ball;
+    g.dir = dir;
+    g
+}
+
+/// What a step did: its reward and end, then the ball's cell and direction.
+type After = ((u32, bool), (i32, i32), (i32, i32));
+
+/// One no-op step of `g`.
+fn noop(g: &mut Breakout) -> After {
+    let step = g.step(Action::Noop, &mut rng());
+    (step, g.ball, g.dir)
+}
+
+/// One no-op step of [`situation`]`(ball, dir, paddle)`.
+fn after_noop(ball: (i32, i32), dir: (i32, i32), paddle: i32) -> After {
+    noop(&mut situation(ball, dir, paddle))
 }
 
 #[test]
@@ -41,11 +61,8 @@ fn reset_has_thirty_bricks_and_both_starts() {
 
 #[test]
 fn noop_from_left_start_loses_ball_on_step_six() {
-    let mut g = Breakout::new(true);
+    let mut g = starting_at((3, 0), (1, 1));
     let mut r = rng();
-    g.ball = (3, 0);
-    g.trail = (3, 0);
-    g.dir = (1, 1);
     let expected = [(4, 1), (5, 2), (6, 3), (7, 4), (8, 5)];
     for want in expected {
         assert_eq!(g.step(Action::Noop, &mut r), (0, false));
@@ -54,18 +71,13 @@ fn noop_from_left_start_loses_ball_on_step_six() {
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
     assert_eq!(g.ball, (9, 6), "the lost ball is drawn on row 9");
     // Frozen after the end.
-    let frozen = g.clone();
-    assert_eq!(g.step(Action::Left, &mut r), (0, true));
-    assert_eq!(g, frozen);
+    assert_frozen(&mut g, Action::Left, &mut r);
 }
 
 #[test]
 fn noop_from_right_start_bounces_then_breaks_a_brick() {
-    let mut g = Breakout::new(true);
+    let mut g = starting_at((3, 9), (1, -1));
     let mut r = rng();
-    g.ball = (3, 9);
-    g.trail = (3, 9);
-    g.dir = (1, -1);
     // Down-left to row 8, paddle (col 4) right below the old cell at step 6: vertical
     // flip, ball stays on row 8 and shifts left. Then up-left to the wall.
     let path = [
@@ -135,20 +147,16 @@ fn ball_can_rest_on_a_brick_after_a_bounce() {
     // Up-right into (2, 5): broken; the ball lands on (3, 5) which holds a brick that is
     // not tested this step.
     let mut g = situation((3, 4), (-1, 1), 0);
-    let mut r = rng();
     g.bricks = bit(2, 5) | bit(3, 5);
-    assert_eq!(g.step(Action::Noop, &mut r), (1, false));
-    assert_eq!(g.ball, (3, 5));
+    assert_eq!(noop(&mut g), ((1, false), (3, 5), (1, 1)));
     assert!(g.has_brick(3, 5));
-    assert_eq!(g.dir, (1, 1));
 }
 
 #[test]
 fn top_wall_and_top_corner() {
     let mut r = rng();
-    let mut g = situation((0, 4), (-1, 1), 0);
-    g.step(Action::Noop, &mut r);
-    assert_eq!((g.ball, g.dir), ((0, 5), (1, 1)));
+    let after = after_noop((0, 4), (-1, 1), 0);
+    assert_eq!(after, ((0, false), (0, 5), (1, 1)));
 
     let mut g = situation((0, 9), (-1, 1), 0);
     g.step(Action::Noop, &mut r);
@@ -160,30 +168,21 @@ fn top_wall_and_top_corner() {
 #[test]
 fn side_wall_then_brick_uses_clamped_column() {
     let mut g = situation((4, 9), (-1, 1), 0);
-    let mut r = rng();
     g.bricks = bit(3, 9) | bit(3, 8);
-    assert_eq!(g.step(Action::Noop, &mut r), (1, false));
+    assert_eq!(noop(&mut g), ((1, false), (4, 9), (1, -1)));
     assert_eq!(g.bricks, bit(3, 8), "the brick straight above was hit");
-    assert_eq!(g.ball, (4, 9));
-    assert_eq!(g.dir, (1, -1));
 }
 
 #[test]
 fn paddle_under_old_cell_flips_vertically() {
-    let mut g = situation((8, 5), (1, 1), 5);
-    let mut r = rng();
-    assert_eq!(g.step(Action::Noop, &mut r), (0, false));
-    assert_eq!(g.ball, (8, 6));
-    assert_eq!(g.dir, (-1, 1));
+    let after = after_noop((8, 5), (1, 1), 5);
+    assert_eq!(after, ((0, false), (8, 6), (-1, 1)));
 }
 
 #[test]
 fn paddle_at_target_column_reverses_fully() {
-    let mut g = situation((8, 5), (1, 1), 6);
-    let mut r = rng();
-    assert_eq!(g.step(Action::Noop, &mut r), (0, false));
-    assert_eq!(g.ball, (8, 6));
-    assert_eq!(g.dir, (-1, -1));
+    let after = after_noop((8, 5), (1, 1), 6);
+    assert_eq!(after, ((0, false), (8, 6), (-1, -1)));
 }
 
 #[test]
@@ -215,9 +214,8 @@ fn paddle_test_uses_this_steps_paddle_move() {
 #[test]
 fn side_wall_at_bottom_only_paddle_under_ball_saves() {
     let mut r = rng();
-    let mut g = situation((8, 9), (1, 1), 9);
-    assert_eq!(g.step(Action::Noop, &mut r), (0, false));
-    assert_eq!((g.ball, g.dir), ((8, 9), (-1, -1)));
+    let after = after_noop((8, 9), (1, 1), 9);
+    assert_eq!(after, ((0, false), (8, 9), (-1, -1)));
     let mut g = situation((8, 9), (1, 1), 8);
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
     assert_eq!(g.ball, (9, 9));
@@ -239,27 +237,21 @@ fn refill_waits_for_bottom_row_and_happens_even_when_ball_is_lost() {
 
 #[test]
 fn observation_channels() {
-    let mut env = MinAtar::<Breakout>::new(MinAtarConfig {
-        sticky: 0.0,
-        ..Default::default()
-    });
-    let mut obs = vec![0.0; 400];
-    env.reset(Some(1), &mut obs).unwrap();
-    let at = |obs: &[f32], c: usize, r: usize, col: usize| obs[c * 100 + r * 10 + col];
+    let (mut env, mut obs) = started::<Breakout>(0.0, 1);
     let (row, col) = env.game().ball();
-    assert_eq!(at(&obs, 0, 9, 4), 1.0);
-    assert_eq!(at(&obs, 1, row as usize, col as usize), 1.0);
-    assert_eq!(at(&obs, 2, row as usize, col as usize), 1.0);
+    assert_eq!(cell(&obs, 0, 9, 4), 1.0);
+    assert_eq!(cell(&obs, 1, row as usize, col as usize), 1.0);
+    assert_eq!(cell(&obs, 2, row as usize, col as usize), 1.0);
     assert_eq!(
-        at(&obs, 3, row as usize, col as usize),
+        cell(&obs, 3, row as usize, col as usize),
         1.0,
         "start cell is a brick"
     );
     assert_eq!(obs.iter().sum::<f32>(), 1.0 + 1.0 + 1.0 + 30.0);
     env.step(0, &mut obs).unwrap();
     let (r2, c2) = env.game().ball();
-    assert_eq!(at(&obs, 1, r2 as usize, c2 as usize), 1.0);
-    assert_eq!(at(&obs, 2, row as usize, col as usize), 1.0);
+    assert_eq!(cell(&obs, 1, r2 as usize, c2 as usize), 1.0);
+    assert_eq!(cell(&obs, 2, row as usize, col as usize), 1.0);
     assert_eq!(obs[100..200].iter().sum::<f32>(), 1.0);
 }
 

@@ -78,10 +78,7 @@ impl Game for Freeway {
         self.randomize_cars(rng);
     }
 
-    fn step(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool) {
-        if self.terminal {
-            return (0, true);
-        }
+    fn advance(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool) {
         let mut reward = 0;
         if self.cooldown == 0 {
             match action {

@@ -1,20 +1,25 @@
 use super::*;
-use rand::SeedableRng;
+use crate::minatar::test_support::{assert_set, rendered, rng};
 
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
+/// A car in column `col`, `timer` steps from moving, of signed velocity `v`.
+fn car(col: i32, timer: u32, v: i32) -> Car {
+    Car { col, timer, v }
 }
 
 /// A game with every car parked far from the chicken's column and stopped for a while.
 fn quiet() -> Freeway {
     let mut g = Freeway::new(false);
-    for car in &mut g.cars {
-        *car = Car {
-            col: 9,
-            timer: 1000,
-            v: 5,
-        };
+    for parked in &mut g.cars {
+        *parked = car(9, 1000, 5);
     }
+    g
+}
+
+/// [`quiet`] with the chicken on `row`, `cooldown` steps before it may move.
+fn chicken_at(row: i32, cooldown: u32) -> Freeway {
+    let mut g = quiet();
+    g.chicken_row = row;
+    g.cooldown = cooldown;
     g
 }
 
@@ -88,11 +93,7 @@ fn car_of_speed_s_moves_every_s_plus_1_steps_from_step_s_plus_1() {
     for speed in 1..=5 {
         let mut g = quiet();
         let mut r = rng();
-        g.cars[7] = Car {
-            col: 0,
-            timer: speed,
-            v: -(speed as i32),
-        };
+        g.cars[7] = car(0, speed, -(speed as i32));
         let mut moves = vec![];
         for step in 1..=20 {
             let before = g.cars[7].col;
@@ -116,36 +117,19 @@ fn car_of_speed_s_moves_every_s_plus_1_steps_from_step_s_plus_1() {
 fn hits_send_chicken_home_without_touching_cooldown() {
     let mut r = rng();
     // A parked car on the chicken's cell.
-    let mut g = quiet();
-    g.chicken_row = 5;
-    g.cooldown = 2;
-    g.cars[4] = Car {
-        col: 4,
-        timer: 3,
-        v: 2,
-    };
+    let mut g = chicken_at(5, 2);
+    g.cars[4] = car(4, 3, 2);
     g.step(Action::Noop, &mut r);
     assert_eq!(g.chicken_row, 9);
     assert_eq!(g.cooldown, 1);
     // Stepping up into a car's cell.
-    let mut g = quiet();
-    g.chicken_row = 6;
-    g.cooldown = 0;
-    g.cars[4] = Car {
-        col: 4,
-        timer: 3,
-        v: 2,
-    };
+    let mut g = chicken_at(6, 0);
+    g.cars[4] = car(4, 3, 2);
     g.step(Action::Up, &mut r);
     assert_eq!(g.chicken_row, 9);
     // A car driving into the chicken (wrapping from column 9 to 0 elsewhere).
-    let mut g = quiet();
-    g.chicken_row = 3;
-    g.cars[2] = Car {
-        col: 3,
-        timer: 0,
-        v: 1,
-    };
+    let mut g = chicken_at(3, COOLDOWN);
+    g.cars[2] = car(3, 0, 1);
     g.step(Action::Noop, &mut r);
     assert_eq!(g.chicken_row, 9);
     assert_eq!(g.cars[2].timer, 1);
@@ -172,23 +156,12 @@ fn reset_draws_eight_integers_then_eight_uniforms() {
 #[test]
 fn observation_trails_wrap_by_speed_channel() {
     let mut g = quiet();
-    g.cars[0] = Car {
-        col: 0,
-        timer: 1,
-        v: 3,
-    }; // behind = column 9 (wrapped), channel 4
-    g.cars[1] = Car {
-        col: 9,
-        timer: 1,
-        v: -1,
-    }; // behind = column 0 (wrapped), channel 2
-    let mut obs = vec![0.0; 700];
-    g.render(&mut obs);
-    let at = |c: usize, r: usize, col: usize| obs[c * 100 + r * 10 + col];
-    assert_eq!(at(0, 9, 4), 1.0);
-    assert_eq!(at(1, 1, 0), 1.0);
-    assert_eq!(at(4, 1, 9), 1.0);
-    assert_eq!(at(1, 2, 9), 1.0);
-    assert_eq!(at(2, 2, 0), 1.0);
+    g.cars[0] = car(0, 1, 3); // behind = column 9 (wrapped), channel 4
+    g.cars[1] = car(9, 1, -1); // behind = column 0 (wrapped), channel 2
+    let obs = rendered(&g);
+    assert_set(
+        &obs,
+        &[(0, 9, 4), (1, 1, 0), (4, 1, 9), (1, 2, 9), (2, 2, 0)],
+    );
     assert_eq!(obs.iter().sum::<f32>(), 1.0 + 16.0);
 }

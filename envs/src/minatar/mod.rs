@@ -22,6 +22,8 @@ pub mod display;
 mod freeway;
 mod seaquest;
 mod space_invaders;
+#[cfg(test)]
+mod test_support;
 
 pub use asterix::Asterix;
 pub use breakout::Breakout;
@@ -32,7 +34,7 @@ pub use space_invaders::SpaceInvaders;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::env::{check_obs_len, from_state, to_state};
+use crate::env::{check_obs_len, whole_state};
 use crate::{ActionSpace, Env, EnvError, Frame, ObservationSpace, Step};
 
 /// The random stream shared by the wrapper's sticky draws and the game's draws.
@@ -97,8 +99,16 @@ pub trait Game: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 
     fn new(ramping: bool) -> Self;
     /// Re-initializes the state, drawing from `rng` where the game's rules say so.
     fn reset(&mut self, rng: &mut GameRng);
-    /// One game step (a no-op returning `(0, true)` once terminal).
-    fn step(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool);
+    /// One game step: a no-op returning `(0, true)` once terminal (a finished game is
+    /// frozen), else [`Game::advance`].
+    fn step(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool) {
+        if self.is_terminal() {
+            return (0, true);
+        }
+        self.advance(action, rng)
+    }
+    /// One step of a game that has not ended: its reward, and whether it ended now.
+    fn advance(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool);
     /// Sets the cells of this state in `obs` (`[C, 10, 10]`), which is all zeros on
     /// entry.
     fn render(&self, obs: &mut [f32]);
@@ -264,14 +274,7 @@ impl<G: Game> Env for MinAtar<G> {
         })
     }
 
-    fn save_state(&self) -> Result<serde_json::Value, EnvError> {
-        to_state(self)
-    }
-
-    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), EnvError> {
-        *self = from_state(state)?;
-        Ok(())
-    }
+    whole_state!();
 
     /// The observation's picture ([`display`]): one pixel a cell.
     fn render(&mut self) -> Result<Frame, EnvError> {
@@ -289,26 +292,18 @@ pub(crate) fn uniform(rng: &mut GameRng) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::started;
     use super::*;
 
     #[test]
     fn sticky_repeats_previous_executed_action_and_survives_reset() {
-        let mut env = MinAtar::<Breakout>::new(MinAtarConfig {
-            sticky: 1.0,
-            ..Default::default()
-        });
-        let mut obs = vec![0.0; 400];
-        env.reset(Some(0), &mut obs).unwrap();
+        let (mut env, mut obs) = started::<Breakout>(1.0, 0);
         // p = 1: the previous action (no-op at creation) is always executed.
         env.step(3, &mut obs).unwrap();
         assert_eq!(env.previous_action(), Action::Noop);
         assert_eq!(env.game().paddle(), 4, "right was replaced by no-op");
 
-        let mut env = MinAtar::<Breakout>::new(MinAtarConfig {
-            sticky: 0.0,
-            ..Default::default()
-        });
-        env.reset(Some(0), &mut obs).unwrap();
+        let (mut env, mut obs) = started::<Breakout>(0.0, 0);
         env.step(1, &mut obs).unwrap();
         assert_eq!(env.previous_action(), Action::Left);
         env.sticky = 1.0;

@@ -358,10 +358,7 @@ impl Game for Seaquest {
         };
     }
 
-    fn step(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool) {
-        if self.terminal {
-            return (0, true);
-        }
+    fn advance(&mut self, action: Action, rng: &mut GameRng) -> (u32, bool) {
         if self.enemy_spawn_timer == 0 {
             self.spawn_enemy(rng);
             self.enemy_spawn_timer = self.enemy_spawn_interval;

@@ -1,15 +1,49 @@
 use super::*;
-use rand::SeedableRng;
-
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
-}
+use crate::minatar::test_support::rng;
 
 /// A game where nothing spawns for a long time.
 fn calm() -> Seaquest {
     let mut g = Seaquest::new(true);
     g.enemy_spawn_timer = 100_000;
     g.diver_spawn_timer = 100_000;
+    g
+}
+
+/// A [`calm`] game's submarine dives one row and, holding `oxygen` and `divers`
+/// aboard, surfaces (stepping with `r`): that step's reward and end, and the game.
+fn surface(r: &mut GameRng, oxygen: i32, divers: i32) -> ((u32, bool), Seaquest) {
+    let mut g = calm();
+    g.step(Action::Down, r);
+    g.oxygen = oxygen;
+    g.divers_aboard = divers;
+    (g.step(Action::Up, r), g)
+}
+
+/// The steps of `1..=n` no-ops on which the column `col` reads changed from the step
+/// before (where it reads one both times).
+fn move_steps(
+    g: &mut Seaquest,
+    r: &mut GameRng,
+    n: u32,
+    col: impl Fn(&Seaquest) -> Option<i32>,
+) -> Vec<u32> {
+    let mut moves = vec![];
+    let mut last = None;
+    for step in 1..=n {
+        g.step(Action::Noop, r);
+        let now = col(g);
+        if now.is_some() && last.is_some() && now != last {
+            moves.push(step);
+        }
+        last = now;
+    }
+    moves
+}
+
+/// A [`calm`] game with the submarine in the top left corner, out of the way.
+fn cornered() -> Seaquest {
+    let mut g = calm();
+    g.player = (0, 0);
     g
 }
 
@@ -99,16 +133,9 @@ fn surfacing_with_some_divers_refills_and_costs_one() {
 
 #[test]
 fn full_load_pays_oxygen_over_20_and_leaves_minus_one() {
-    let mut g = calm();
     let mut r = rng();
-    g.step(Action::Down, &mut r);
-    g.oxygen = 117;
-    g.divers_aboard = 6;
-    assert_eq!(
-        g.step(Action::Up, &mut r),
-        (5, false),
-        "floor(117 / 20) = 5"
-    );
+    let (step, mut g) = surface(&mut r, 117, 6);
+    assert_eq!(step, (5, false), "floor(117 / 20) = 5");
     assert_eq!(g.divers_aboard, -1);
     assert_eq!(channel_count(&render(&g), 8), 0, "no gauge for counts <= 0");
     // Surfacing with a negative count is not a termination.
@@ -120,22 +147,12 @@ fn full_load_pays_oxygen_over_20_and_leaves_minus_one() {
 
 #[test]
 fn oxygen_zero_while_surfacing_terminates_and_still_scores() {
-    let mut g = calm();
     let mut r = rng();
-    g.step(Action::Down, &mut r);
-    g.oxygen = 0;
-    g.divers_aboard = 6;
-    assert_eq!(
-        g.step(Action::Up, &mut r),
-        (0, true),
-        "floor(0 / 20) = 0 reward"
-    );
+    let (step, g) = surface(&mut r, 0, 6);
+    assert_eq!(step, (0, true), "floor(0 / 20) = 0 reward");
     assert_eq!(g.oxygen, 200, "the surfacing event still ran");
-    let mut g = calm();
-    g.step(Action::Down, &mut r);
-    g.oxygen = 0;
-    g.divers_aboard = 2;
-    assert_eq!(g.step(Action::Up, &mut r), (0, true));
+    let (step, g) = surface(&mut r, 0, 2);
+    assert_eq!(step, (0, true));
     assert_eq!(g.divers_aboard, 1);
 }
 
@@ -213,26 +230,16 @@ fn enemy_moves_first_after_m_steps_then_every_m_plus_1() {
     let mut g = calm();
     let mut r = rng();
     g.enemy_spawn_timer = 0;
-    let mut moves = vec![];
-    let mut last_col = None;
-    for step in 1..=20 {
-        g.step(Action::Noop, &mut r);
-        let e = g.fish.first().or(g.subs.first()).copied();
-        if let (Some(e), Some(c)) = (e, last_col) {
-            if e.col != c {
-                moves.push(step);
-            }
-        }
-        last_col = e.map(|e| e.col);
-    }
+    let moves = move_steps(&mut g, &mut r, 20, |g| {
+        g.fish.first().or(g.subs.first()).map(|e| e.col)
+    });
     assert_eq!(moves, [6, 12, 18], "created step 1, m = 5");
 }
 
 #[test]
 fn sub_shoots_ten_steps_after_creation_then_every_11() {
-    let mut g = calm();
+    let mut g = cornered();
     let mut r = rng();
-    g.player = (0, 0);
     let mut sub = mover(4, 9, false, 1000);
     sub.shot_timer = ENEMY_SHOT_INTERVAL;
     g.subs.push(sub);
@@ -254,8 +261,7 @@ fn sub_shoots_ten_steps_after_creation_then_every_11() {
 fn removed_sub_still_fires_when_its_countdown_is_zero() {
     let mut r = rng();
     // The sub moves onto a player bullet in 6b and is destroyed, then fires in 6c.
-    let mut g = calm();
-    g.player = (0, 0);
+    let mut g = cornered();
     g.subs.push(mover(4, 5, false, 0)); // shot countdown 0
     g.player_bullets.push(mover(4, 3, true, 0)); // to (4, 4) in phase 4
     assert_eq!(g.step(Action::Noop, &mut r).0, 1);
@@ -264,8 +270,7 @@ fn removed_sub_still_fires_when_its_countdown_is_zero() {
     let b = g.enemy_bullets[0];
     assert_eq!((b.row, b.col), (4, 3), "fired on (4, 4), moved in phase 7");
     // Leaving the grid: the bullet is created off-grid and removed in phase 7.
-    let mut g = calm();
-    g.player = (0, 0);
+    let mut g = cornered();
     g.subs.push(mover(4, 0, false, 0));
     g.step(Action::Noop, &mut r);
     assert!(g.subs.is_empty());
@@ -277,16 +282,7 @@ fn diver_moves_five_after_creation_then_every_6_and_is_rescued() {
     let mut g = calm();
     let mut r = rng();
     g.diver_spawn_timer = 0;
-    let mut moves = vec![];
-    let mut last = None;
-    for step in 1..=18 {
-        g.step(Action::Noop, &mut r);
-        let col = g.divers[0].col;
-        if last.is_some_and(|c| c != col) {
-            moves.push(step);
-        }
-        last = Some(col);
-    }
+    let moves = move_steps(&mut g, &mut r, 18, |g| g.divers.first().map(|d| d.col));
     assert_eq!(moves, [6, 12, 18]);
     // Rescue: a diver moving onto the player.
     let mut g = calm();
@@ -348,12 +344,10 @@ fn firing_cooldown_and_bullet_first_seen_ahead() {
 
 #[test]
 fn bullet_hits_oldest_fish_before_any_sub() {
-    let mut g = calm();
+    let mut g = cornered();
     let mut r = rng();
-    g.player = (0, 0);
     g.subs.push(mover(5, 5, true, 100));
-    g.fish.push(mover(5, 5, true, 100));
-    g.fish.push(mover(5, 5, true, 50));
+    g.fish = vec![mover(5, 5, true, 100), mover(5, 5, true, 50)];
     g.player_bullets.push(mover(5, 4, true, 0));
     assert_eq!(g.step(Action::Noop, &mut r).0, 1);
     assert_eq!(g.fish.len(), 1);
@@ -366,16 +360,14 @@ fn bullet_hits_oldest_fish_before_any_sub() {
 fn bullets_and_enemies_cannot_pass_through_each_other() {
     // Bullet at (5, 3) moving right, fish at (5, 5) moving left and moving this step:
     // bullet to (5, 4), fish to (5, 4): hit in phase 8.
-    let mut g = calm();
+    let mut g = cornered();
     let mut r = rng();
-    g.player = (0, 0);
     g.player_bullets.push(mover(5, 3, true, 0));
     g.fish.push(mover(5, 5, false, 0));
     assert_eq!(g.step(Action::Noop, &mut r).0, 1);
     assert!(g.fish.is_empty() && g.player_bullets.is_empty());
     // Adjacent: bullet moves onto the fish in phase 4.
-    let mut g = calm();
-    g.player = (0, 0);
+    let mut g = cornered();
     g.player_bullets.push(mover(5, 4, true, 0));
     g.fish.push(mover(5, 5, false, 0));
     assert_eq!(g.step(Action::Noop, &mut r).0, 1);

@@ -143,10 +143,7 @@ impl Game for SpaceInvaders {
         *self = Self::new(self.ramping);
     }
 
-    fn step(&mut self, action: Action, _rng: &mut GameRng) -> (u32, bool) {
-        if self.terminal {
-            return (0, true);
-        }
+    fn advance(&mut self, action: Action, _rng: &mut GameRng) -> (u32, bool) {
         match action {
             Action::Fire if self.cooldown == 0 => {
                 self.player_bullets |= self.cannon_bit();

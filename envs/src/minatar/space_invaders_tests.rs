@@ -1,8 +1,42 @@
 use super::*;
-use rand::SeedableRng;
+use crate::minatar::test_support::{assert_frozen, rng};
 
-fn rng() -> GameRng {
-    GameRng::seed_from_u64(0)
+/// A new game whose aliens hold their fire for the whole test.
+fn ceasefire(ramping: bool) -> SpaceInvaders {
+    let mut g = SpaceInvaders::new(ramping);
+    g.shot_timer = 1000;
+    g
+}
+
+/// A [`ceasefire`] game without ramping of `aliens` and the cannon in column `cannon`,
+/// the block marching on the next step.
+fn marching(aliens: u128, cannon: i32) -> SpaceInvaders {
+    let mut g = ceasefire(false);
+    g.aliens = aliens;
+    g.cannon = cannon;
+    g.move_timer = 0;
+    g
+}
+
+/// The steps of `1..=n` no-ops on which the block marched; `check(step, g)` looks at
+/// the game after each.
+fn march_steps(
+    g: &mut SpaceInvaders,
+    r: &mut GameRng,
+    n: u32,
+    mut check: impl FnMut(u32, &SpaceInvaders),
+) -> Vec<u32> {
+    let mut marches = vec![];
+    let mut last = g.aliens;
+    for step in 1..=n {
+        g.step(Action::Noop, r);
+        if g.aliens != last {
+            marches.push(step);
+            last = g.aliens;
+        }
+        check(step, g);
+    }
+    marches
 }
 
 fn cells(mask: u128) -> Vec<(i32, i32)> {
@@ -40,9 +74,7 @@ fn noop_episode_is_shot_on_step_17() {
     assert_eq!(bullets[11], [(4, 5)]);
     assert_eq!(bullets[15], [(8, 5)]);
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
-    let frozen = g.clone();
-    assert_eq!(g.step(Action::Fire, &mut r), (0, true));
-    assert_eq!(g, frozen);
+    assert_frozen(&mut g, Action::Fire, &mut r);
 }
 
 #[test]
@@ -68,47 +100,28 @@ fn first_bullet_hits_on_step_6() {
 
 #[test]
 fn march_schedule_and_wall_turn() {
-    let mut g = SpaceInvaders::new(true);
+    let mut g = ceasefire(true);
     let mut r = rng();
-    g.shot_timer = 1000; // no enemy fire in this test
-    let mut marches = vec![];
-    let mut last = g.aliens;
-    for step in 1..=50 {
-        g.step(Action::Noop, &mut r);
-        if g.aliens != last {
-            marches.push(step);
-            last = g.aliens;
+    let marches = march_steps(&mut g, &mut r, 50, |step, g| match step {
+        13 => assert_eq!(g.aliens, block(0..=3, 1..=6)),
+        25 => assert_eq!(g.aliens, block(0..=3, 0..=5)),
+        37 => {
+            assert_eq!(g.aliens, block(1..=4, 0..=5), "wall: down one row");
+            assert!(!g.moving_left());
         }
-        match step {
-            13 => assert_eq!(g.aliens, block(0..=3, 1..=6)),
-            25 => assert_eq!(g.aliens, block(0..=3, 0..=5)),
-            37 => {
-                assert_eq!(g.aliens, block(1..=4, 0..=5), "wall: down one row");
-                assert!(!g.moving_left());
-            }
-            49 => assert_eq!(g.aliens, block(1..=4, 1..=6)),
-            _ => {}
-        }
-    }
+        49 => assert_eq!(g.aliens, block(1..=4, 1..=6)),
+        _ => {}
+    });
     assert_eq!(marches, [13, 25, 37, 49]);
 }
 
 #[test]
 fn march_period_shrinks_with_alien_count() {
-    let mut g = SpaceInvaders::new(true);
+    let mut g = ceasefire(true);
     let mut r = rng();
-    g.shot_timer = 1000;
     g.aliens = bit(0, 4) | bit(0, 6) | bit(1, 5);
     g.move_timer = 0;
-    let mut marches = vec![];
-    let mut last = g.aliens;
-    for step in 1..=12 {
-        g.step(Action::Noop, &mut r);
-        if g.aliens != last {
-            marches.push(step);
-            last = g.aliens;
-        }
-    }
+    let marches = march_steps(&mut g, &mut r, 12, |_, _| {});
     assert_eq!(marches, [1, 4, 7, 10], "T = min(3, 12)");
     g.aliens = bit(2, 2);
     g.move_timer = 0;
@@ -138,15 +151,13 @@ fn alien_shot_picks_nearest_column_left_on_tie_lowest_alien() {
 #[test]
 fn enemy_bullet_on_row_9_misses_a_cannon_moving_under_it() {
     let mut r = rng();
-    let mut g = SpaceInvaders::new(false);
-    g.shot_timer = 1000;
+    let mut g = ceasefire(false);
     g.enemy_bullets = bit(9, 4);
     g.cannon = 5;
     assert_eq!(g.step(Action::Left, &mut r), (0, false));
     assert_eq!(g.enemy_bullets, 0);
     // A bullet on row 8 of the column the cannon moves into hits.
-    let mut g = SpaceInvaders::new(false);
-    g.shot_timer = 1000;
+    let mut g = ceasefire(false);
     g.enemy_bullets = bit(8, 4);
     g.cannon = 5;
     assert_eq!(g.step(Action::Left, &mut r), (0, true));
@@ -155,19 +166,11 @@ fn enemy_bullet_on_row_9_misses_a_cannon_moving_under_it() {
 #[test]
 fn block_turning_on_row_9_ends_the_game_and_wraps() {
     let mut r = rng();
-    let mut g = SpaceInvaders::new(false);
-    g.shot_timer = 1000;
-    g.aliens = bit(9, 0) | bit(8, 0);
-    g.cannon = 7;
-    g.move_timer = 0;
+    let mut g = marching(bit(9, 0) | bit(8, 0), 7);
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
     assert_eq!(g.aliens, bit(0, 0) | bit(9, 0), "row 9 wrapped to row 0");
     // Aliens on row 9 marching sideways into the cannon.
-    let mut g = SpaceInvaders::new(false);
-    g.shot_timer = 1000;
-    g.aliens = bit(9, 4);
-    g.cannon = 3;
-    g.move_timer = 0;
+    let mut g = marching(bit(9, 4), 3);
     assert_eq!(g.step(Action::Noop, &mut r), (0, true));
 }
 
@@ -175,16 +178,14 @@ fn block_turning_on_row_9_ends_the_game_and_wraps() {
 fn swap_without_hit_and_wave_refill_with_ramp() {
     let mut r = rng();
     // The block steps sideways off the bullet's new cell: no hit.
-    let mut g = SpaceInvaders::new(true);
-    g.shot_timer = 1000;
+    let mut g = ceasefire(true);
     g.aliens = bit(4, 5);
     g.player_bullets = bit(5, 5); // moves to (4, 5) in phase 2
     g.move_timer = 0; // the alien marches left to (4, 4) in phase 5
     assert_eq!(g.step(Action::Noop, &mut r).0, 0);
     assert_eq!(g.aliens, bit(4, 4));
     // Clearing the wave: refill, faster march, bullets kept.
-    let mut g = SpaceInvaders::new(true);
-    g.shot_timer = 1000;
+    let mut g = ceasefire(true);
     g.aliens = bit(4, 5);
     g.player_bullets = bit(5, 5) | bit(9, 0);
     g.enemy_bullets = bit(2, 2);
@@ -200,8 +201,7 @@ fn swap_without_hit_and_wave_refill_with_ramp() {
     g.player_bullets = bit(5, 7);
     g.step(Action::Noop, &mut r);
     assert_eq!(g.move_interval, 6);
-    let mut off = SpaceInvaders::new(false);
-    off.shot_timer = 1000;
+    let mut off = ceasefire(false);
     off.aliens = bit(4, 5);
     off.player_bullets = bit(5, 5);
     off.step(Action::Noop, &mut r);
