@@ -35,8 +35,8 @@ use std::sync::Arc;
 
 use candle_core::Result;
 
-use super::activation_norm::{push, HostGradients, HostLayer, NormTape, Saved};
-use super::activation_norm::{ActivationNorm, Identity};
+use super::normalization::{push, HostGradients, HostLayer, NormTape, Saved};
+use super::normalization::{Identity, Normalization};
 use super::layer::WeightParam;
 use super::norm::{with_method, Norm};
 use super::weight_norm::UnitNorms;

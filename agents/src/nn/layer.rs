@@ -4,7 +4,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::GraphLayer;
+use super::normalization::{GraphLayer, Normalization};
 use super::init::InitRng;
 use super::linear_map::unit_moments;
 use super::norm::Norm;
