@@ -32,8 +32,8 @@ use candle_core::{Result, Tensor, Var};
 
 use super::batch_renorm::{BatchRenorm, RenormConfig};
 use super::normalization::{
-    blend, copy_var, mean_of, push, unit_moments, unit_view, Backward, GraphLayer,
-    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
+    blend, copy_var, mean_of, push, unit_moments, unit_view, Backward, GraphLayer, HostGradients,
+    HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
 };
 use super::params::StoreVersion;
 use super::{svb, BnStats, ParamStore, Role};
@@ -545,11 +545,7 @@ impl BatchNorm {
     /// kernel (and batch renormalization's correction against the running statistics as
     /// they were, and the running statistics' update, in tensor ops), then the op.
     #[cfg(feature = "cuda")]
-    fn forward_relu_cuda(
-        &self,
-        h: &Tensor,
-        stats: BnStats,
-    ) -> Result<Applied> {
+    fn forward_relu_cuda(&self, h: &Tensor, stats: BnStats) -> Result<Applied> {
         use crate::kernels::batch_norm::DeviceBatchNorm;
         let h = h.contiguous()?;
         let agents = h.dim(0)?;

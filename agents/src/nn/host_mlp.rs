@@ -35,10 +35,10 @@ use std::sync::Arc;
 
 use candle_core::Result;
 
-use super::normalization::{push, HostGradients, HostLayer, NormTape, Saved};
-use super::normalization::{Identity, Normalization};
 use super::layer::WeightParam;
 use super::norm::{with_method, Norm};
+use super::normalization::{push, HostGradients, HostLayer, NormTape, Saved};
+use super::normalization::{Identity, Normalization};
 use super::weight_norm::UnitNorms;
 use super::{BnStats, Layer, LinearMap, QNetwork};
 use crate::kernels::linear::LinearCore;

@@ -316,17 +316,10 @@ impl MeanOnlyBn {
                         .collect())
                 })?;
                 let all: Vec<f32> = means.iter().flatten().copied().collect();
-                batch_norm_op::update_running(
-                    &self.running_mean,
-                    &all,
-                    self.momentum,
-                    1.0,
-                )?;
+                batch_norm_op::update_running(&self.running_mean, &all, self.momentum, 1.0)?;
                 means
             }
-            BnStats::Running => {
-                with_values(self.running_mean.as_tensor(), |x| Ok(per_agent(x)))?
-            }
+            BnStats::Running => with_values(self.running_mean.as_tensor(), |x| Ok(per_agent(x)))?,
         };
         let kernel = mean_only_bn_op::AgentCenteredBiasRelu {
             means,
@@ -341,12 +334,7 @@ impl MeanOnlyBn {
     /// by the moments kernel (and the running mean's update in tensor ops), then the
     /// centered bias and ReLU by the bias kernel.
     #[cfg(feature = "cuda")]
-    fn forward_relu_cuda(
-        &self,
-        h: &Tensor,
-        stats: BnStats,
-        bias: &Var,
-    ) -> Result<Applied> {
+    fn forward_relu_cuda(&self, h: &Tensor, stats: BnStats, bias: &Var) -> Result<Applied> {
         use crate::kernels::cuda::{args, device};
         let h = h.contiguous()?;
         let agents = h.dim(0)?;

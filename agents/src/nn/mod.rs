@@ -34,7 +34,6 @@ pub mod svb;
 pub(crate) mod weight_norm;
 pub(crate) mod wn_projected;
 
-pub use normalization::HostGradients;
 pub use batch_norm::BatchNorm;
 pub use batch_renorm::RenormConfig;
 pub use config::{Architecture, QNetworkConfig};
@@ -45,6 +44,7 @@ pub use layer::{Layer, LayerStats};
 pub use layer_norm::LayerNorm;
 pub use linear_map::{unit_moments, LinearMap};
 pub use mean_only_bn::MeanOnlyBn;
+pub use normalization::HostGradients;
 pub use params::{Param, ParamStore, Role};
 pub use qnet::QNetwork;
 pub(crate) use registry::AfterStep;

@@ -94,10 +94,7 @@ fn fused_population_batch_norm_equals_its_tensor_form() {
                 };
                 let renorm = (kind == NormKind::BatchRenorm).then(|| config.renorm());
                 let settings = (config.bn_momentum, config.bn_eps);
-                (
-                    BatchNorm::stack(&mut take, settings, renorm).unwrap(),
-                    vars,
-                )
+                (BatchNorm::stack(&mut take, settings, renorm).unwrap(), vars)
             };
             // Two copies of one state: the same draws.
             let (fused_bn, _) = make(&mut Normals::new(4));

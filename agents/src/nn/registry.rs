@@ -302,9 +302,7 @@ const WN_MEAN_ONLY_BN: Method = Method {
         let bn = MeanOnlyBn::new(store, prefix, out[0], c.bn_momentum)?;
         Ok(Norm::MeanOnly(bn))
     },
-    stacked: |take, c| {
-        Ok(Some(Box::new(MeanOnlyBn::stack(take, c.bn_momentum)?)))
-    },
+    stacked: |take, c| Ok(Some(Box::new(MeanOnlyBn::stack(take, c.bn_momentum)?))),
     ..NONE
 };
 

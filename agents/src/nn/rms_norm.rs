@@ -23,8 +23,8 @@ use candle_core::{Result, Tensor, Var};
 
 use super::layer_norm::{normalized_per_sample, Centered};
 use super::normalization::{
-    copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer,
-    HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
+    copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
+    KernelGradient, NormTape, Normalization, Saved, Take,
 };
 use super::{BnStats, ParamStore, Role};
 use crate::kernels::layer_norm::check_rows;
@@ -91,7 +91,11 @@ impl Normalization for RmsNorm {
     }
 
     fn copied(&self) -> Result<Box<dyn Normalization>> {
-        Ok(Box::new(Self::of(copy_var(&self.gamma)?, self.eps, self.lead)))
+        Ok(Box::new(Self::of(
+            copy_var(&self.gamma)?,
+            self.eps,
+            self.lead,
+        )))
     }
 
     fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {

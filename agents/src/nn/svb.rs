@@ -211,7 +211,8 @@ impl Normalization for Svb {
             .map(|i| project(&w.get(i)?, self.eps))
             .collect::<Result<Vec<_>>>()?;
         weight.set(&Tensor::stack(&projected, 0)?.contiguous()?)?;
-        self.inner().bound_gains(self.bbn.as_ref().map_or(0.0, |(_, eps)| *eps))?;
+        self.inner()
+            .bound_gains(self.bbn.as_ref().map_or(0.0, |(_, eps)| *eps))?;
         Ok(true)
     }
 

@@ -449,7 +449,10 @@ impl StackedWeightNorm {
 
     /// The same over a copy of the gains (a target network), with no op formed.
     pub(crate) fn copied(&self) -> Result<Self> {
-        Ok(Self::new(super::normalization::copy_var(&self.g)?, self.scaled))
+        Ok(Self::new(
+            super::normalization::copy_var(&self.g)?,
+            self.scaled,
+        ))
     }
 
     /// Whether the fused ops scale the layer's output per unit (the product is `v`'s;
