@@ -271,8 +271,7 @@ impl BatchNorm {
     /// A training forward's moments of `t` (shaped to broadcast against it), batch
     /// renormalization's `r` and `d` against the running statistics as they were, and
     /// the running statistics updated from the moments.
-    #[allow(clippy::type_complexity)]
-    fn batch_moments(&self, t: &Tensor) -> Result<(Tensor, Tensor, Option<(Tensor, Tensor)>)> {
+    fn batch_moments(&self, t: &Tensor) -> Result<BatchMoments> {
         let (mean, var) = unit_moments(t, self.lead)?;
         let correction = match &self.renorm {
             Some(brn) if brn.count_update()? => {
@@ -299,6 +298,9 @@ impl BatchNorm {
         Ok(())
     }
 }
+
+/// A training forward's mean and variance, and batch renormalization's `r` and `d`.
+type BatchMoments = (Tensor, Tensor, Option<(Tensor, Tensor)>);
 
 /// Batch norm's running statistics after a batch of `n` values per unit with moments
 /// `(mean, var)` (its population variance), by tensor ops, for a single network and a
