@@ -7,6 +7,9 @@
 //! is what batch norm does with one sample. The running variance is then left as it
 //! is (its unbiased update is undefined); the running mean is updated. No NaN arises.
 //!
+//! A population's agents each have their own statistics (its variables stacked); its
+//! fused ops run per agent.
+//!
 //! Evaluation mode keeps its statistics' inverse deviations (and `gamma / std`, `beta`)
 //! for one version of the store (see [`ParamStore::version`]): whatever changes the
 //! running statistics or the parameters outside a training forward, a copy, a load or
@@ -27,25 +30,27 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{
-    mean_of, push, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
-    KernelGradient, NormTape, Saved,
-};
 use super::batch_renorm::{BatchRenorm, RenormConfig};
-use super::linear_map::{unit_moments, values_per_unit};
+use super::normalization::{
+    blend, copy_var, mean_of, push, unit_moments, unit_view, Backward, GraphLayer, HostGradients,
+    HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
+};
 use super::params::StoreVersion;
-use super::stacked::blend;
 use super::{svb, BnStats, ParamStore, Role};
-use crate::kernels::batch_norm::{self as batch_norm_op, BatchNormOp};
+use crate::kernels::batch_norm::{self as batch_norm_op, AgentBatchNorm, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
+use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::kernels::units::Units;
 use crate::kernels::with_values;
 
+/// Batch norm of a layer, one network's (`lead` 0) or the agents' stacked (`lead` 1:
+/// running statistics `[P, 1, units(, 1)]`).
 pub struct BatchNorm {
     pub(crate) gamma: Var,
     pub(crate) beta: Var,
     pub(crate) running_mean: Var,
     pub(crate) running_var: Var,
+    lead: usize,
     momentum: f64,
     eps: f64,
     version: StoreVersion,
@@ -88,6 +93,7 @@ impl BatchNorm {
             beta: store.zeros(&format!("{prefix}.bn.beta"), units, Role::Weight)?,
             running_mean: store.zeros(&format!("{prefix}.bn.running_mean"), units, Role::Buffer)?,
             running_var: store.ones(&format!("{prefix}.bn.running_var"), units, Role::Buffer)?,
+            lead: 0,
             momentum,
             eps,
             version: store.version_handle(),
@@ -113,6 +119,29 @@ impl BatchNorm {
         })
     }
 
+    /// A population's, from the agents' stacked variables; `(momentum, eps)` as
+    /// [`Self::new`]'s, `renorm` for batch renormalization.
+    pub(crate) fn stack(
+        take: &mut Take,
+        (momentum, eps): (f64, f64),
+        renorm: Option<RenormConfig>,
+    ) -> Result<Self> {
+        Ok(Self {
+            gamma: take("bn.gamma", Role::Weight)?,
+            beta: take("bn.beta", Role::Weight)?,
+            running_mean: take("bn.running_mean", Role::Buffer)?,
+            running_var: take("bn.running_var", Role::Buffer)?,
+            lead: 1,
+            momentum,
+            eps,
+            version: StoreVersion::detached(),
+            evaluation: Mutex::new(None),
+            renorm: renorm
+                .map(|r| BatchRenorm::stack(take, r, eps))
+                .transpose()?,
+        })
+    }
+
     pub fn eps(&self) -> f64 {
         self.eps
     }
@@ -127,12 +156,6 @@ impl BatchNorm {
 
     pub fn running_var(&self) -> &Tensor {
         self.running_var.as_tensor()
-    }
-
-    fn unit_view(&self, t: &Tensor, x: &Tensor) -> Result<Tensor> {
-        let mut shape = vec![1; x.rank()];
-        shape[1] = x.dim(1)?;
-        t.reshape(shape)
     }
 
     pub fn forward(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
@@ -217,34 +240,67 @@ impl BatchNorm {
         Ok(evaluation)
     }
 
-    /// The layer through candle's tensor ops: evaluation mode, other devices, and the
-    /// tested reference of the fused training path.
+    /// The layer through candle's tensor ops, for any leading axes: other devices, a
+    /// population's tensor form, and the tested reference of the fused paths. In the
+    /// fused op's order, `(t - mean) * (gamma / std) + beta`; batch renormalization's
+    /// gain `gamma r` and shift `beta + gamma d`.
     pub fn forward_reference(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
-        let (mean, var) = match stats {
-            BnStats::Batch => unit_moments(t)?,
+        let (mean, var, correction) = match stats {
+            BnStats::Batch => self.batch_moments(t)?,
             BnStats::Running => (
-                self.unit_view(self.running_mean.as_tensor(), t)?,
-                self.unit_view(self.running_var.as_tensor(), t)?,
+                unit_view(self.running_mean.as_tensor(), t, self.lead)?,
+                unit_view(self.running_var.as_tensor(), t, self.lead)?,
+                None,
             ),
         };
-        let mut normalized = t
-            .broadcast_sub(&mean)?
-            .broadcast_div(&(&var + self.eps)?.sqrt()?)?;
-        if stats == BnStats::Batch {
-            if let Some(brn) = &self.renorm {
-                let running = (self.running_mean.as_tensor(), self.running_var.as_tensor());
-                normalized = brn.graph_correction(normalized, (&mean, &var), running)?;
+        let inv_std = (var + self.eps)?.sqrt()?.recip()?;
+        let gamma = unit_view(self.gamma.as_tensor(), t, self.lead)?;
+        let beta = unit_view(self.beta.as_tensor(), t, self.lead)?;
+        let (gain, shift) = match correction {
+            None => (gamma, beta),
+            Some((r, d)) => (
+                r.broadcast_mul(&gamma)?,
+                d.broadcast_mul(&gamma)?.broadcast_add(&beta)?,
+            ),
+        };
+        t.broadcast_sub(&mean)?
+            .broadcast_mul(&inv_std.broadcast_mul(&gain)?)?
+            .broadcast_add(&shift)
+    }
+
+    /// A training forward's moments of `t` (shaped to broadcast against it), batch
+    /// renormalization's `r` and `d` against the running statistics as they were, and
+    /// the running statistics updated from the moments.
+    fn batch_moments(&self, t: &Tensor) -> Result<BatchMoments> {
+        let (mean, var) = unit_moments(t, self.lead)?;
+        let correction = match &self.renorm {
+            Some(brn) if brn.count_update()? => {
+                let running_mean = unit_view(self.running_mean.as_tensor(), t, self.lead)?;
+                let running_var = unit_view(self.running_var.as_tensor(), t, self.lead)?;
+                Some(brn.factors((&mean, &var), (&running_mean, &running_var))?)
             }
-            let running = (&self.running_mean, &self.running_var);
-            let moments = (&mean.flatten_all()?, &var.flatten_all()?);
-            blend_running(running, moments, values_per_unit(t), self.momentum)?;
-            self.version.bump();
-        }
-        normalized
-            .broadcast_mul(&self.unit_view(self.gamma.as_tensor(), t)?)?
-            .broadcast_add(&self.unit_view(self.beta.as_tensor(), t)?)
+            _ => None,
+        };
+        let shape = self.running_mean.shape();
+        let moments = (&mean.reshape(shape)?, &var.reshape(shape)?);
+        self.update_running(t, moments)?;
+        Ok((mean, var, correction))
+    }
+
+    /// The running statistics from a batch's `moments` (shaped as they are), `t`'s
+    /// values per unit: the batch's rows, times the positions of a feature map.
+    fn update_running(&self, t: &Tensor, moments: (&Tensor, &Tensor)) -> Result<()> {
+        let leading: usize = t.dims()[..self.lead].iter().product();
+        let n = t.elem_count() / (leading * t.dim(self.lead + 1)?).max(1);
+        let running = (&self.running_mean, &self.running_var);
+        blend_running(running, moments, n, self.momentum)?;
+        self.version.bump();
+        Ok(())
     }
 }
+
+/// A training forward's mean and variance, and batch renormalization's `r` and `d`.
+type BatchMoments = (Tensor, Tensor, Option<(Tensor, Tensor)>);
 
 /// Batch norm's running statistics after a batch of `n` values per unit with moments
 /// `(mean, var)` (its population variance), by tensor ops, for a single network and a
@@ -282,22 +338,6 @@ pub(crate) fn blend_running_values(
     Ok(())
 }
 
-impl BatchNorm {
-    /// BBN's bound on the gains: each `|gamma|` is kept within `(1 ± eps)` times the
-    /// running deviation `sqrt(var + eps_bn)`, its sign kept.
-    pub(crate) fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
-        let (gamma, running_var) = (self.gamma.as_tensor(), self.running_var.as_tensor());
-        let bounded = bounded_gains(
-            &gamma.unsqueeze(0)?,
-            &running_var.unsqueeze(0)?,
-            self.eps,
-            bbn_eps,
-        )?;
-        self.version
-            .set(&self.gamma, &bounded.reshape(gamma.shape())?)
-    }
-}
-
 /// BBN's bound of the gains `gamma` `[P, ...]` (`svb::bound_bn_gains`) from the running
 /// variance, each agent's on its own, on the host: a population's, and a single
 /// network's as one agent's.
@@ -312,7 +352,32 @@ fn bounded_gains(gamma: &Tensor, running_var: &Tensor, eps: f64, bbn_eps: f64) -
     Tensor::from_vec(bounded, gamma.shape(), gamma.device())
 }
 
-impl ActivationNorm for BatchNorm {
+impl Normalization for BatchNorm {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        let mut buffers = vec![&self.running_mean, &self.running_var];
+        buffers.extend(self.renorm.as_ref().map(|r| r.buffer()));
+        (vec![&self.gamma, &self.beta], buffers)
+    }
+
+    fn copied(&self) -> Result<Box<dyn Normalization>> {
+        Ok(Box::new(Self {
+            gamma: copy_var(&self.gamma)?,
+            beta: copy_var(&self.beta)?,
+            running_mean: copy_var(&self.running_mean)?,
+            running_var: copy_var(&self.running_var)?,
+            lead: self.lead,
+            momentum: self.momentum,
+            eps: self.eps,
+            version: StoreVersion::detached(),
+            evaluation: Mutex::new(None),
+            renorm: self.renorm.as_ref().map(|r| r.copied()).transpose()?,
+        }))
+    }
+
+    fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
+        self.forward_reference(&h, stats)
+    }
+
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward_then(t, layer.stats, layer.relu)
     }
@@ -358,6 +423,60 @@ impl ActivationNorm for BatchNorm {
         Ok(KernelGradient::plain(dt))
     }
 
+    fn has_cuda_kernel(&self) -> bool {
+        true
+    }
+
+    fn step_invariant(&self) -> bool {
+        self.renorm.as_ref().is_none_or(|r| r.is_open())
+    }
+
+    /// BBN's bound of each agent's gains (`svb::bound_bn_gains`), from its running
+    /// variance, agent by agent on the host (a single network's as one agent's).
+    fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
+        let (gamma, running_var) = (self.gamma.as_tensor(), self.running_var.as_tensor());
+        let agents = |t: &Tensor| match self.lead {
+            0 => t.unsqueeze(0),
+            _ => Ok(t.clone()),
+        };
+        let bounded = bounded_gains(&agents(gamma)?, &agents(running_var)?, self.eps, bbn_eps)?;
+        self.version
+            .set(&self.gamma, &bounded.reshape(gamma.shape())?)
+    }
+
+    fn fused_forward(
+        &self,
+        h: &Tensor,
+        stats: BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Applied>> {
+        #[cfg(feature = "cuda")]
+        if h.device().is_cuda() && bias.is_none() {
+            return self.forward_relu_cuda(h, stats).map(Some);
+        }
+        if !h.device().is_cpu() || bias.is_some() {
+            return Ok(None);
+        }
+        let h = h.contiguous()?;
+        let agents = h.dim(0)?;
+        let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
+        let ops = match stats {
+            BnStats::Batch => self.batch_ops(&h, agents, &units)?,
+            BnStats::Running => {
+                let (means, vars) = self.running_per_agent(agents)?;
+                let ops = means.into_iter().zip(&vars);
+                ops.map(|(m, v)| BatchNormOp::evaluation(m, v, self.eps).with_relu(true))
+                    .collect()
+            }
+        };
+        let op = PerAgent {
+            kernel: AgentBatchNorm { ops, units },
+            agents,
+        };
+        op.apply2(&h, self.gamma.as_tensor(), self.beta.as_tensor())
+            .map(Some)
+    }
+
     fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {
         values.push((
             "bn_running_mean_avg",
@@ -372,41 +491,11 @@ impl ActivationNorm for BatchNorm {
     }
 }
 
-/// Batch norm's population form: each agent's statistics over its own batch (and a
-/// feature map's positions), its running statistics buffers `[P, 1, units(, 1)]`; with
-/// batch renormalization's correction where configured.
 /// Each agent's running means and variances, on the host.
 type PerAgentStatistics = (Vec<Vec<f32>>, Vec<Vec<f32>>);
 
-pub(crate) struct StackedBatchNorm {
-    gamma: Var,
-    beta: Var,
-    running_mean: Var,
-    running_var: Var,
-    renorm: Option<super::batch_renorm::StackedRenorm>,
-    eps: f64,
-    momentum: f64,
-}
-
-impl StackedBatchNorm {
-    /// `(momentum, eps)` as [`BatchNorm::new`]'s; `renorm` for batch renormalization.
-    pub(crate) fn stack(
-        take: &mut super::stacked::Take,
-        (momentum, eps): (f64, f64),
-        renorm: Option<RenormConfig>,
-    ) -> Result<Self> {
-        use super::batch_renorm::StackedRenorm;
-        Ok(Self {
-            gamma: take("bn.gamma", Role::Weight)?,
-            beta: take("bn.beta", Role::Weight)?,
-            running_mean: take("bn.running_mean", Role::Buffer)?,
-            running_var: take("bn.running_var", Role::Buffer)?,
-            renorm: renorm.map(|r| StackedRenorm::stack(take, r)).transpose()?,
-            eps,
-            momentum,
-        })
-    }
-
+/// A population's fused ops.
+impl BatchNorm {
     /// Each agent's running mean and variance, on the host.
     fn running_per_agent(&self, agents: usize) -> Result<PerAgentStatistics> {
         let per_agent = |v: &Var| {
@@ -432,7 +521,7 @@ impl StackedBatchNorm {
                 .collect())
         })?;
         let bounds = match &self.renorm {
-            Some(brn) if brn.count_update()? => Some(brn.bounds(self.eps)),
+            Some(brn) if brn.count_update()? => Some(brn.bounds()),
             _ => None,
         };
         let running = match bounds {
@@ -454,15 +543,11 @@ impl StackedBatchNorm {
         Ok(ops)
     }
 
-    /// [`StackedNorm::fused_forward`] on a CUDA device: the batch's moments by one
+    /// [`Normalization::fused_forward`] on a CUDA device: the batch's moments by one
     /// kernel (and batch renormalization's correction against the running statistics as
     /// they were, and the running statistics' update, in tensor ops), then the op.
     #[cfg(feature = "cuda")]
-    fn forward_relu_cuda(
-        &self,
-        h: &Tensor,
-        stats: BnStats,
-    ) -> Result<crate::kernels::per_agent::Applied> {
+    fn forward_relu_cuda(&self, h: &Tensor, stats: BnStats) -> Result<Applied> {
         use crate::kernels::batch_norm::DeviceBatchNorm;
         let h = h.contiguous()?;
         let agents = h.dim(0)?;
@@ -475,11 +560,9 @@ impl StackedBatchNorm {
                 let s = crate::kernels::cuda::args::BatchNorm::of(agents, &units, kind);
                 let (mean, var) = crate::kernels::cuda::device::batch_norm_moments(&h, s)?;
                 let (mean, var) = (mean.reshape(&shape)?, var.reshape(&shape)?);
-                let running = (&self.running_mean, &self.running_var);
+                let running = (self.running_mean.as_tensor(), self.running_var.as_tensor());
                 let renorm = match &self.renorm {
-                    Some(brn) if brn.count_update()? => {
-                        Some(brn.correction((&mean, &var), running, self.eps)?)
-                    }
+                    Some(brn) if brn.count_update()? => Some(brn.factors((&mean, &var), running)?),
                     _ => None,
                 };
                 self.update_running(&h, (&mean, &var))?;
@@ -499,122 +582,7 @@ impl StackedBatchNorm {
             batch_statistics,
             eps: self.eps,
         };
-        let op = crate::kernels::per_agent::PerAgent::new(kernel, agents);
+        let op = PerAgent::new(kernel, agents);
         op.apply2(&h, self.gamma.as_tensor(), self.beta.as_tensor())
-    }
-
-    /// The running statistics from one agent batch each: the mean always, the
-    /// (unbiased) variance where a batch has more than one row.
-    fn update_running(&self, h: &Tensor, moments: (&Tensor, &Tensor)) -> Result<()> {
-        // Values per unit: the batch's rows, times the positions of a feature map.
-        let n = h.elem_count() / (h.dim(0)? * h.dim(2)?);
-        let running = (&self.running_mean, &self.running_var);
-        blend_running(running, moments, n, self.momentum)
-    }
-}
-
-impl super::stacked::StackedNorm for StackedBatchNorm {
-    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        let mut buffers = vec![&self.running_mean, &self.running_var];
-        buffers.extend(self.renorm.as_ref().map(|r| r.buffer()));
-        (vec![&self.gamma, &self.beta], buffers)
-    }
-
-    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
-        use super::stacked::copy_var;
-        Ok(Box::new(Self {
-            gamma: copy_var(&self.gamma)?,
-            beta: copy_var(&self.beta)?,
-            running_mean: copy_var(&self.running_mean)?,
-            running_var: copy_var(&self.running_var)?,
-            renorm: self.renorm.as_ref().map(|r| r.copied()).transpose()?,
-            eps: self.eps,
-            momentum: self.momentum,
-        }))
-    }
-
-    /// BBN's bound of each agent's gains (`svb::bound_bn_gains`), from its running
-    /// variance, agent by agent on the host.
-    fn bound_gains(&self, bbn_eps: f64) -> Result<()> {
-        let (gamma, running_var) = (self.gamma.as_tensor(), self.running_var.as_tensor());
-        self.gamma
-            .set(&bounded_gains(gamma, running_var, self.eps, bbn_eps)?)
-    }
-
-    fn has_cuda_kernel(&self) -> bool {
-        true
-    }
-
-    fn step_invariant(&self) -> bool {
-        self.renorm.as_ref().is_none_or(|r| r.is_open())
-    }
-
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
-        #[cfg(feature = "cuda")]
-        if h.device().is_cuda() && bias.is_none() {
-            return self.forward_relu_cuda(h, stats).map(Some);
-        }
-        if !h.device().is_cpu() || bias.is_some() {
-            return Ok(None);
-        }
-        let h = h.contiguous()?;
-        let agents = h.dim(0)?;
-        let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
-        let ops = match stats {
-            BnStats::Batch => self.batch_ops(&h, agents, &units)?,
-            BnStats::Running => {
-                let (means, vars) = self.running_per_agent(agents)?;
-                let ops = means.into_iter().zip(&vars);
-                ops.map(|(m, v)| BatchNormOp::evaluation(m, v, self.eps).with_relu(true))
-                    .collect()
-            }
-        };
-        let op = crate::kernels::per_agent::PerAgent {
-            kernel: crate::kernels::batch_norm::AgentBatchNorm { ops, units },
-            agents,
-        };
-        op.apply2(&h, self.gamma.as_tensor(), self.beta.as_tensor())
-            .map(Some)
-    }
-
-    fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
-        let running = (&self.running_mean, &self.running_var);
-        let (mean, var, correction) = match stats {
-            BnStats::Batch => {
-                let (mean, var) = super::stacked::unit_moments(&h)?;
-                let correction = match &self.renorm {
-                    Some(brn) if brn.count_update()? => {
-                        Some(brn.correction((&mean, &var), running, self.eps)?)
-                    }
-                    _ => None,
-                };
-                self.update_running(&h, (&mean, &var))?;
-                (mean, var, correction)
-            }
-            BnStats::Running => (
-                self.running_mean.as_tensor().clone(),
-                self.running_var.as_tensor().clone(),
-                None,
-            ),
-        };
-        // A single network's order: `(t - mean) * (gamma / std) + beta`; batch
-        // renormalization's gain `gamma r` and shift `beta + gamma d`.
-        let inv_std = (var + self.eps)?.sqrt()?.recip()?;
-        let (gamma, beta) = (self.gamma.as_tensor(), self.beta.as_tensor());
-        let (gain, shift) = match correction {
-            None => (gamma.clone(), beta.clone()),
-            Some((r, d)) => (
-                r.broadcast_mul(gamma)?,
-                d.broadcast_mul(gamma)?.broadcast_add(beta)?,
-            ),
-        };
-        h.broadcast_sub(&mean)?
-            .broadcast_mul(&inv_std.broadcast_mul(&gain)?)?
-            .broadcast_add(&shift)
     }
 }

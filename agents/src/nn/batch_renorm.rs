@@ -13,14 +13,17 @@
 //! forward of the first `warmup` updates (CrossQ's schedule: plain BN, then the clip
 //! opens at once). Evaluation mode and the running statistics are batch norm's, and
 //! the layer is a [`BatchNorm`](super::BatchNorm) carrying this correction: the fused
-//! op is batch norm's with gain `gamma r` and shift `beta + gamma d`.
+//! op is batch norm's with gain `gamma r` and shift `beta + gamma d`. A population's
+//! agents share the clip and warm-up, each its own count of training forwards.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use candle_core::{Result, Tensor, Var};
 
+use super::normalization::{copy_var, Take};
 use super::params::StoreVersion;
 use super::{ParamStore, Role};
+use crate::count::read_to_host;
 use crate::kernels::batch_norm::{Renorm, RenormBounds};
 
 /// The clip and warm-up of a batch-renormalized layer.
@@ -32,6 +35,8 @@ pub struct RenormConfig {
     pub warmup: u64,
 }
 
+/// A layer's correction: one network's, or a population's (its count `[P, 1, 1]`, every
+/// agent's alike, read as agent 0's, one read).
 pub(crate) struct BatchRenorm {
     config: RenormConfig,
     eps: f64,
@@ -60,13 +65,50 @@ impl BatchRenorm {
         })
     }
 
+    /// A population's, from the agents' stacked counts; `eps` batch norm's. Its first
+    /// training forward reads the count even without a warm-up, as it always did.
+    pub(crate) fn stack(take: &mut Take, config: RenormConfig, eps: f64) -> Result<Self> {
+        Ok(Self {
+            config,
+            eps,
+            updates: take("brn.updates", Role::Buffer)?,
+            open: AtomicBool::new(false),
+            version: StoreVersion::detached(),
+        })
+    }
+
+    /// The count of training forwards, a buffer.
+    pub(crate) fn buffer(&self) -> &Var {
+        &self.updates
+    }
+
+    /// The same correction over a copy of its count (a population's target network).
+    pub(crate) fn copied(&self) -> Result<Self> {
+        Ok(Self {
+            config: self.config,
+            eps: self.eps,
+            updates: copy_var(&self.updates)?,
+            open: AtomicBool::new(self.is_open()),
+            version: StoreVersion::detached(),
+        })
+    }
+
+    /// Whether the warm-up is over: a training forward then reads nothing from the
+    /// device and counts nothing.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
     /// Counts one training forward; whether the clip is open for it (the warm-up over).
-    fn count_update(&self) -> Result<bool> {
-        if self.open.load(Ordering::Acquire) {
+    /// Until then each call reads the count (its first value: a population's agents
+    /// count alike), a device read on a GPU.
+    pub(crate) fn count_update(&self) -> Result<bool> {
+        if self.is_open() {
             return Ok(true);
         }
-        let done = self.updates.as_tensor().to_vec1::<f32>()?[0] as u64;
-        if done >= self.config.warmup {
+        let first = self.updates.as_tensor().flatten_all()?.narrow(0, 0, 1)?;
+        let done = read_to_host::<f32>(&first)?;
+        if done[0] as u64 >= self.config.warmup {
             self.open.store(true, Ordering::Release);
             return Ok(true);
         }
@@ -75,7 +117,8 @@ impl BatchRenorm {
         Ok(false)
     }
 
-    fn bounds(&self) -> RenormBounds {
+    /// The clip bounds of `r` and `d`, for the fused loops.
+    pub(crate) fn bounds(&self) -> RenormBounds {
         RenormBounds {
             r_max: self.config.r_max,
             d_max: self.config.d_max,
@@ -97,29 +140,11 @@ impl BatchRenorm {
         let var = running.1.as_tensor().to_vec1::<f32>()?;
         Ok(Some(Renorm::of(batch, (&mean, &var), self.bounds())))
     }
-
-    /// `x̂ r + d` from batch norm's `x̂` through candle's ops, `r` and `d` detached:
-    /// the graph path and the tested reference. `mean`, `var` are the batch's (shaped
-    /// for broadcasting over `x̂`), `running` the statistics before this batch.
-    pub fn graph_correction(
-        &self,
-        x_hat: Tensor,
-        (mean, var): (&Tensor, &Tensor),
-        running: (&Tensor, &Tensor),
-    ) -> Result<Tensor> {
-        if !self.count_update()? {
-            return Ok(x_hat);
-        }
-        let shape = mean.shape();
-        let running = (&running.0.reshape(shape)?, &running.1.reshape(shape)?);
-        let (r, d) = renorm_factors((mean, var), running, self.bounds())?;
-        x_hat.broadcast_mul(&r)?.broadcast_add(&d)
-    }
 }
 
 /// Batch renormalization's `r` and `d` (detached) by tensor ops, from a batch's moments
-/// and the running statistics before the batch updates them, all shaped alike: a
-/// single network's graph path and a population's tensor form. The fused loops'
+/// and the running statistics before the batch updates them, all shaped alike: batch
+/// norm's tensor form, for any leading axes. The fused loops'
 /// counterpart is `kernels::batch_norm::Renorm::of`.
 fn renorm_factors(
     (mean, var): (&Tensor, &Tensor),
@@ -133,75 +158,15 @@ fn renorm_factors(
     Ok((r, d))
 }
 
-/// Batch renormalization's population form: the clip and warm-up of every agent alike,
-/// the count of training forwards a buffer per agent (`[P, 1, 1]`), read (agent 0's, one
-/// read) only until the warm-up is over.
-pub(crate) struct StackedRenorm {
-    config: RenormConfig,
-    updates: Var,
-    open: AtomicBool,
-}
-
-impl StackedRenorm {
-    pub(crate) fn stack(take: &mut super::stacked::Take, config: RenormConfig) -> Result<Self> {
-        Ok(Self {
-            config,
-            updates: take("brn.updates", Role::Buffer)?,
-            open: AtomicBool::new(false),
-        })
-    }
-
-    pub(crate) fn buffer(&self) -> &Var {
-        &self.updates
-    }
-
-    pub(crate) fn copied(&self) -> Result<Self> {
-        Ok(Self {
-            config: self.config,
-            updates: super::stacked::copy_var(&self.updates)?,
-            open: AtomicBool::new(self.open.load(Ordering::Acquire)),
-        })
-    }
-
-    /// Whether the warm-up is over: a training forward then reads nothing from the
-    /// device and counts nothing.
-    pub(crate) fn is_open(&self) -> bool {
-        self.open.load(Ordering::Acquire)
-    }
-
-    /// Counts one training forward; whether the clip is open for it.
-    pub(crate) fn count_update(&self) -> Result<bool> {
-        if self.open.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        let first = self.updates.as_tensor().flatten_all()?.narrow(0, 0, 1)?;
-        let done = crate::count::read_to_host::<f32>(&first)?;
-        if done[0] as u64 >= self.config.warmup {
-            self.open.store(true, Ordering::Release);
-            return Ok(true);
-        }
-        self.updates.set(&(self.updates.as_tensor() + 1.0)?)?;
-        Ok(false)
-    }
-
-    /// The clip bounds of `r` and `d`, for the fused loops.
-    pub(crate) fn bounds(&self, eps: f64) -> crate::kernels::batch_norm::RenormBounds {
-        crate::kernels::batch_norm::RenormBounds {
-            r_max: self.config.r_max,
-            d_max: self.config.d_max,
-            eps,
-        }
-    }
-
-    /// `r` and `d` of a training forward (detached), from the batch's moments and the
-    /// running statistics before this batch updates them.
-    pub(crate) fn correction(
+impl BatchRenorm {
+    /// `r` and `d` of a training forward (detached) by tensor ops, from the batch's
+    /// moments and the running statistics before this batch updates them, all shaped
+    /// alike (a population's tensor form and its CUDA path).
+    pub(crate) fn factors(
         &self,
         (mean, var): (&Tensor, &Tensor),
-        (running_mean, running_var): (&Var, &Var),
-        eps: f64,
+        running: (&Tensor, &Tensor),
     ) -> Result<(Tensor, Tensor)> {
-        let running = (running_mean.as_tensor(), running_var.as_tensor());
-        renorm_factors((mean, var), running, self.bounds(eps))
+        renorm_factors((mean, var), running, self.bounds())
     }
 }

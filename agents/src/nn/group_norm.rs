@@ -6,7 +6,7 @@
 //! `groups = channels` is instance norm.
 //!
 //! It runs on layer norm's loops and fused op ([`crate::kernels::layer_norm`]), which
-//! take their statistics per group.
+//! take their statistics per group; a population's per agent.
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -21,21 +21,25 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{
-    fused_or_reference, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
-    Saved,
+use super::layer_norm::{
+    fused_per_agent, host_normalize, host_normalize_backward, normalized_per_sample, Centered,
 };
-use super::layer_norm::{host_normalize, host_normalize_backward, normalized_per_sample, Centered};
-use super::{ParamStore, Role};
+use super::normalization::{
+    affine, copy_var, fused_or_reference, unit_view, Backward, GraphLayer, HostGradients,
+    HostLayer, HostOutput, Normalization, Saved, Take,
+};
+use super::{BnStats, ParamStore, Role};
 use crate::kernels::layer_norm::FusedLayerNorm;
+use crate::kernels::per_agent::Applied;
 
+/// Group norm of a layer: `gamma` and `beta` per unit or channel, one network's (`lead`
+/// 0) or a population's stacked (`lead` 1).
 pub struct GroupNorm {
     gamma: Var,
     beta: Var,
     groups: usize,
     eps: f64,
-    /// Values per channel in one sample (1 for a Linear layer).
-    spatial: usize,
+    lead: usize,
 }
 
 impl GroupNorm {
@@ -52,51 +56,75 @@ impl GroupNorm {
         if groups == 0 || !channels.is_multiple_of(groups) {
             candle_core::bail!("group norm: {groups} groups do not divide {channels} channels");
         }
-        Ok(Self {
-            gamma: store.ones(&format!("{prefix}.gn.gamma"), channels, Role::Weight)?,
-            beta: store.zeros(&format!("{prefix}.gn.beta"), channels, Role::Weight)?,
+        let gamma = store.ones(&format!("{prefix}.gn.gamma"), channels, Role::Weight)?;
+        let beta = store.zeros(&format!("{prefix}.gn.beta"), channels, Role::Weight)?;
+        Ok(Self::of([gamma, beta], groups, eps, 0))
+    }
+
+    /// A population's, from the agents' stacked variables.
+    pub(crate) fn stack(take: &mut Take, groups: usize, eps: f64) -> Result<Self> {
+        let gamma = take("gn.gamma", Role::Weight)?;
+        let beta = take("gn.beta", Role::Weight)?;
+        Ok(Self::of([gamma, beta], groups, eps, 1))
+    }
+
+    pub(crate) fn of([gamma, beta]: [Var; 2], groups: usize, eps: f64, lead: usize) -> Self {
+        Self {
+            gamma,
+            beta,
             groups,
             eps,
-            spatial: features[1..].iter().product(),
-        })
+            lead,
+        }
     }
 
     /// The normalization, then the ReLU where `relu`: one op on the CPU.
     pub fn forward(&self, t: &Tensor, relu: bool) -> Result<Tensor> {
         let reference = |t: &Tensor| self.forward_reference(t);
         fused_or_reference(t, relu, reference, |t| {
+            // Values per channel in one sample (1 for a Linear layer).
+            let spatial = t.elem_count() / (t.dim(0)? * t.dim(1)?).max(1);
             let op = FusedLayerNorm {
                 eps: self.eps,
                 relu,
                 groups: self.groups,
-                spatial: self.spatial,
+                spatial,
             };
             let (gamma, beta) = (self.gamma.as_tensor(), self.beta.as_tensor());
             t.apply_op3(&gamma.contiguous()?, &beta.contiguous()?, op)
         })
     }
 
-    /// The layer through candle's tensor ops.
+    /// The layer through candle's tensor ops, for any leading axes.
     pub fn forward_reference(&self, t: &Tensor) -> Result<Tensor> {
-        let normalized = normalized_per_sample(t, 1, Centered::Groups(self.groups), self.eps)?;
-        let mut shape = vec![1; t.rank()];
-        shape[1] = t.dim(1)?;
-        normalized
-            .broadcast_mul(&self.gamma.as_tensor().reshape(shape.as_slice())?)?
-            .broadcast_add(&self.beta.as_tensor().reshape(shape.as_slice())?)
+        let centered = Centered::Groups(self.groups);
+        let x_hat = normalized_per_sample(t, self.lead + 1, centered, self.eps)?;
+        let gamma = unit_view(self.gamma.as_tensor(), t, self.lead)?;
+        let beta = unit_view(self.beta.as_tensor(), t, self.lead)?;
+        affine(x_hat, &gamma, &beta)
     }
 }
 
-impl ActivationNorm for GroupNorm {
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        // Linear layers only: their parameters are per feature, as the loops expect.
-        !weight_normed && self.spatial == 1
+impl Normalization for GroupNorm {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![&self.gamma, &self.beta], vec![])
+    }
+
+    fn copied(&self) -> Result<Box<dyn Normalization>> {
+        let vars = [copy_var(&self.gamma)?, copy_var(&self.beta)?];
+        Ok(Box::new(Self::of(vars, self.groups, self.eps, self.lead)))
+    }
+
+    fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
+        self.forward_reference(&h)
     }
 
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward(t, layer.relu)
     }
 
+    // The host path runs Linear layers only, whose parameters are per feature as its
+    // loops expect.
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         let groups = (self.groups, self.eps);
         host_normalize([&self.gamma, &self.beta], layer, t, groups, keep)
@@ -104,44 +132,6 @@ impl ActivationNorm for GroupNorm {
 
     fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         host_normalize_backward([&self.gamma, &self.beta], saved, dy, grads)
-    }
-}
-
-/// Group norm's population form: each agent's sample over each of `groups` contiguous
-/// groups of units (of channels with all their positions), `gamma` and `beta` per unit.
-pub(crate) struct StackedGroupNorm {
-    gamma: Var,
-    beta: Var,
-    groups: usize,
-    eps: f64,
-}
-
-impl StackedGroupNorm {
-    pub(crate) fn stack(take: &mut super::stacked::Take, groups: usize, eps: f64) -> Result<Self> {
-        let gamma = take("gn.gamma", super::Role::Weight)?;
-        let beta = take("gn.beta", super::Role::Weight)?;
-        Ok(Self::new(gamma, beta, groups, eps))
-    }
-
-    pub(crate) fn new(gamma: Var, beta: Var, groups: usize, eps: f64) -> Self {
-        Self {
-            gamma,
-            beta,
-            groups,
-            eps,
-        }
-    }
-}
-
-impl super::stacked::StackedNorm for StackedGroupNorm {
-    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        (vec![&self.gamma, &self.beta], vec![])
-    }
-
-    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
-        use super::stacked::copy_var;
-        let (gamma, beta) = (copy_var(&self.gamma)?, copy_var(&self.beta)?);
-        Ok(Box::new(Self::new(gamma, beta, self.groups, self.eps)))
     }
 
     fn has_cuda_kernel(&self) -> bool {
@@ -151,30 +141,10 @@ impl super::stacked::StackedNorm for StackedGroupNorm {
     fn fused_forward(
         &self,
         h: &Tensor,
-        _stats: super::BnStats,
+        _stats: BnStats,
         bias: Option<&Var>,
-    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
-        if !crate::kernels::has_fused_ops(h.device()) || bias.is_some() {
-            return Ok(None);
-        }
-        // Group norm's parameters are per channel, each over its positions; layer
-        // norm's per feature.
-        let (agents, rows) = (h.dim(0)?, h.dim(1)?);
-        let per_sample = h.elem_count() / (agents * rows).max(1);
-        let positions = per_sample / (self.gamma.elem_count() / agents).max(1);
-        let kernel = crate::kernels::layer_norm::FusedLayerNorm {
-            eps: self.eps,
-            relu: true,
-            groups: self.groups,
-            spatial: positions,
-        };
-        let op = crate::kernels::per_agent::PerAgent { kernel, agents };
-        op.apply2(h, self.gamma.as_tensor(), self.beta.as_tensor())
-            .map(Some)
-    }
-
-    fn normalize(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
-        let x_hat = normalized_per_sample(&h, 2, Centered::Groups(self.groups), self.eps)?;
-        super::stacked::affine(x_hat, &self.gamma, &self.beta)
+    ) -> Result<Option<Applied>> {
+        let vars = [&self.gamma, &self.beta];
+        fused_per_agent(h, vars, (self.groups, self.eps), bias)
     }
 }

@@ -35,10 +35,10 @@ use std::sync::Arc;
 
 use candle_core::Result;
 
-use super::activation_norm::{push, HostGradients, HostLayer, NormTape, Saved};
-use super::activation_norm::{ActivationNorm, Identity};
 use super::layer::WeightParam;
 use super::norm::{with_method, Norm};
+use super::normalization::{push, HostGradients, HostLayer, NormTape, Saved};
+use super::normalization::{Identity, Normalization};
 use super::weight_norm::UnitNorms;
 use super::{BnStats, Layer, LinearMap, QNetwork};
 use crate::kernels::linear::LinearCore;
@@ -145,6 +145,9 @@ impl Layer {
         }
     }
 
+    // Inlined into the network's forward, as the compiler chose until the trait grew:
+    // acting a small MLP at batch 1 (0.7 us) took 2-3% longer through a call.
+    #[inline]
     fn host_forward(
         &self,
         x: &[f32],

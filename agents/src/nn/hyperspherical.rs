@@ -17,17 +17,16 @@
 //! and scale 1, as SimbaV2's head scalers) and a bias, where SimbaV2's critic has a
 //! categorical head over a fixed support (`docs/methods.md`).
 //!
-//! One tensor form ([`sphere`]) serves a single network's graph and a population's
-//! layers, for any leading axes; the fused op and the host path's loops are
-//! `kernels/sphere.rs`'s.
+//! One type serves a single network and a population (its scalers stacked), and one
+//! tensor form ([`sphere`]) both, for any leading axes; the fused op, the host path's
+//! loops and the population's per-agent kernel are `kernels/sphere.rs`'s.
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{mean_of, push, ActivationNorm, Backward, GraphLayer};
-use super::activation_norm::{
-    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Saved,
+use super::normalization::{copy_var, mean_of, push, Backward, GraphLayer, Normalization};
+use super::normalization::{
+    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Saved, Take,
 };
-use super::stacked::{copy_var, StackedNorm, Take};
 use super::{BnStats, ParamStore, Role};
 use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::kernels::sphere::{sphere_backward, sphere_forward, AgentSphere, FusedSphere, EPS};
@@ -56,10 +55,13 @@ pub(crate) fn sphere(t: &Tensor, scaler: &Tensor, lead: usize, head: bool) -> Re
     r.broadcast_div(&norm)
 }
 
-/// A single network's hyperspherical layer: its scaler (`<layer>.scaler`).
+/// A hyperspherical layer: its scaler (`<layer>.scaler`), one network's (`lead` 0) or
+/// the agents' stacked, `[P, 1, units]` (`[P, 1, channels, 1]` over feature maps;
+/// `lead` 1).
 pub struct Hyperspherical {
     scaler: Var,
     head: bool,
+    lead: usize,
 }
 
 impl Hyperspherical {
@@ -78,24 +80,74 @@ impl Hyperspherical {
         Ok(Self {
             scaler,
             head: false,
+            lead: 0,
         })
     }
 
     /// The head's scaler, one per action, at 1.
     pub(crate) fn head(store: &mut ParamStore, prefix: &str, actions: usize) -> Result<Self> {
         let scaler = store.ones(&format!("{prefix}.scaler"), actions, Role::Weight)?;
-        Ok(Self { scaler, head: true })
+        Ok(Self {
+            scaler,
+            head: true,
+            lead: 0,
+        })
+    }
+
+    /// A population's hidden layer or head, from the agents' stacked scalers.
+    pub(crate) fn stack(take: &mut Take, head: bool) -> Result<Self> {
+        Ok(Self {
+            scaler: take("scaler", Role::Weight)?,
+            head,
+            lead: 1,
+        })
     }
 }
 
-impl ActivationNorm for Hyperspherical {
+impl Normalization for Hyperspherical {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![&self.scaler], vec![])
+    }
+
+    fn copied(&self) -> Result<Box<dyn Normalization>> {
+        Ok(Box::new(Self {
+            scaler: copy_var(&self.scaler)?,
+            head: self.head,
+            lead: self.lead,
+        }))
+    }
+
+    fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
+        sphere(&h, self.scaler.as_tensor(), self.lead, self.head)
+    }
+
+    /// A population's hidden layer: the loops per agent on the CPU (no CUDA kernel: a
+    /// device takes the tensor form); the head's scaled output takes the tensor form.
+    fn fused_forward(
+        &self,
+        h: &Tensor,
+        _stats: BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Applied>> {
+        if self.head || bias.is_some() || !h.device().is_cpu() {
+            return Ok(None);
+        }
+        let inner = if h.rank() == 4 { h.dim(3)? } else { 1 };
+        let kernel = AgentSphere { inner };
+        let op = PerAgent {
+            kernel,
+            agents: h.dim(0)?,
+        };
+        op.apply1(h, self.scaler.as_tensor()).map(Some)
+    }
+
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         let y = match (self.head, t.device().is_cpu()) {
             (false, true) => {
                 let s = self.scaler.as_tensor().flatten_all()?;
                 t.contiguous()?.apply_op2(&s, FusedSphere)?
             }
-            _ => sphere(t, self.scaler.as_tensor(), 0, self.head)?,
+            _ => sphere(t, self.scaler.as_tensor(), self.lead, self.head)?,
         };
         match layer.bias {
             Some(b) => y.broadcast_add(b),
@@ -160,57 +212,5 @@ impl ActivationNorm for Hyperspherical {
         let s = self.scaler.as_tensor().flatten_all()?.to_vec1::<f32>()?;
         values.push(("scaler_mean", mean_of(&s)));
         Ok(())
-    }
-}
-
-/// A population's hyperspherical layer: the agents' scalers stacked, `[P, 1, units]`
-/// (`[P, 1, channels, 1]` over feature maps).
-pub(crate) struct StackedHyperspherical {
-    scaler: Var,
-    head: bool,
-}
-
-impl StackedHyperspherical {
-    pub(crate) fn stack(take: &mut Take, head: bool) -> Result<Self> {
-        Ok(Self {
-            scaler: take("scaler", Role::Weight)?,
-            head,
-        })
-    }
-}
-
-impl StackedNorm for StackedHyperspherical {
-    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        (vec![&self.scaler], vec![])
-    }
-
-    fn copied(&self) -> Result<Box<dyn StackedNorm>> {
-        Ok(Box::new(Self {
-            scaler: copy_var(&self.scaler)?,
-            head: self.head,
-        }))
-    }
-
-    fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
-        sphere(&h, self.scaler.as_tensor(), 1, self.head)
-    }
-
-    /// A hidden layer's loops per agent on the CPU (no CUDA kernel: a device takes the
-    /// tensor form); the head's scaled output takes the tensor form.
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        _stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
-        if self.head || bias.is_some() || !h.device().is_cpu() {
-            return Ok(None);
-        }
-        let inner = if h.rank() == 4 { h.dim(3)? } else { 1 };
-        let op = PerAgent {
-            kernel: AgentSphere { inner },
-            agents: h.dim(0)?,
-        };
-        op.apply1(h, self.scaler.as_tensor()).map(Some)
     }
 }

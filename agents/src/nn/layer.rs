@@ -4,10 +4,10 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::GraphLayer;
 use super::init::InitRng;
 use super::linear_map::unit_moments;
 use super::norm::Norm;
+use super::normalization::{GraphLayer, Normalization};
 use super::params::StoreVersion;
 use super::registry::{AfterStep, Kernel};
 use super::{nap, wn_projected};

@@ -1,8 +1,8 @@
 //! Layer normalization (Ba et al., 2016): each sample is normalized over all of a
 //! layer's features (`(C, H, W)` for conv), then scaled and shifted per feature. On the
-//! CPU one fused op computes it and its closed-form backward; elsewhere (and as the
-//! tested reference) differentiable tensor ops do (candle's own `LayerNorm` drops
-//! gradients).
+//! CPU one fused op computes it and its closed-form backward (per agent in a
+//! population, group norm's op with one group); elsewhere (and as the tested reference)
+//! differentiable tensor ops do (candle's own `LayerNorm` drops gradients).
 //!
 //! Per sample, with `x̂ = (t - mean) / sqrt(var + eps)` over its `n` features:
 //! `dbeta = Σ_b dy`, `dgamma = Σ_b dy·x̂`, and with `d = dy·gamma`,
@@ -21,20 +21,25 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{
-    fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer,
-    HostOutput, KernelGradient, NormTape, Saved,
+use super::normalization::{
+    affine, copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer,
+    HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
 };
-use super::{ParamStore, Role};
+use super::{BnStats, ParamStore, Role};
+use crate::kernels::has_fused_ops;
 use crate::kernels::layer_norm::{
     check_rows, normalize_rows, row_gradients, row_statistics, FusedLayerNorm,
 };
+use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::kernels::with_values;
 
+/// Layer norm of a layer: `gamma` and `beta` per feature, one network's (`lead` 0) or a
+/// population's stacked (`lead` 1).
 pub struct LayerNorm {
     gamma: Var,
     beta: Var,
     eps: f64,
+    lead: usize,
 }
 
 impl LayerNorm {
@@ -44,6 +49,17 @@ impl LayerNorm {
             gamma: store.ones(&format!("{prefix}.ln.gamma"), features, Role::Weight)?,
             beta: store.zeros(&format!("{prefix}.ln.beta"), features, Role::Weight)?,
             eps,
+            lead: 0,
+        })
+    }
+
+    /// A population's, from the agents' stacked variables.
+    pub(crate) fn stack(take: &mut Take, eps: f64) -> Result<Self> {
+        Ok(Self {
+            gamma: take("ln.gamma", Role::Weight)?,
+            beta: take("ln.beta", Role::Weight)?,
+            eps,
+            lead: 1,
         })
     }
 
@@ -85,11 +101,10 @@ impl LayerNorm {
         }
     }
 
-    /// The layer through candle's tensor ops.
+    /// The layer through candle's tensor ops, for any leading axes.
     pub fn forward_reference(&self, t: &Tensor) -> Result<Tensor> {
-        normalized_per_sample(t, 1, Centered::Groups(1), self.eps)?
-            .broadcast_mul(self.gamma.as_tensor())?
-            .broadcast_add(self.beta.as_tensor())
+        let x_hat = normalized_per_sample(t, self.lead + 1, Centered::Groups(1), self.eps)?;
+        affine(x_hat, self.gamma.as_tensor(), self.beta.as_tensor())
     }
 }
 
@@ -144,7 +159,24 @@ pub(crate) fn normalized_per_sample(
     }
 }
 
-impl ActivationNorm for LayerNorm {
+impl Normalization for LayerNorm {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![&self.gamma, &self.beta], vec![])
+    }
+
+    fn copied(&self) -> Result<Box<dyn Normalization>> {
+        Ok(Box::new(Self {
+            gamma: copy_var(&self.gamma)?,
+            beta: copy_var(&self.beta)?,
+            eps: self.eps,
+            lead: self.lead,
+        }))
+    }
+
+    fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
+        self.forward_reference(&h)
+    }
+
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward_then(t, layer.relu)
     }
@@ -156,6 +188,19 @@ impl ActivationNorm for LayerNorm {
 
     fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
         host_normalize_backward([&self.gamma, &self.beta], saved, dy, grads)
+    }
+
+    fn has_cuda_kernel(&self) -> bool {
+        true
+    }
+
+    fn fused_forward(
+        &self,
+        h: &Tensor,
+        _stats: BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Applied>> {
+        fused_per_agent(h, [&self.gamma, &self.beta], (1, self.eps), bias)
     }
 }
 
@@ -213,11 +258,29 @@ pub(crate) fn host_normalize_backward(
     Ok(KernelGradient::plain(dt))
 }
 
-/// Layer norm's population form is group norm's with one group (`nn/stack.rs`): each
-/// agent's sample over all its features, over these `gamma` and `beta` per feature.
-pub(crate) fn stacked_vars(take: &mut super::stacked::Take) -> Result<(Var, Var)> {
-    Ok((
-        take("ln.gamma", Role::Weight)?,
-        take("ln.beta", Role::Weight)?,
-    ))
+/// Layer and group norm's per-agent fused op over a population's `h` (`[P, B, units]`
+/// or `[P, B, channels, positions]`), each sample's `(groups, eps)` normalized, then the
+/// affine and a ReLU; `None` where the device has no fused ops or the layer a bias.
+pub(crate) fn fused_per_agent(
+    h: &Tensor,
+    [gamma, beta]: [&Var; 2],
+    (groups, eps): (usize, f64),
+    bias: Option<&Var>,
+) -> Result<Option<Applied>> {
+    if !has_fused_ops(h.device()) || bias.is_some() {
+        return Ok(None);
+    }
+    // Group norm's parameters are per channel, each over its positions; layer norm's
+    // per feature.
+    let (agents, rows) = (h.dim(0)?, h.dim(1)?);
+    let per_sample = h.elem_count() / (agents * rows).max(1);
+    let positions = per_sample / (gamma.elem_count() / agents).max(1);
+    let kernel = FusedLayerNorm {
+        eps,
+        relu: true,
+        groups,
+        spatial: positions,
+    };
+    let op = PerAgent { kernel, agents };
+    op.apply2(h, gamma.as_tensor(), beta.as_tensor()).map(Some)
 }

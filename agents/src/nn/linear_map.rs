@@ -128,8 +128,3 @@ pub fn unit_mean(t: &Tensor) -> Result<Tensor> {
         r => candle_core::bail!("per-unit statistics need a rank 2 or 4 tensor, got rank {r}"),
     }
 }
-
-/// Values averaged per unit: `B` for Linear, `B * H * W` for Conv2d.
-pub fn values_per_unit(t: &Tensor) -> usize {
-    t.elem_count() / t.dim(1).unwrap_or(1).max(1)
-}

@@ -1,7 +1,8 @@
 //! Mean-only batch normalization (Salimans & Kingma, 2016, with weight norm): subtract
 //! each unit's minibatch mean, no division by the standard deviation, no gain:
 //! `y = t - mean_batch(t) + b`. Training mode uses the batch mean and updates a running
-//! mean; evaluation mode uses the running mean.
+//! mean; evaluation mode uses the running mean. A population's agents each have their
+//! own (its running means stacked); the layer's bias and ReLU join the fused ops.
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -17,11 +18,10 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{
-    mean_of, push, with_bias, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer,
-    HostOutput, KernelGradient, NormTape, Saved,
+use super::normalization::{
+    blend, copy_var, mean_of, push, unit_moments, unit_view, with_bias, Backward, GraphLayer,
+    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
 };
-use super::linear_map::unit_mean;
 use super::params::StoreVersion;
 use super::{BnStats, ParamStore, Role};
 use crate::kernels::batch_norm as batch_norm_op;
@@ -30,13 +30,17 @@ use crate::kernels::feature_pass::{
     affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
 };
 use crate::kernels::mean_only_bn::{self as mean_only_bn_op, batch_means, mean_shift};
+use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::kernels::units::Units;
 use crate::kernels::with_values;
 
+/// Mean-only batch norm of a layer: its running mean per unit, one network's (`lead`
+/// 0) or the agents' stacked (`lead` 1).
 pub struct MeanOnlyBn {
     running_mean: Var,
     momentum: f64,
     version: StoreVersion,
+    lead: usize,
 }
 
 impl MeanOnlyBn {
@@ -47,6 +51,17 @@ impl MeanOnlyBn {
             running_mean: store.zeros(&format!("{prefix}.running_mean"), units, Role::Buffer)?,
             momentum,
             version: store.version_handle(),
+            lead: 0,
+        })
+    }
+
+    /// A population's, from the agents' stacked running means.
+    pub(crate) fn stack(take: &mut Take, momentum: f64) -> Result<Self> {
+        Ok(Self {
+            running_mean: take("running_mean", Role::Buffer)?,
+            momentum,
+            version: StoreVersion::detached(),
+            lead: 1,
         })
     }
 
@@ -56,7 +71,8 @@ impl MeanOnlyBn {
 
     /// Sets the running mean (data-dependent initialization).
     pub fn set_running_mean(&self, mean: &Tensor) -> Result<()> {
-        self.version.set(&self.running_mean, &mean.flatten_all()?)
+        let mean = mean.reshape(self.running_mean.shape())?;
+        self.version.set(&self.running_mean, &mean)
     }
 
     pub fn forward(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
@@ -119,26 +135,41 @@ impl MeanOnlyBn {
         )
     }
 
-    /// The layer through candle's tensor ops: other devices, and the tested reference
-    /// of the fused paths.
+    /// The layer through candle's tensor ops, for any leading axes: other devices, and
+    /// the tested reference of the fused paths.
     pub fn forward_reference(&self, t: &Tensor, stats: BnStats) -> Result<Tensor> {
-        match stats {
+        let mean = match stats {
             BnStats::Batch => {
-                let mean = unit_mean(t)?;
-                super::stacked::blend(&self.running_mean, &mean.flatten_all()?, self.momentum)?;
+                let mean = unit_moments(t, self.lead)?.0;
+                let running = mean.reshape(self.running_mean.shape())?;
+                blend(&self.running_mean, &running, self.momentum)?;
                 self.version.bump();
-                t.broadcast_sub(&mean)
+                mean
             }
-            BnStats::Running => {
-                let mut shape = vec![1; t.rank()];
-                shape[1] = t.dim(1)?;
-                t.broadcast_sub(&self.running_mean.as_tensor().reshape(shape)?)
-            }
-        }
+            BnStats::Running => unit_view(self.running_mean.as_tensor(), t, self.lead)?,
+        };
+        t.broadcast_sub(&mean)
     }
 }
 
-impl ActivationNorm for MeanOnlyBn {
+impl Normalization for MeanOnlyBn {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![], vec![&self.running_mean])
+    }
+
+    fn copied(&self) -> Result<Box<dyn Normalization>> {
+        Ok(Box::new(Self {
+            running_mean: copy_var(&self.running_mean)?,
+            momentum: self.momentum,
+            version: StoreVersion::detached(),
+            lead: self.lead,
+        }))
+    }
+
+    fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
+        self.forward_reference(&h, stats)
+    }
+
     fn runs_on_host(&self, weight_normed: bool) -> bool {
         // As `wn_mean_only_bn` builds it.
         weight_normed
@@ -236,6 +267,26 @@ impl ActivationNorm for MeanOnlyBn {
         mean_scaled.zeros_like()
     }
 
+    fn has_cuda_kernel(&self) -> bool {
+        true
+    }
+
+    fn fused_forward(
+        &self,
+        h: &Tensor,
+        stats: BnStats,
+        bias: Option<&Var>,
+    ) -> Result<Option<Applied>> {
+        #[cfg(feature = "cuda")]
+        if let (true, Some(bias)) = (h.device().is_cuda(), bias) {
+            return self.forward_relu_cuda(h, stats, bias).map(Some);
+        }
+        match bias.filter(|_| h.device().is_cpu()) {
+            Some(bias) => self.forward_relu_agents(h, stats, bias).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {
         values.push((
             "bn_running_mean_avg",
@@ -245,79 +296,10 @@ impl ActivationNorm for MeanOnlyBn {
     }
 }
 
-/// Mean-only batch norm's population form (weight norm's companion): each agent's batch
-/// mean per unit subtracted in training, its running mean otherwise.
-pub(crate) struct StackedMeanOnly {
-    running_mean: Var,
-    momentum: f64,
-}
-
-impl StackedMeanOnly {
-    pub(crate) fn stack(take: &mut super::stacked::Take, momentum: f64) -> Result<Self> {
-        Ok(Self {
-            running_mean: take("running_mean", super::Role::Buffer)?,
-            momentum,
-        })
-    }
-
-    /// [`super::stacked::StackedNorm::fused_forward`] on a CUDA device: the batch's means
-    /// by the moments kernel (and the running mean's update in tensor ops), then the
-    /// centered bias and ReLU by the bias kernel.
-    #[cfg(feature = "cuda")]
-    fn forward_relu_cuda(
-        &self,
-        h: &Tensor,
-        stats: BnStats,
-        bias: &Var,
-    ) -> Result<crate::kernels::per_agent::Applied> {
-        use crate::kernels::cuda::{args, device};
-        let h = h.contiguous()?;
-        let agents = h.dim(0)?;
-        let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
-        let shape = self.running_mean.shape().clone();
-        let mean = match stats {
-            BnStats::Batch => {
-                let s = args::BatchNorm::of(agents, &units, (true, true, 0.0));
-                let mean = device::batch_norm_moments(&h, s)?.0.reshape(&shape)?;
-                super::stacked::blend(&self.running_mean, &mean, self.momentum)?;
-                mean
-            }
-            BnStats::Running => self.running_mean.as_tensor().copy()?,
-        };
-        let kernel = mean_only_bn_op::DeviceCenteredBiasRelu {
-            mean,
-            batch_statistics: stats == BnStats::Batch,
-            units,
-        };
-        crate::kernels::per_agent::PerAgent::new(kernel, agents).apply1(&h, bias.as_tensor())
-    }
-}
-
-impl super::stacked::StackedNorm for StackedMeanOnly {
-    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        (vec![], vec![&self.running_mean])
-    }
-
-    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
-        Ok(Box::new(Self {
-            running_mean: super::stacked::copy_var(&self.running_mean)?,
-            momentum: self.momentum,
-        }))
-    }
-
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        stats: super::BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
-        #[cfg(feature = "cuda")]
-        if let (true, Some(bias)) = (h.device().is_cuda(), bias) {
-            return self.forward_relu_cuda(h, stats, bias).map(Some);
-        }
-        let Some(bias) = bias.filter(|_| h.device().is_cpu()) else {
-            return Ok(None);
-        };
+impl MeanOnlyBn {
+    /// A population's fused op on the CPU: each agent's batch means (and the running
+    /// means' update) or running means, then the centered bias and ReLU, per agent.
+    fn forward_relu_agents(&self, h: &Tensor, stats: BnStats, bias: &Var) -> Result<Applied> {
         let h = h.contiguous()?;
         let agents = h.dim(0)?;
         let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
@@ -327,54 +309,51 @@ impl super::stacked::StackedNorm for StackedMeanOnly {
                 .collect()
         };
         let means: Vec<Vec<f32>> = match stats {
-            super::BnStats::Batch => {
+            BnStats::Batch => {
                 let means: Vec<Vec<f32>> = with_values(&h, |x| {
                     Ok(x.chunks(x.len() / agents.max(1))
-                        .map(|a| crate::kernels::batch_norm::moments_of(&units, a).0)
+                        .map(|a| batch_norm_op::moments_of(&units, a).0)
                         .collect())
                 })?;
                 let all: Vec<f32> = means.iter().flatten().copied().collect();
-                crate::kernels::batch_norm::update_running(
-                    &self.running_mean,
-                    &all,
-                    self.momentum,
-                    1.0,
-                )?;
+                batch_norm_op::update_running(&self.running_mean, &all, self.momentum, 1.0)?;
                 means
             }
-            super::BnStats::Running => {
-                with_values(self.running_mean.as_tensor(), |x| Ok(per_agent(x)))?
-            }
+            BnStats::Running => with_values(self.running_mean.as_tensor(), |x| Ok(per_agent(x)))?,
         };
-        let kernel = crate::kernels::mean_only_bn::AgentCenteredBiasRelu {
+        let kernel = mean_only_bn_op::AgentCenteredBiasRelu {
             means,
-            batch_statistics: stats == super::BnStats::Batch,
+            batch_statistics: stats == BnStats::Batch,
             units,
         };
-        let op = crate::kernels::per_agent::PerAgent { kernel, agents };
-        op.apply1(&h, bias.as_tensor()).map(Some)
+        let op = PerAgent { kernel, agents };
+        op.apply1(&h, bias.as_tensor())
     }
 
-    fn normalize(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
+    /// [`Normalization::fused_forward`] on a CUDA device: the batch's means
+    /// by the moments kernel (and the running mean's update in tensor ops), then the
+    /// centered bias and ReLU by the bias kernel.
+    #[cfg(feature = "cuda")]
+    fn forward_relu_cuda(&self, h: &Tensor, stats: BnStats, bias: &Var) -> Result<Applied> {
+        use crate::kernels::cuda::{args, device};
+        let h = h.contiguous()?;
+        let agents = h.dim(0)?;
+        let units = Units::of(&candle_core::Shape::from(&h.dims()[1..]))?;
+        let shape = self.running_mean.shape().clone();
         let mean = match stats {
-            super::BnStats::Batch => {
-                let mean = super::stacked::unit_moments(&h)?.0;
-                super::stacked::blend(&self.running_mean, &mean, self.momentum)?;
+            BnStats::Batch => {
+                let s = args::BatchNorm::of(agents, &units, (true, true, 0.0));
+                let mean = device::batch_norm_moments(&h, s)?.0.reshape(&shape)?;
+                blend(&self.running_mean, &mean, self.momentum)?;
                 mean
             }
-            super::BnStats::Running => self.running_mean.as_tensor().clone(),
+            BnStats::Running => self.running_mean.as_tensor().copy()?,
         };
-        h.broadcast_sub(&mean)
-    }
-
-    fn has_cuda_kernel(&self) -> bool {
-        true
-    }
-
-    /// The batch mean is subtracted anyway: the running mean starts at the first
-    /// batch's (scaled) mean, and the bias at 0.
-    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
-        self.running_mean.set(mean_scaled)?;
-        mean_scaled.zeros_like()
+        let kernel = mean_only_bn_op::DeviceCenteredBiasRelu {
+            mean,
+            batch_statistics: stats == BnStats::Batch,
+            units,
+        };
+        PerAgent::new(kernel, agents).apply1(&h, bias.as_tensor())
     }
 }

@@ -3,12 +3,13 @@
 //!
 //! A layer ([`Layer`]) is a kernel, plain or weight-normed ([`WeightNorm`]), an
 //! activation normalization ([`BatchNorm`] with or without batch renormalization,
-//! [`MeanOnlyBn`], [`LayerNorm`], [`GroupNorm`], [`RmsNorm`] or none, each implementing
-//! one trait in its own file), a bias and a ReLU. Each method's file holds
-//! its parameters, init, graph forward and the host path's forward and backward; the
-//! CPU loops they call are in [`crate::kernels`].
+//! [`MeanOnlyBn`], [`LayerNorm`], [`GroupNorm`], [`RmsNorm`], [`Hyperspherical`], SVB's
+//! or none, each one type implementing one trait, `normalization::Normalization`, in
+//! its own file), a bias and a ReLU. Each method's file holds its parameters, init,
+//! tensor form, graph forward, the host path's forward and backward and a population's
+//! fused forward, for a single network and a population alike; the CPU loops they call
+//! are in [`crate::kernels`].
 
-mod activation_norm;
 mod batch_norm;
 mod batch_renorm;
 mod config;
@@ -22,18 +23,17 @@ mod linear_map;
 mod mean_only_bn;
 pub(crate) mod nap;
 mod norm;
+pub(crate) mod normalization;
 pub(crate) mod params;
+#[cfg(test)]
+mod population_forms_tests;
 mod qnet;
 mod registry;
 mod rms_norm;
-pub(crate) mod stacked;
-#[cfg(test)]
-mod stacked_tests;
 pub mod svb;
 pub(crate) mod weight_norm;
 pub(crate) mod wn_projected;
 
-pub use activation_norm::HostGradients;
 pub use batch_norm::BatchNorm;
 pub use batch_renorm::RenormConfig;
 pub use config::{Architecture, QNetworkConfig};
@@ -44,6 +44,7 @@ pub use layer::{Layer, LayerStats};
 pub use layer_norm::LayerNorm;
 pub use linear_map::{unit_moments, LinearMap};
 pub use mean_only_bn::MeanOnlyBn;
+pub use normalization::HostGradients;
 pub use params::{Param, ParamStore, Role};
 pub use qnet::QNetwork;
 pub(crate) use registry::AfterStep;

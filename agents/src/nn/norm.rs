@@ -1,9 +1,11 @@
-//! A single network's activation normalization of a hidden layer, one variant per
-//! type that implements [`ActivationNorm`] (a kind of the registry may share a type:
-//! batch norm, batch renormalization and BBN are `Batch`), and [`with_method!`], which
-//! dispatches on it statically on the host path's hot loop.
+//! A single network's normalization of a hidden layer, one variant per type that
+//! implements [`Normalization`] (a kind of the registry may share a type: batch norm,
+//! batch renormalization and BBN are `Batch`), and [`with_method!`], which dispatches
+//! on it statically on the host path's hot loop. (A population's layer holds its
+//! normalization as a `Box<dyn Normalization>`: its calls are one per layer and batch
+//! of agents.)
 
-use super::activation_norm::{ActivationNorm, Identity};
+use super::normalization::{Identity, Normalization};
 use super::{BatchNorm, GroupNorm, Hyperspherical, LayerNorm, MeanOnlyBn, RmsNorm};
 
 pub(crate) enum Norm {
@@ -19,12 +21,12 @@ pub(crate) enum Norm {
 impl Norm {
     /// The method behind the layer's activation normalization, as a trait object (for
     /// the calls off the hot path; [`with_method!`] dispatches statically).
-    pub(crate) fn method(&self) -> &dyn ActivationNorm {
+    pub(crate) fn method(&self) -> &dyn Normalization {
         with_method!(self, |m| m)
     }
 }
 
-/// Evaluates `$body` with `$m` bound to the layer's [`ActivationNorm`], one arm per
+/// Evaluates `$body` with `$m` bound to the layer's [`Normalization`], one arm per
 /// method, so that each call is static and inlined (a trait-object call per layer cost
 /// acting on a small MLP about 5%, measured).
 macro_rules! with_method {

@@ -43,6 +43,12 @@ pub struct Param {
 pub(crate) struct StoreVersion(Arc<AtomicU64>);
 
 impl StoreVersion {
+    /// A version of no store: a population's normalization keeps its variables outside
+    /// one (its network marks its own changes), and bumps this one to no effect.
+    pub(crate) fn detached() -> Self {
+        Self(Arc::default())
+    }
+
     #[inline]
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Acquire)

@@ -1,5 +1,6 @@
 //! The registry of normalization methods: each kind's config name, its hidden layers'
-//! kernel and bias, and its normalization for a single network and for a population,
+//! kernel and bias, and its normalization (one type per method, implementing
+//! `Normalization`) built for a single network (`new`) and for a population (`stack`),
 //! written once, in [`registry!`]'s one list below; and their settings, [`NormConfig`].
 //! The methods' files take plain settings, not this file's types: the registry imports
 //! them, never the other way. [`NormKind`], its config names
@@ -11,10 +12,9 @@
 use candle_core::Result;
 use serde::{Deserialize, Serialize};
 
-use super::hyperspherical::StackedHyperspherical;
 use super::norm::Norm;
-use super::stacked::{StackedNorm, Take};
-use super::{batch_norm, group_norm, layer_norm, mean_only_bn, rms_norm, svb};
+use super::normalization::{Normalization, Take};
+use super::svb::Svb;
 use super::{BatchNorm, GroupNorm, Hyperspherical, LayerNorm, MeanOnlyBn, ParamStore};
 use super::{RenormConfig, RmsNorm};
 use crate::check::{non_negative, positive};
@@ -74,7 +74,7 @@ pub(crate) struct Method {
 }
 
 pub(crate) type SingleForm = fn(&mut ParamStore, &str, &[usize], &NormConfig) -> Result<Norm>;
-pub(crate) type StackedForm = fn(&mut Take, &NormConfig) -> Result<Option<Box<dyn StackedNorm>>>;
+pub(crate) type StackedForm = fn(&mut Take, &NormConfig) -> Result<Option<Box<dyn Normalization>>>;
 
 /// Generates [`NormKind`] (each variant's serde name the entry's), `ALL`, `name()` and
 /// `method()` from one list of `Kind = "config_name" => METHOD` entries.
@@ -264,7 +264,7 @@ fn no_norm(_: &mut ParamStore, _: &str, _: &[usize], _: &NormConfig) -> Result<N
     Ok(Norm::None)
 }
 
-fn no_stacked(_: &mut Take, _: &NormConfig) -> Result<Option<Box<dyn StackedNorm>>> {
+fn no_stacked(_: &mut Take, _: &NormConfig) -> Result<Option<Box<dyn Normalization>>> {
     Ok(None)
 }
 
@@ -273,17 +273,13 @@ fn batch_norm(store: &mut ParamStore, prefix: &str, out: &[usize], c: &NormConfi
     Ok(Norm::Batch(bn))
 }
 
-fn stacked_batch_norm(take: &mut Take, c: &NormConfig) -> Result<Option<Box<dyn StackedNorm>>> {
+fn stacked_batch_norm(take: &mut Take, c: &NormConfig) -> Result<Option<Box<dyn Normalization>>> {
     Ok(Some(Box::new(stacked_bn(take, c, None)?)))
 }
 
 /// A population's batch norm, renormalized with `renorm`.
-fn stacked_bn(
-    take: &mut Take,
-    c: &NormConfig,
-    renorm: Option<RenormConfig>,
-) -> Result<batch_norm::StackedBatchNorm> {
-    batch_norm::StackedBatchNorm::stack(take, (c.bn_momentum, c.bn_eps), renorm)
+fn stacked_bn(take: &mut Take, c: &NormConfig, renorm: Option<RenormConfig>) -> Result<BatchNorm> {
+    BatchNorm::stack(take, (c.bn_momentum, c.bn_eps), renorm)
 }
 
 const NONE: Method = Method {
@@ -306,10 +302,7 @@ const WN_MEAN_ONLY_BN: Method = Method {
         let bn = MeanOnlyBn::new(store, prefix, out[0], c.bn_momentum)?;
         Ok(Norm::MeanOnly(bn))
     },
-    stacked: |take, c| {
-        let form = mean_only_bn::StackedMeanOnly::stack(take, c.bn_momentum)?;
-        Ok(Some(Box::new(form)))
-    },
+    stacked: |take, c| Ok(Some(Box::new(MeanOnlyBn::stack(take, c.bn_momentum)?))),
     ..NONE
 };
 
@@ -333,12 +326,7 @@ const BATCH_RENORM: Method = Method {
 const LAYER_NORM: Method = Method {
     keeps_bias: false,
     single: |store, prefix, out, c| Ok(Norm::Layer(LayerNorm::new(store, prefix, out, c.ln_eps)?)),
-    // Group norm with one group: each sample over all its features.
-    stacked: |take, c| {
-        let (gamma, beta) = layer_norm::stacked_vars(take)?;
-        let form = group_norm::StackedGroupNorm::new(gamma, beta, 1, c.ln_eps);
-        Ok(Some(Box::new(form)))
-    },
+    stacked: |take, c| Ok(Some(Box::new(LayerNorm::stack(take, c.ln_eps)?))),
     ..NONE
 };
 
@@ -347,20 +335,13 @@ const GROUP_NORM: Method = Method {
         let gn = GroupNorm::new(store, prefix, out, c.groups, c.ln_eps)?;
         Ok(Norm::Group(gn))
     },
-    stacked: |take, c| {
-        let form = group_norm::StackedGroupNorm::stack(take, c.groups, c.ln_eps)?;
-        Ok(Some(Box::new(form)))
-    },
+    stacked: |take, c| Ok(Some(Box::new(GroupNorm::stack(take, c.groups, c.ln_eps)?))),
     ..LAYER_NORM
 };
 
 const RMS_NORM: Method = Method {
     single: |store, prefix, out, c| Ok(Norm::Rms(RmsNorm::new(store, prefix, out, c.ln_eps)?)),
-    stacked: |take, c| {
-        Ok(Some(Box::new(rms_norm::StackedRmsNorm::stack(
-            take, c.ln_eps,
-        )?)))
-    },
+    stacked: |take, c| Ok(Some(Box::new(RmsNorm::stack(take, c.ln_eps)?))),
     ..LAYER_NORM
 };
 
@@ -368,13 +349,7 @@ const SVB: Method = Method {
     kernel: Kernel::Orthogonal,
     after_step: AfterStep::Svb,
     single: no_norm,
-    stacked: |_, c| {
-        Ok(Some(Box::new(svb::StackedSvb::new(
-            c.svb_interval,
-            c.svb_eps,
-            None,
-        ))))
-    },
+    stacked: |_, c| Ok(Some(Box::new(Svb::new(c.svb_interval, c.svb_eps, None)))),
     ..NONE
 };
 
@@ -382,8 +357,8 @@ const BBN: Method = Method {
     keeps_bias: false,
     single: batch_norm,
     stacked: |take, c| {
-        let bbn: Box<dyn StackedNorm> = Box::new(stacked_bn(take, c, None)?);
-        let form = svb::StackedSvb::new(c.svb_interval, c.svb_eps, Some((bbn, c.bbn_eps)));
+        let bbn: Box<dyn Normalization> = Box::new(stacked_bn(take, c, None)?);
+        let form = Svb::new(c.svb_interval, c.svb_eps, Some((bbn, c.bbn_eps)));
         Ok(Some(Box::new(form)))
     },
     ..SVB
@@ -411,12 +386,12 @@ const HYPERSPHERICAL: Method = Method {
             SphereHead::Linear => Ok(None),
         },
         stacked: |take, c| match c.sphere_head {
-            SphereHead::Scaled => Ok(Some(Box::new(StackedHyperspherical::stack(take, true)?))),
+            SphereHead::Scaled => Ok(Some(Box::new(Hyperspherical::stack(take, true)?))),
             SphereHead::Linear => Ok(None),
         },
     }),
     single: |store, prefix, out, _| Ok(Norm::Sphere(Hyperspherical::hidden(store, prefix, out)?)),
-    stacked: |take, _| Ok(Some(Box::new(StackedHyperspherical::stack(take, false)?))),
+    stacked: |take, _| Ok(Some(Box::new(Hyperspherical::stack(take, false)?))),
 };
 
 impl NormKind {

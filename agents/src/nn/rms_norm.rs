@@ -2,8 +2,8 @@
 //! divided by the root mean square of all of a layer's features (`(C, H, W)` for conv)
 //! and scaled per feature: `y = gamma * t / sqrt(mean(t²) + eps)`. No centering, no
 //! shift (and so no layer bias), no batch statistics. On the CPU one fused op computes
-//! it and its closed-form backward; elsewhere (and as the tested reference)
-//! differentiable tensor ops do.
+//! it and its closed-form backward (per agent in a population); elsewhere (and as the
+//! tested reference) differentiable tensor ops do.
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -22,28 +22,38 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::layer_norm::{normalized_per_sample, Centered};
-
-use super::activation_norm::{
-    fused_or_reference, push, ActivationNorm, Backward, GraphLayer, HostGradients, HostLayer,
-    HostOutput, KernelGradient, NormTape, Saved,
+use super::normalization::{
+    copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
+    KernelGradient, NormTape, Normalization, Saved, Take,
 };
-use super::{ParamStore, Role};
+use super::{BnStats, ParamStore, Role};
 use crate::kernels::layer_norm::check_rows;
+use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::kernels::rms_norm::{inverse_rms, rms_gradients, scale_rows, FusedRmsNorm};
-use crate::kernels::with_values;
+use crate::kernels::{has_fused_ops, with_values};
 
+/// RMSNorm of a layer: `gamma` per feature, one network's (`lead` 0) or a population's
+/// stacked (`lead` 1).
 pub struct RmsNorm {
     gamma: Var,
     eps: f64,
+    lead: usize,
 }
 
 impl RmsNorm {
     /// `features`: one sample's shape, e.g. `[n]` or `[C, H, W]`.
     pub fn new(store: &mut ParamStore, prefix: &str, features: &[usize], eps: f64) -> Result<Self> {
-        Ok(Self {
-            gamma: store.ones(&format!("{prefix}.rms.gamma"), features, Role::Weight)?,
-            eps,
-        })
+        let gamma = store.ones(&format!("{prefix}.rms.gamma"), features, Role::Weight)?;
+        Ok(Self::of(gamma, eps, 0))
+    }
+
+    /// A population's, from the agents' stacked variables.
+    pub(crate) fn stack(take: &mut Take, eps: f64) -> Result<Self> {
+        Ok(Self::of(take("rms.gamma", Role::Weight)?, eps, 1))
+    }
+
+    pub(crate) fn of(gamma: Var, eps: f64, lead: usize) -> Self {
+        Self { gamma, eps, lead }
     }
 
     /// The layer's normalization, then the ReLU where `relu`: one op on the CPU.
@@ -58,9 +68,10 @@ impl RmsNorm {
         })
     }
 
-    /// The layer through candle's tensor ops.
+    /// The layer through candle's tensor ops, for any leading axes.
     pub fn forward_reference(&self, t: &Tensor) -> Result<Tensor> {
-        normalized_per_sample(t, 1, Centered::No, self.eps)?.broadcast_mul(self.gamma.as_tensor())
+        normalized_per_sample(t, self.lead + 1, Centered::No, self.eps)?
+            .broadcast_mul(self.gamma.as_tensor())
     }
 
     /// [`Self::forward`] (with the ReLU if `relu`) on host values (rows of this layer's
@@ -74,7 +85,23 @@ impl RmsNorm {
     }
 }
 
-impl ActivationNorm for RmsNorm {
+impl Normalization for RmsNorm {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![&self.gamma], vec![])
+    }
+
+    fn copied(&self) -> Result<Box<dyn Normalization>> {
+        Ok(Box::new(Self::of(
+            copy_var(&self.gamma)?,
+            self.eps,
+            self.lead,
+        )))
+    }
+
+    fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
+        self.forward_reference(&h)
+    }
+
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward(t, layer.relu)
     }
@@ -101,37 +128,6 @@ impl ActivationNorm for RmsNorm {
         push(grads, &self.gamma, dgamma);
         Ok(KernelGradient::plain(dt))
     }
-}
-
-/// RMSNorm's population form: each agent's sample divided by its root mean square over
-/// all its features, `gamma` per unit.
-pub(crate) struct StackedRmsNorm {
-    gamma: Var,
-    eps: f64,
-}
-
-impl StackedRmsNorm {
-    pub(crate) fn stack(take: &mut super::stacked::Take, eps: f64) -> Result<Self> {
-        let gamma = take("rms.gamma", super::Role::Weight)?;
-        Ok(Self::new(gamma, eps))
-    }
-
-    pub(crate) fn new(gamma: Var, eps: f64) -> Self {
-        Self { gamma, eps }
-    }
-}
-
-impl super::stacked::StackedNorm for StackedRmsNorm {
-    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        (vec![&self.gamma], vec![])
-    }
-
-    fn copied(&self) -> Result<Box<dyn super::stacked::StackedNorm>> {
-        Ok(Box::new(Self {
-            gamma: super::stacked::copy_var(&self.gamma)?,
-            eps: self.eps,
-        }))
-    }
 
     fn has_cuda_kernel(&self) -> bool {
         true
@@ -140,27 +136,23 @@ impl super::stacked::StackedNorm for StackedRmsNorm {
     fn fused_forward(
         &self,
         h: &Tensor,
-        _stats: super::BnStats,
+        _stats: BnStats,
         bias: Option<&Var>,
-    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
+    ) -> Result<Option<Applied>> {
         // Per feature gains only: the loops take a sample's features as one row.
         let (agents, rows) = (h.dim(0)?, h.dim(1)?);
         let per_sample = h.elem_count() / (agents * rows).max(1);
-        if !crate::kernels::has_fused_ops(h.device())
+        if !has_fused_ops(h.device())
             || bias.is_some()
             || self.gamma.elem_count() != agents * per_sample
         {
             return Ok(None);
         }
-        let kernel = crate::kernels::rms_norm::FusedRmsNorm {
+        let kernel = FusedRmsNorm {
             eps: self.eps,
             relu: true,
         };
-        let op = crate::kernels::per_agent::PerAgent { kernel, agents };
+        let op = PerAgent { kernel, agents };
         op.apply1(h, self.gamma.as_tensor()).map(Some)
-    }
-
-    fn normalize(&self, h: Tensor, _stats: super::BnStats) -> Result<Tensor> {
-        normalized_per_sample(&h, 2, Centered::No, self.eps)?.broadcast_mul(self.gamma.as_tensor())
     }
 }

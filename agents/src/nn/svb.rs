@@ -3,7 +3,9 @@
 //! rewritten as `U S' V^T` with every singular value clamped into `[1/(1+eps), 1+eps]`.
 //! Bounded Batch Normalization bounds BN's per-channel gains the same way.
 //!
-//! The SVD runs on the host with faer (candle has none).
+//! The SVD runs on the host with faer (candle has none). A single network's layer takes
+//! these steps itself (`Layer::after_step`, its normalization batch norm's or none); a
+//! population's layer through its normalization, [`Svb`].
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -16,9 +18,13 @@
 //! ```
 
 use candle_core::{Result, Tensor, Var};
-
-use super::stacked::StackedNorm;
 use faer::Mat;
+
+use super::normalization::{
+    Backward, GraphLayer, HostGradients, HostLayer, HostOutput, Identity, Normalization, Saved,
+};
+use super::BnStats;
+use crate::kernels::per_agent::Applied;
 
 /// `(rows, cols)` of the matrix view of a weight: `(c_out, everything else)`.
 fn matrix_dims(w: &Tensor) -> (usize, usize) {
@@ -109,85 +115,91 @@ pub fn bound_bn_gains(gamma: &[f32], sigma: &[f32], eps: f64) -> Vec<f32> {
         .collect()
 }
 
-/// SVB's population form: each agent's hidden weights projected every `interval`
-/// updates, agent by agent on the host as a single network's (an SVD per agent and
-/// layer, so this work grows with P, at those updates only); BBN's batch norm with its
-/// gains bounded at the same updates.
-pub(crate) struct StackedSvb {
+/// SVB as a layer's normalization: the weight projected every `interval` updates, agent
+/// by agent on the host as a single network's (an SVD per agent and layer, so this work
+/// grows with P, at those updates only); BBN's batch norm with its gains bounded at the
+/// same updates. Otherwise the layer's normalization is BBN's batch norm, or none.
+pub(crate) struct Svb {
     interval: u64,
     eps: f64,
     /// BBN's batch norm and its gains' bound.
-    bbn: Option<(Box<dyn StackedNorm>, f64)>,
+    bbn: Option<(Box<dyn Normalization>, f64)>,
 }
 
-impl StackedSvb {
+impl Svb {
     /// SVB's form with its `interval` and bound `eps`, or BBN's over its batch norm
     /// and the gains' bound.
-    pub(crate) fn new(interval: u64, eps: f64, bbn: Option<(Box<dyn StackedNorm>, f64)>) -> Self {
+    pub(crate) fn new(interval: u64, eps: f64, bbn: Option<(Box<dyn Normalization>, f64)>) -> Self {
         Self { interval, eps, bbn }
+    }
+
+    /// What normalizes the layer: BBN's batch norm, or nothing.
+    fn inner(&self) -> &dyn Normalization {
+        match &self.bbn {
+            Some((bn, _)) => bn.as_ref(),
+            None => &Identity,
+        }
     }
 }
 
-impl StackedNorm for StackedSvb {
+impl Normalization for Svb {
     fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        match &self.bbn {
-            Some((bn, _)) => bn.vars(),
-            None => (vec![], vec![]),
-        }
+        self.inner().vars()
     }
 
-    fn copied(&self) -> Result<Box<dyn StackedNorm>> {
+    fn copied(&self) -> Result<Box<dyn Normalization>> {
         let bbn = match &self.bbn {
             Some((bn, eps)) => Some((bn.copied()?, *eps)),
             None => None,
         };
-        Ok(Box::new(Self {
-            interval: self.interval,
-            eps: self.eps,
-            bbn,
-        }))
+        Ok(Box::new(Self::new(self.interval, self.eps, bbn)))
     }
 
-    fn normalize(&self, h: Tensor, stats: super::BnStats) -> Result<Tensor> {
-        match &self.bbn {
-            Some((bn, _)) => bn.normalize(h, stats),
-            None => Ok(h),
-        }
+    fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
+        self.inner().normalize(h, stats)
     }
 
     fn passes_through(&self) -> bool {
-        self.bbn.is_none()
+        self.inner().passes_through()
+    }
+
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
+        self.inner().graph_forward(t, layer)
+    }
+
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        self.inner().runs_on_host(weight_normed)
+    }
+
+    fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
+        self.inner().host_forward(layer, t, keep)
+    }
+
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+        self.inner().host_backward(saved, dy, grads)
     }
 
     fn fused_forward(
         &self,
         h: &Tensor,
-        stats: super::BnStats,
+        stats: BnStats,
         bias: Option<&Var>,
-    ) -> Result<Option<crate::kernels::per_agent::Applied>> {
-        match &self.bbn {
-            Some((bn, _)) => bn.fused_forward(h, stats, bias),
-            None => Ok(None),
-        }
+    ) -> Result<Option<Applied>> {
+        self.inner().fused_forward(h, stats, bias)
     }
 
     // BBN's batch norm answers for itself: it has CUDA kernels, and a warm-up would
     // make its steps vary (a wrapper that kept the defaults hid both).
     fn has_cuda_kernel(&self) -> bool {
-        self.bbn
-            .as_ref()
-            .is_some_and(|(bn, _)| bn.has_cuda_kernel())
+        self.inner().has_cuda_kernel()
     }
 
     fn step_invariant(&self) -> bool {
-        self.bbn.as_ref().is_none_or(|(bn, _)| bn.step_invariant())
+        self.inner().step_invariant()
     }
 
     fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
-        match &self.bbn {
-            Some((bn, _)) => bn.initial_bias(mean_scaled),
-            None => mean_scaled.neg(),
-        }
+        self.inner().initial_bias(mean_scaled)
     }
 
     fn after_step(&self, updates: u64, weight: &Var) -> Result<bool> {
@@ -199,9 +211,12 @@ impl StackedNorm for StackedSvb {
             .map(|i| project(&w.get(i)?, self.eps))
             .collect::<Result<Vec<_>>>()?;
         weight.set(&Tensor::stack(&projected, 0)?.contiguous()?)?;
-        if let Some((bn, bbn_eps)) = &self.bbn {
-            bn.bound_gains(*bbn_eps)?;
-        }
+        self.inner()
+            .bound_gains(self.bbn.as_ref().map_or(0.0, |(_, eps)| *eps))?;
         Ok(true)
+    }
+
+    fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {
+        self.inner().log_stats(values)
     }
 }

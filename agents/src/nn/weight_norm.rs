@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
-use super::activation_norm::{push, HostGradients};
+use super::normalization::{push, HostGradients};
 use super::params::StoreVersion;
 use super::{LinearMap, ParamStore, Role};
 use crate::kernels::conv::DataConv2d;
@@ -417,7 +417,7 @@ pub(crate) fn stacked_weight_reference(v: &Tensor, g: &Tensor, direction: bool) 
 /// directions on its batch, per unit the gain `1 / (std(t) + eps)` and the scaled mean
 /// `mean(t) gain` (the bias is its negative, unless the normalization takes it).
 pub(crate) fn stacked_initial_gain(t: &Tensor) -> Result<(Tensor, Tensor)> {
-    let (mean, var) = super::stacked::unit_moments(t)?;
+    let (mean, var) = super::normalization::unit_moments(t, 1)?;
     let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
     let mean_scaled = (mean * &scale)?;
     Ok((scale, mean_scaled))
@@ -449,7 +449,10 @@ impl StackedWeightNorm {
 
     /// The same over a copy of the gains (a target network), with no op formed.
     pub(crate) fn copied(&self) -> Result<Self> {
-        Ok(Self::new(super::stacked::copy_var(&self.g)?, self.scaled))
+        Ok(Self::new(
+            super::normalization::copy_var(&self.g)?,
+            self.scaled,
+        ))
     }
 
     /// Whether the fused ops scale the layer's output per unit (the product is `v`'s;

@@ -23,7 +23,7 @@
 //!   its tensor form, and its update candle's backward.
 //! - **CUDA kernels** (`Path::DeviceKernels`): the same ops' kernels (`kernels/cuda`),
 //!   where every layer has them (`PopulationNet::cuda_fusable`: a method's
-//!   `StackedNorm::has_cuda_kernel`, no convolution after the first layer); the
+//!   `Normalization::has_cuda_kernel`, no convolution after the first layer); the
 //!   backward by hand; each step captured once as a CUDA graph and replayed.
 //! - **Tensor forms** (`Path::TensorForms`): candle's ops on any device and candle's
 //!   backward; the fused paths' reference (`use_tensor_forms`, on the CPU too), and what

@@ -2,9 +2,9 @@
 //! parameter carries a leading population axis, and each layer is one product over all
 //! agents (on the CPU each agent's with the single network's kernel, elsewhere one
 //! batched product) and one op after it. A hidden layer's normalization is its
-//! method's population form
-//! (`nn::stacked`, written in the method's own file), with each agent's statistics its
-//! own; this file names no method. The agents' networks are stacked from single
+//! method's type (`nn::normalization::Normalization`, in the method's own file) over
+//! the agents' stacked variables, with each agent's statistics its own; this file names
+//! no method. The agents' networks are stacked from single
 //! [`QNetwork`]s, so each starts exactly as it would alone.
 
 use std::collections::HashMap;
@@ -17,7 +17,7 @@ use super::conv::Im2col;
 use crate::kernels::agent_product::{self, AgentConv};
 use crate::kernels::bias_relu::{AgentBias, AgentScaledBias};
 use crate::kernels::per_agent::{Applied, PerAgent};
-use crate::nn::stacked::{copy_var, StackedNorm};
+use crate::nn::normalization::{copy_var, Normalization};
 use crate::nn::weight_norm::StackedWeightNorm;
 use crate::nn::{nap, wn_projected, AfterStep};
 use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
@@ -30,8 +30,8 @@ pub(super) struct PopulationLayer {
     /// Weight norm's gains over `weight` (its `v`) and its fused op.
     pub(super) weight_norm: Option<StackedWeightNorm>,
     pub(super) bias: Option<Var>,
-    /// The method's population form (`nn::stacked`), on hidden layers that have one.
-    pub(super) norm: Option<Box<dyn StackedNorm>>,
+    /// The method's normalization over the agents' variables, on layers that have one.
+    pub(super) norm: Option<Box<dyn Normalization>>,
     pub(super) relu: bool,
     /// The method's step after each optimizer step (`nn::AfterStep`), and NaP's
     /// initial norms `[P, 1, 1]`.
@@ -65,7 +65,7 @@ impl PopulationLayer {
 
     /// The method's every-step projection after an optimizer step, as a single
     /// network's `Layer::after_step` (SVB's, every `svb_interval` steps, is the
-    /// normalization's: [`StackedNorm::after_step`]). Whether it ran.
+    /// normalization's: [`Normalization::after_step`]). Whether it ran.
     fn project(&self) -> Result<bool> {
         match (self.after, &self.rho) {
             (AfterStep::UnitRows, _) => wn_projected::project(&self.weight, 1)?,
@@ -630,7 +630,7 @@ impl PopulationNet {
     }
 
     /// Whether a training step's work on the device is the same at every step (see
-    /// `StackedNorm::step_invariant`), as a CUDA graph's replay needs.
+    /// `Normalization::step_invariant`), as a CUDA graph's replay needs.
     pub(crate) fn step_invariant(&self) -> bool {
         let norms = self.layers.iter().filter_map(|l| l.norm.as_ref());
         norms.into_iter().all(|n| n.step_invariant())

@@ -1,20 +1,18 @@
-//! The population forms' fused CPU ops (`StackedNorm::fused_forward`, the bias per
-//! agent) against the tensor forms they replace: outputs, gradients, running
-//! statistics. Apart from `stacked.rs`, so that the contract does not import the
-//! methods that implement it.
+//! The population's fused CPU ops (`Normalization::fused_forward`, the bias per agent)
+//! against the tensor forms they replace: outputs, gradients, running statistics.
+//! Apart from `normalization.rs`, so that the contract does not import the methods
+//! that implement it.
 
 use candle_core::Var;
 
-use crate::nn::group_norm::StackedGroupNorm;
-use crate::nn::rms_norm::StackedRmsNorm;
-use crate::nn::stacked::StackedNorm;
-use crate::nn::BnStats;
+use crate::nn::normalization::Normalization;
+use crate::nn::{BnStats, GroupNorm, RmsNorm};
 use crate::test_support::Normals;
 use crate::test_support::{explicit_gradients, gradients, max_relative, random};
 
 /// A method's fused per-agent op against its tensor-op form with a ReLU after it:
 /// the same outputs and the same gradients of `h` and of every variable.
-fn fused_equals_reference(norm: &dyn StackedNorm, h: &Var, what: &str) {
+fn fused_equals_reference(norm: &dyn Normalization, h: &Var, what: &str) {
     fused_equals_reference_with(norm, norm, h, BnStats::Batch, what);
 }
 
@@ -22,8 +20,8 @@ fn fused_equals_reference(norm: &dyn StackedNorm, h: &Var, what: &str) {
 /// `reference`, two copies of one state (a method with running statistics changes
 /// them in its forward).
 fn fused_equals_reference_with(
-    fused: &dyn StackedNorm,
-    reference: &dyn StackedNorm,
+    fused: &dyn Normalization,
+    reference: &dyn Normalization,
     h: &Var,
     stats: BnStats,
     what: &str,
@@ -61,8 +59,7 @@ fn fused_equals_reference_with(
 
 #[test]
 fn fused_population_batch_norm_equals_its_tensor_form() {
-    use crate::nn::batch_norm::StackedBatchNorm;
-    use crate::nn::{NormConfig, NormKind, Role};
+    use crate::nn::{BatchNorm, NormConfig, NormKind, Role};
     for kind in [NormKind::BatchNorm, NormKind::BatchRenorm] {
         for (h, unit) in [
             (vec![3, 5, 8], vec![3, 1, 8]),
@@ -97,10 +94,7 @@ fn fused_population_batch_norm_equals_its_tensor_form() {
                 };
                 let renorm = (kind == NormKind::BatchRenorm).then(|| config.renorm());
                 let settings = (config.bn_momentum, config.bn_eps);
-                (
-                    StackedBatchNorm::stack(&mut take, settings, renorm).unwrap(),
-                    vars,
-                )
+                (BatchNorm::stack(&mut take, settings, renorm).unwrap(), vars)
             };
             // Two copies of one state: the same draws.
             let (fused_bn, _) = make(&mut Normals::new(4));
@@ -125,8 +119,7 @@ fn fused_population_batch_norm_equals_its_tensor_form() {
 /// the bias, the running mean; in training and evaluation mode.
 #[test]
 fn fused_population_mean_only_equals_its_tensor_form() {
-    use crate::nn::mean_only_bn::StackedMeanOnly;
-    use crate::nn::{NormConfig, Role};
+    use crate::nn::{MeanOnlyBn, NormConfig, Role};
     for (h, unit) in [
         (vec![3, 5, 8], vec![3, 1, 8]),
         (vec![3, 5, 4, 6], vec![3, 1, 4, 1]),
@@ -135,7 +128,7 @@ fn fused_population_mean_only_equals_its_tensor_form() {
         let running = random(&mut rng, &unit);
         let make = || {
             let mut take = |_: &str, _: Role| Var::from_tensor(&running);
-            StackedMeanOnly::stack(&mut take, NormConfig::default().bn_momentum).unwrap()
+            MeanOnlyBn::stack(&mut take, NormConfig::default().bn_momentum).unwrap()
         };
         let (fused, reference) = (make(), make());
         let x = Var::from_tensor(&random(&mut rng, &h)).unwrap();
@@ -192,14 +185,14 @@ fn fused_population_norms_equal_their_tensor_form() {
         (vec![3, 5, 4, 6], vec![3, 1, 4, 6], 1, "layer norm, CNN"),
         (vec![3, 5, 4, 6], vec![3, 1, 4, 1], 2, "group norm, CNN"),
     ] {
-        let norm = StackedGroupNorm::new(var(&gain), var(&gain), groups, 1e-5);
+        let norm = GroupNorm::of([var(&gain), var(&gain)], groups, 1e-5, 1);
         fused_equals_reference(&norm, &var(&h), what);
     }
     for (h, gain, what) in [
         (vec![3, 5, 8], vec![3, 1, 8], "RMSNorm, MLP"),
         (vec![3, 5, 4, 6], vec![3, 1, 4, 6], "RMSNorm, CNN"),
     ] {
-        let norm = StackedRmsNorm::new(var(&gain), 1e-5);
+        let norm = RmsNorm::of(var(&gain), 1e-5, 1);
         fused_equals_reference(&norm, &var(&h), what);
     }
 }
@@ -306,16 +299,14 @@ fn a_population_scaled_bias_equals_the_tensor_form() {
 /// to normalize.
 #[test]
 fn bbn_answers_as_its_batch_norm() {
-    use crate::nn::batch_norm::StackedBatchNorm;
-    use crate::nn::stacked::StackedNorm;
-    use crate::nn::svb::StackedSvb;
-    use crate::nn::{RenormConfig, Role};
+    use crate::nn::svb::Svb;
+    use crate::nn::{BatchNorm, RenormConfig, Role};
     use candle_core::{DType, Device, Tensor, Var};
     let mut take =
         |_: &str, _: Role| Var::from_tensor(&Tensor::ones((2, 1, 3), DType::F32, &Device::Cpu)?);
     let mut bbn = |renorm| {
-        let bn = StackedBatchNorm::stack(&mut take, (0.1, 1e-5), renorm).unwrap();
-        StackedSvb::new(5, 0.05, Some((Box::new(bn) as Box<dyn StackedNorm>, 0.5)))
+        let bn = BatchNorm::stack(&mut take, (0.1, 1e-5), renorm).unwrap();
+        Svb::new(5, 0.05, Some((Box::new(bn) as Box<dyn Normalization>, 0.5)))
     };
     let plain = bbn(None);
     assert!(plain.has_cuda_kernel() && plain.step_invariant() && !plain.passes_through());
@@ -326,6 +317,6 @@ fn bbn_answers_as_its_batch_norm() {
         warmup: 10,
     };
     assert!(!bbn(Some(warmup)).step_invariant());
-    let svb = StackedSvb::new(5, 0.05, None);
+    let svb = Svb::new(5, 0.05, None);
     assert!(!svb.has_cuda_kernel() && svb.passes_through() && svb.step_invariant());
 }

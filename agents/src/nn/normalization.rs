@@ -1,25 +1,35 @@
-//! What every activation normalization provides to the layer around it: the part of a
-//! hidden layer between its kernel (`t = W x`, or weight norm's `v x` scaled) and its
-//! output `relu(norm(t) + b)`. Each method implements [`ActivationNorm`] in its own
-//! file (batch norm with batch renormalization's correction, mean-only BN, layer norm,
-//! group norm, RMSNorm); [`Identity`], here, is the layer without one (`none`, weight
-//! norm, SVB, BBN).
+//! The one trait every normalization method implements, [`Normalization`]: the part
+//! of a hidden layer between its kernel (`t = W x`, or weight norm's `v x` scaled) and
+//! its output `relu(norm(t) + b)`, for a single network and for a population alike.
+//! Each method is one type in its own file (batch norm with batch renormalization's
+//! correction, mean-only BN, layer norm, group norm, RMSNorm, hyperspherical features,
+//! SVB with BBN); [`Identity`], here, is the layer without one (`none`, weight norm,
+//! SVB's single network, every output layer).
 //!
-//! Two paths compute the same values: candle's graph (any device, CNNs) and the host
-//! path of CPU MLPs, which runs on plain buffers and keeps what its backward needs on a
-//! tape ([`super::HostTape`]).
+//! One value of a method's type normalizes one network's layer: its variables shaped for
+//! one agent (`lead` = 0 leading axes, built by the method's `new`), or stacked along a
+//! leading population axis, `[P, 1, units]` (`[P, 1, channels, positions]` over feature
+//! maps), each agent's statistics its own (`lead` = 1, built by its `stack` from the
+//! agents' variables). The method's tensor-op form ([`Normalization::normalize`]) is
+//! written once for any leading axes: the reference its fused ops are tested against,
+//! and what other devices run. Besides it, three fused paths compute the same values:
+//! a single network's fused CPU op on candle's graph, the host path of a single CPU MLP
+//! on plain buffers (its tape, [`super::HostTape`]), and a population's per-agent op
+//! ([`Normalization::fused_forward`], `kernels::per_agent`, with CUDA kernels where
+//! the method has them).
 
 use std::sync::Arc;
 
-use candle_core::{Result, Tensor, TensorId, Var};
+use candle_core::{DType, Result, Tensor, TensorId, Var};
 
-use super::BnStats;
+use super::{BnStats, Role};
 use crate::kernels::batch_norm::BatchNormOp;
 use crate::kernels::bias_relu::{self, relu_mask};
 use crate::kernels::feature_pass::{
     affine_features, affine_in_place, output_gradient, Affine, SavedOutput,
 };
 use crate::kernels::layer_norm::RowStatistics;
+use crate::kernels::per_agent::Applied;
 use crate::kernels::with_values;
 
 /// Each trainable variable's gradient from the host path, by the variable's id.
@@ -160,28 +170,91 @@ impl KernelGradient {
     }
 }
 
-pub(crate) trait ActivationNorm: Send + Sync {
-    /// Whether the host path runs this method, with a weight-normed kernel or not (by
-    /// default: without weight norm).
+/// What a layer asks of its normalization, a single network's and a population's
+/// alike; each step has one name. A single network calls `graph_forward` (candle's graph)
+/// or, on a CPU MLP, `host_forward` and `host_backward`; a population `fused_forward`
+/// where the method has a per-agent op, else `normalize`, the tensor-op form, followed
+/// by the layer's bias and ReLU.
+pub(crate) trait Normalization: Send + Sync {
+    /// Trainable variables, then buffers, in the order they were made or taken.
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>);
+
+    /// The same normalization over copies of its variables (a population's target
+    /// network).
+    fn copied(&self) -> Result<Box<dyn Normalization>>;
+
+    /// The normalized (and scaled) `h`, by tensor ops, for the value's leading axes;
+    /// with batch statistics, a method that keeps running statistics updates them.
+    fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor>;
+
+    /// Whether [`Self::normalize`] leaves `h` as it is (no normalization; SVB without
+    /// BBN): the layer's bias and ReLU are then its whole output.
+    fn passes_through(&self) -> bool {
+        false
+    }
+
+    /// `relu(norm(t) + bias)` (the ReLU only where the layer has one) through a single
+    /// network's graph: the fused op on the CPU, the tensor form elsewhere.
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor>;
+
+    /// Whether a single network's host path runs this method, with a weight-normed
+    /// kernel or not (by default: without weight norm).
     fn runs_on_host(&self, weight_normed: bool) -> bool {
         !weight_normed
     }
 
-    /// `relu(norm(t) + bias)` (the ReLU only where the layer has one) through the
-    /// graph; `t` is the kernel's output.
-    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor>;
-
-    /// The same on host values; `keep` asks for what [`Self::host_backward`] reads.
+    /// [`Self::graph_forward`] on host values; `keep` asks for what
+    /// [`Self::host_backward`] reads.
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput>;
 
     /// Pushes the method's (and the bias's) gradients from `dy`, the gradient of the
     /// layer's output.
     fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward;
 
+    /// A population's `relu(normalize(h) + bias)` as one fused op, where the method has
+    /// one for `h`'s device and this layer (its kernel's loops run per agent:
+    /// `kernels::per_agent`); `None` otherwise, and the layer adds its bias and applies
+    /// the ReLU itself. Only mean-only batch norm's layers have a bias besides their
+    /// normalization. The op is kept with its inputs for an explicit backward.
+    fn fused_forward(
+        &self,
+        _h: &Tensor,
+        _stats: BnStats,
+        _bias: Option<&Var>,
+    ) -> Result<Option<Applied>> {
+        Ok(None)
+    }
+
+    /// Whether [`Self::fused_forward`] has a form on a CUDA device (its kernels in
+    /// `kernels/cuda`); a method without one takes the tensor forms there.
+    fn has_cuda_kernel(&self) -> bool {
+        false
+    }
+
+    /// Whether a training step's work on the device is the same at every step, so that
+    /// a CUDA graph may replay it: not during batch renormalization's warm-up, which
+    /// reads and counts its updates on the host.
+    fn step_invariant(&self) -> bool {
+        true
+    }
+
     /// The layer's bias after weight norm's data-dependent init, from `mean_scaled`, each
     /// unit's mean of `t` times its new gain: `-mean_scaled` centers the output.
     fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
         mean_scaled.neg()
+    }
+
+    /// A population's method work after optimizer step `updates` on the layer's weight
+    /// `[P, out, in]` (SVB's projection, BBN's bound of the gains); whether it ran. (A
+    /// single network's layer takes these steps in `Layer::after_step`.)
+    fn after_step(&self, _updates: u64, _weight: &Var) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// BBN's bound of each agent's gains with bound `eps`, where the method has gains
+    /// over running statistics (batch norm's); nothing elsewhere.
+    fn bound_gains(&self, _eps: f64) -> Result<()> {
+        Ok(())
     }
 
     /// Scalars for logging (running statistics, gains).
@@ -219,7 +292,23 @@ pub(crate) fn with_bias<R>(
 /// kernel is weight-normed (`none`, `weight_norm`, `svb` and every output layer).
 pub(crate) struct Identity;
 
-impl ActivationNorm for Identity {
+impl Normalization for Identity {
+    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+        (vec![], vec![])
+    }
+
+    fn copied(&self) -> Result<Box<dyn Normalization>> {
+        Ok(Box::new(Identity))
+    }
+
+    fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
+        Ok(h)
+    }
+
+    fn passes_through(&self) -> bool {
+        true
+    }
+
     fn runs_on_host(&self, _weight_normed: bool) -> bool {
         true
     }
@@ -271,4 +360,57 @@ impl ActivationNorm for Identity {
             gain_sums: sums.d_t,
         })
     }
+}
+
+/// Takes a stacked variable of the layer by its name's suffix (`ln.gamma`) and group.
+pub(crate) type Take<'a> = dyn FnMut(&str, Role) -> Result<Var> + 'a;
+
+/// A copy of `v`, as a variable of its own.
+pub(crate) fn copy_var(v: &Var) -> Result<Var> {
+    Var::from_tensor(&v.as_tensor().copy()?)
+}
+
+/// `running = (1 - momentum) running + momentum batch`: a running statistic's update.
+pub(crate) fn blend(running: &Var, batch: &Tensor, momentum: f64) -> Result<()> {
+    let kept = (running.as_tensor() * (1.0 - momentum))?;
+    running.set(&(kept + (batch.detach() * momentum)?)?)
+}
+
+/// Per-unit moments over the batch (and a feature map's positions), for any leading
+/// axes: `h` is `[lead.., B, units]` or `[lead.., B, units, positions..]`, each
+/// leading index (a population's agent) with its own; shaped to broadcast against `h`.
+///
+/// Summed in f64, as a single network's fused batch norm sums. (The sums' precision
+/// alone does not keep a CNN population on its agents' paths: with f32 sums the test's
+/// CNN with weight norm met a kink at update 41, with f64 sums not.)
+pub(crate) fn unit_moments(h: &Tensor, lead: usize) -> Result<(Tensor, Tensor)> {
+    // The positions' axes first, last to first, then the batch's.
+    let per_unit = |x: &Tensor| -> Result<Tensor> {
+        let mut m = x.clone();
+        for axis in (lead + 2..x.rank()).rev() {
+            m = m.mean_keepdim(axis)?;
+        }
+        m.mean_keepdim(lead)
+    };
+    let wide = h.to_dtype(DType::F64)?;
+    let mean = per_unit(&wide)?;
+    let var = per_unit(&wide.broadcast_sub(&mean)?.sqr()?)?;
+    Ok((mean.to_dtype(DType::F32)?, var.to_dtype(DType::F32)?))
+}
+
+/// `x_hat gamma + beta`, per unit.
+pub(crate) fn affine(x_hat: Tensor, gamma: &Tensor, beta: &Tensor) -> Result<Tensor> {
+    x_hat.broadcast_mul(gamma)?.broadcast_add(beta)
+}
+
+/// A per-unit variable `v` shaped to broadcast against `t` (`[lead.., B, units,
+/// positions..]`): a single network's `[units]` as `[1, units, 1..]`; a population's is
+/// stacked so already (`[P, 1, units(, 1)]`).
+pub(crate) fn unit_view(v: &Tensor, t: &Tensor, lead: usize) -> Result<Tensor> {
+    if lead > 0 {
+        return Ok(v.clone());
+    }
+    let mut shape = vec![1; t.rank()];
+    shape[1] = t.dim(1)?;
+    v.reshape(shape)
 }
