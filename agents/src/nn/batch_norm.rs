@@ -32,14 +32,14 @@ use candle_core::{Result, Tensor, Var};
 
 use super::batch_renorm::{BatchRenorm, RenormConfig};
 use super::normalization::{
-    blend, copy_var, mean_of, push, unit_moments, unit_view, Backward, GraphLayer, HostGradients,
-    HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
+    blend, copy_var, mean_of, push, unit_moments, unit_view, Backward, Fused, GraphLayer,
+    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
 };
 use super::params::StoreVersion;
 use super::{svb, BnStats, ParamStore, Role};
 use crate::kernels::batch_norm::{self as batch_norm_op, AgentBatchNorm, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
-use crate::kernels::per_agent::{Applied, PerAgent};
+use crate::kernels::per_agent::PerAgent;
 use crate::kernels::units::Units;
 use crate::kernels::with_values;
 
@@ -444,12 +444,7 @@ impl Normalization for BatchNorm {
             .set(&self.gamma, &bounded.reshape(gamma.shape())?)
     }
 
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
+    fn fused_forward(&self, h: &Tensor, stats: BnStats, bias: Option<&Var>) -> Fused {
         #[cfg(feature = "cuda")]
         if h.device().is_cuda() && bias.is_none() {
             return self.forward_relu_cuda(h, stats).map(Some);

@@ -24,13 +24,13 @@ use candle_core::{Result, Tensor, Var};
 use super::layer_norm::{
     fused_per_agent, host_normalize, host_normalize_backward, normalized_per_sample, Centered,
 };
+use super::normalization::Fused;
 use super::normalization::{
     affine, copy_var, fused_or_reference, unit_view, Backward, GraphLayer, HostGradients,
     HostLayer, HostOutput, Normalization, Saved, Take,
 };
 use super::{BnStats, ParamStore, Role};
 use crate::kernels::layer_norm::FusedLayerNorm;
-use crate::kernels::per_agent::Applied;
 
 /// Group norm of a layer: `gamma` and `beta` per unit or channel, one network's (`lead`
 /// 0) or a population's stacked (`lead` 1).
@@ -138,12 +138,7 @@ impl Normalization for GroupNorm {
         true
     }
 
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        _stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
+    fn fused_forward(&self, h: &Tensor, _stats: BnStats, bias: Option<&Var>) -> Fused {
         let vars = [&self.gamma, &self.beta];
         fused_per_agent(h, vars, (self.groups, self.eps), bias)
     }

@@ -23,12 +23,13 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::normalization::Fused;
 use super::normalization::{copy_var, mean_of, push, Backward, GraphLayer, Normalization};
 use super::normalization::{
     HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Saved, Take,
 };
 use super::{BnStats, ParamStore, Role};
-use crate::kernels::per_agent::{Applied, PerAgent};
+use crate::kernels::per_agent::PerAgent;
 use crate::kernels::sphere::{sphere_backward, sphere_forward, AgentSphere, FusedSphere, EPS};
 use crate::kernels::with_values;
 
@@ -123,12 +124,7 @@ impl Normalization for Hyperspherical {
 
     /// A population's hidden layer: the loops per agent on the CPU (no CUDA kernel: a
     /// device takes the tensor form); the head's scaled output takes the tensor form.
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        _stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
+    fn fused_forward(&self, h: &Tensor, _stats: BnStats, bias: Option<&Var>) -> Fused {
         if self.head || bias.is_some() || !h.device().is_cpu() {
             return Ok(None);
         }

@@ -21,6 +21,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::normalization::Fused;
 use super::normalization::{
     affine, copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer,
     HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
@@ -194,12 +195,7 @@ impl Normalization for LayerNorm {
         true
     }
 
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        _stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
+    fn fused_forward(&self, h: &Tensor, _stats: BnStats, bias: Option<&Var>) -> Fused {
         fused_per_agent(h, [&self.gamma, &self.beta], (1, self.eps), bias)
     }
 }

@@ -19,8 +19,9 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::normalization::{
-    blend, copy_var, mean_of, push, unit_moments, unit_view, with_bias, Backward, GraphLayer,
-    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
+    blend, copy_var, mean_of, push, unit_moments, unit_view, with_bias, Backward, Fused,
+    GraphLayer, HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization,
+    Saved, Take,
 };
 use super::params::StoreVersion;
 use super::{BnStats, ParamStore, Role};
@@ -271,12 +272,7 @@ impl Normalization for MeanOnlyBn {
         true
     }
 
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
+    fn fused_forward(&self, h: &Tensor, stats: BnStats, bias: Option<&Var>) -> Fused {
         #[cfg(feature = "cuda")]
         if let (true, Some(bias)) = (h.device().is_cuda(), bias) {
             return self.forward_relu_cuda(h, stats, bias).map(Some);

@@ -159,6 +159,10 @@ pub(crate) struct KernelGradient {
 /// What a host backward returns.
 pub(crate) type Backward = Result<KernelGradient>;
 
+/// What a population's fused forward returns: the op applied, or `None` where the
+/// method has none for this device and layer.
+pub(crate) type Fused = Result<Option<Applied>>;
+
 impl KernelGradient {
     /// `dL/dt` of a kernel without weight norm.
     #[inline]
@@ -216,12 +220,7 @@ pub(crate) trait Normalization: Send + Sync {
     /// `kernels::per_agent`); `None` otherwise, and the layer adds its bias and applies
     /// the ReLU itself. Only mean-only batch norm's layers have a bias besides their
     /// normalization. The op is kept with its inputs for an explicit backward.
-    fn fused_forward(
-        &self,
-        _h: &Tensor,
-        _stats: BnStats,
-        _bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
+    fn fused_forward(&self, _h: &Tensor, _stats: BnStats, _bias: Option<&Var>) -> Fused {
         Ok(None)
     }
 

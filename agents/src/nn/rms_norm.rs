@@ -22,13 +22,14 @@
 use candle_core::{Result, Tensor, Var};
 
 use super::layer_norm::{normalized_per_sample, Centered};
+use super::normalization::Fused;
 use super::normalization::{
     copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
     KernelGradient, NormTape, Normalization, Saved, Take,
 };
 use super::{BnStats, ParamStore, Role};
 use crate::kernels::layer_norm::check_rows;
-use crate::kernels::per_agent::{Applied, PerAgent};
+use crate::kernels::per_agent::PerAgent;
 use crate::kernels::rms_norm::{inverse_rms, rms_gradients, scale_rows, FusedRmsNorm};
 use crate::kernels::{has_fused_ops, with_values};
 
@@ -133,12 +134,7 @@ impl Normalization for RmsNorm {
         true
     }
 
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        _stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
+    fn fused_forward(&self, h: &Tensor, _stats: BnStats, bias: Option<&Var>) -> Fused {
         // Per feature gains only: the loops take a sample's features as one row.
         let (agents, rows) = (h.dim(0)?, h.dim(1)?);
         let per_sample = h.elem_count() / (agents * rows).max(1);

@@ -21,10 +21,10 @@ use candle_core::{Result, Tensor, Var};
 use faer::Mat;
 
 use super::normalization::{
-    Backward, GraphLayer, HostGradients, HostLayer, HostOutput, Identity, Normalization, Saved,
+    Backward, Fused, GraphLayer, HostGradients, HostLayer, HostOutput, Identity, Normalization,
+    Saved,
 };
 use super::BnStats;
-use crate::kernels::per_agent::Applied;
 
 /// `(rows, cols)` of the matrix view of a weight: `(c_out, everything else)`.
 fn matrix_dims(w: &Tensor) -> (usize, usize) {
@@ -179,12 +179,7 @@ impl Normalization for Svb {
         self.inner().host_backward(saved, dy, grads)
     }
 
-    fn fused_forward(
-        &self,
-        h: &Tensor,
-        stats: BnStats,
-        bias: Option<&Var>,
-    ) -> Result<Option<Applied>> {
+    fn fused_forward(&self, h: &Tensor, stats: BnStats, bias: Option<&Var>) -> Fused {
         self.inner().fused_forward(h, stats, bias)
     }
 
