@@ -55,3 +55,24 @@ pub(crate) fn gradients(y: &Tensor, weights: &Tensor) -> GradStore {
         .backward()
         .unwrap()
 }
+
+/// Each of `stores`' gradients of every one of `vars` within `tol` (relative) of
+/// `reference`'s: a fused op's, by candle's backward and by its explicit one, against
+/// its tensor form's.
+pub(crate) fn assert_same_gradients(
+    stores: &[GradStore],
+    reference: &GradStore,
+    vars: &[&candle_core::Var],
+    (tol, what): (f32, &str),
+) {
+    for store in stores {
+        for v in vars {
+            let a = store.get(v.as_tensor()).expect("a gradient of the op");
+            let b = reference
+                .get(v.as_tensor())
+                .expect("a gradient of the reference");
+            let e = max_relative(a, b);
+            assert!(e < tol, "{what}: gradient of {:?} apart by {e}", v.dims());
+        }
+    }
+}

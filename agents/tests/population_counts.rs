@@ -4,10 +4,9 @@
 //! the process's, and no other test may create tensors while it counts.
 
 use candle_core::Device;
-use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
+use normrl_agents::dqn::Dqn;
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
-use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::population::count::{device_reads, tensors_created};
 use normrl_agents::population::PopulationDqn;
 use normrl_agents::replay::Batch;
@@ -36,23 +35,8 @@ fn step_counts(network: &QNetworkConfig, obs: &[usize], kind: NormKind, p: usize
         brn_warmup: 0,
         ..Default::default()
     };
-    let (opt, dqn) = (OptimizerConfig::default(), DqnConfig::default());
     let agents: Vec<Dqn> = (0..p as u64)
-        .map(|s| {
-            Dqn::new(
-                AgentConfig {
-                    network,
-                    norm: &norm,
-                    optimizer: &opt,
-                    dqn: &dqn,
-                },
-                obs,
-                3,
-                s,
-                &Device::Cpu,
-            )
-            .unwrap()
-        })
+        .map(|s| Dqn::with_defaults((network, &norm), obs, 3, s).unwrap())
         .collect();
     let mut population = PopulationDqn::from_agents(&agents.iter().collect::<Vec<_>>()).unwrap();
     let obs_len: usize = obs.iter().product();

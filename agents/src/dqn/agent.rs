@@ -105,6 +105,25 @@ enum Targets {
 }
 
 impl Dqn {
+    /// A CPU agent of `network` and `norm` with the default optimizer and DQN settings
+    /// (tests' agents).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn with_defaults(
+        (network, norm): (&crate::nn::QNetworkConfig, &crate::nn::NormConfig),
+        obs_shape: &[usize],
+        n_actions: usize,
+        seed: u64,
+    ) -> Result<Self> {
+        let (optimizer, dqn) = (Default::default(), Default::default());
+        let config = AgentConfig {
+            network,
+            norm,
+            optimizer: &optimizer,
+            dqn: &dqn,
+        };
+        Self::new(config, obs_shape, n_actions, seed, &Device::Cpu)
+    }
+
     /// An agent of `config` for observations of `obs_shape` and `n_actions` actions,
     /// its networks initialized from `seed`.
     pub fn new(

@@ -203,13 +203,14 @@ impl Layer {
         kernel: LinearMap,
         rng: &mut InitRng,
     ) -> Result<WeightParam> {
-        let bound = 1.0 / (kernel.fan_in() as f64).sqrt();
-        let w = rng.uniform(kernel.weight_shape(), bound, &store.device().clone())?;
-        Ok(WeightParam::Plain(store.add(
+        let w = Self::uniform(
+            store,
             &format!("{name}.weight"),
-            w,
-            Role::Weight,
-        )?))
+            kernel.weight_shape(),
+            kernel,
+            rng,
+        )?;
+        Ok(WeightParam::Plain(w))
     }
 
     fn plain_bias(
@@ -218,9 +219,27 @@ impl Layer {
         kernel: LinearMap,
         rng: &mut InitRng,
     ) -> Result<Var> {
+        Self::uniform(
+            store,
+            &format!("{name}.bias"),
+            vec![kernel.units()],
+            kernel,
+            rng,
+        )
+    }
+
+    /// A variable of `shape`, uniform in `±1/sqrt(fan_in)` (PyTorch's default init of
+    /// a layer's weight and bias).
+    fn uniform(
+        store: &mut ParamStore,
+        name: &str,
+        shape: impl Into<candle_core::Shape>,
+        kernel: LinearMap,
+        rng: &mut InitRng,
+    ) -> Result<Var> {
         let bound = 1.0 / (kernel.fan_in() as f64).sqrt();
-        let b = rng.uniform(kernel.units(), bound, &store.device().clone())?;
-        store.add(&format!("{name}.bias"), b, Role::Weight)
+        let values = rng.uniform(shape, bound, &store.device().clone())?;
+        store.add(name, values, Role::Weight)
     }
 
     fn normed_weight(

@@ -45,7 +45,7 @@ pub(crate) fn to_norm(w: &Tensor, rho: &Tensor, lead: usize) -> Result<Tensor> {
 
 /// The layer's step after an optimizer step: `weight` to norm `rho`, and the layer
 /// norm's `(gamma, beta)` jointly to `sqrt(d)`, in place. On the CPU by in-place ops
-/// that create no tensor; elsewhere by [`reference`].
+/// that create no tensor; elsewhere by tensor ops (tests: [`reference`]).
 pub(crate) fn project(
     weight: &Var,
     rho: &Var,
@@ -53,49 +53,61 @@ pub(crate) fn project(
     lead: usize,
 ) -> Result<()> {
     let w = weight.as_tensor();
-    if !w.device().is_cpu() {
-        return reference(weight, rho, affine, lead);
+    match w.device().is_cpu() {
+        true => w.inplace_op2(
+            rho.as_tensor(),
+            &ToNorm {
+                block: per_agent(w, lead),
+            },
+        )?,
+        false => weight.set(&to_norm(w, rho.as_tensor(), lead)?)?,
     }
-    let per = |t: &Tensor| t.dims()[lead..].iter().product::<usize>();
-    w.inplace_op2(rho.as_tensor(), &ToNorm { block: per(w) })?;
-    let Some((gamma, beta)) = affine else {
-        return Ok(());
-    };
-    let (g, b) = (gamma.as_tensor(), beta.as_tensor());
-    let block = per(g);
-    b.inplace_op2(
-        g,
-        &JointToNorm {
-            block,
-            offset: true,
-        },
-    )?;
-    g.inplace_op2(
-        b,
-        &JointToNorm {
-            block,
-            offset: false,
-        },
-    )
+    match affine {
+        Some((gamma, beta)) => project_affine(gamma, beta, lead, w.device().is_cpu()),
+        None => Ok(()),
+    }
 }
 
-/// [`project`] by tensor ops, on any device.
-pub(crate) fn reference(
-    weight: &Var,
-    rho: &Var,
-    affine: Option<(&Var, &Var)>,
-    lead: usize,
-) -> Result<()> {
-    weight.set(&to_norm(weight.as_tensor(), rho.as_tensor(), lead)?)?;
-    let Some((gamma, beta)) = affine else {
-        return Ok(());
-    };
+/// Values per leading index (an agent's) of `t`.
+fn per_agent(t: &Tensor, lead: usize) -> usize {
+    t.dims()[lead..].iter().product()
+}
+
+/// A layer norm's gain and offset, jointly to norm `sqrt(d)` per leading index: in
+/// place on the CPU (`in_place`), else by tensor ops.
+fn project_affine(gamma: &Var, beta: &Var, lead: usize, in_place: bool) -> Result<()> {
     let (g, b) = (gamma.as_tensor(), beta.as_tensor());
-    let features = g.dims()[lead..].iter().product::<usize>() as f64;
+    let block = per_agent(g, lead);
+    if in_place {
+        b.inplace_op2(
+            g,
+            &JointToNorm {
+                block,
+                offset: true,
+            },
+        )?;
+        return g.inplace_op2(
+            b,
+            &JointToNorm {
+                block,
+                offset: false,
+            },
+        );
+    }
     let joint = (norms(g, lead)?.sqr()? + norms(b, lead)?.sqr()?)?;
-    let factor = (joint.sqrt()?.maximum(NORM_FLOOR)?.recip()? * features.sqrt())?;
+    let factor = (joint.sqrt()?.maximum(NORM_FLOOR)?.recip()? * (block as f64).sqrt())?;
     gamma.set(&g.broadcast_mul(&factor)?)?;
     beta.set(&b.broadcast_mul(&factor)?)
+}
+
+/// [`project`] by tensor ops, as a device runs it.
+#[cfg(test)]
+fn reference(weight: &Var, rho: &Var, affine: Option<(&Var, &Var)>, lead: usize) -> Result<()> {
+    weight.set(&to_norm(weight.as_tensor(), rho.as_tensor(), lead)?)?;
+    match affine {
+        Some((gamma, beta)) => project_affine(gamma, beta, lead, false),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

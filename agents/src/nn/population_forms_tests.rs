@@ -8,7 +8,8 @@ use candle_core::Var;
 use crate::nn::normalization::Normalization;
 use crate::nn::{BnStats, GroupNorm, RmsNorm};
 use crate::test_support::Normals;
-use crate::test_support::{explicit_gradients, gradients, max_relative, random};
+use crate::test_support::{assert_same_gradients, explicit_gradients, gradients};
+use crate::test_support::{max_relative, random};
 
 /// A method's fused per-agent op against its tensor-op form with a ReLU after it:
 /// the same outputs and the same gradients of `h` and of every variable.
@@ -152,19 +153,9 @@ fn fused_population_mean_only_equals_its_tensor_form() {
             );
             let gr = gradients(&y_ref, &weights);
             let explicit = explicit_gradients(&applied, x.as_tensor(), &weights);
-            for gf in [gradients(&y, &weights), explicit] {
-                for v in [&x, &bias] {
-                    let (a, b) = (
-                        gf.get(v.as_tensor()).unwrap(),
-                        gr.get(v.as_tensor()).unwrap(),
-                    );
-                    assert!(
-                        max_relative(a, b) < 1e-4,
-                        "{h:?} {stats:?}: gradient of {:?}",
-                        v.dims()
-                    );
-                }
-            }
+            let stores = [gradients(&y, &weights), explicit];
+            let what = format!("{h:?} {stats:?}");
+            assert_same_gradients(&stores, &gr, &[&x, &bias], (1e-4, &what));
             let (a, b) = (
                 fused.vars().1[0].as_tensor(),
                 reference.vars().1[0].as_tensor(),

@@ -541,7 +541,8 @@ mod tests {
     /// gradients of `v` and `g` (a zero gain included).
     #[test]
     fn the_population_weight_equals_the_tensor_form() {
-        use crate::test_support::{explicit_gradients, gradients, max_relative};
+        use crate::test_support::{assert_same_gradients, explicit_gradients};
+        use crate::test_support::{gradients, max_relative};
         use candle_core::Var;
         let mut rng = crate::test_support::Normals::new(9);
         let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);
@@ -564,15 +565,8 @@ mod tests {
         let gr = gradients(&reference, &weights);
         // Through candle's backward and through the op's explicit one.
         let explicit = explicit_gradients(&applied, v.as_tensor(), &weights);
-        for gf in [gradients(&fused, &weights), explicit] {
-            for var in [&v, &g] {
-                let (a, b) = (
-                    gf.get(var.as_tensor()).unwrap(),
-                    gr.get(var.as_tensor()).unwrap(),
-                );
-                assert!(max_relative(a, b) < 1e-5, "gradient of {:?}", var.dims());
-            }
-        }
+        let stores = [gradients(&fused, &weights), explicit];
+        assert_same_gradients(&stores, &gr, &[&v, &g], (1e-5, "weight norm"));
     }
 
     /// Weight norm's per-unit scale equals its tensor form, values and gradients of
@@ -580,7 +574,8 @@ mod tests {
     /// among them.
     #[test]
     fn the_population_scale_equals_the_tensor_form() {
-        use crate::test_support::{explicit_gradients, gradients, max_relative};
+        use crate::test_support::explicit_gradients;
+        use crate::test_support::{gradients, max_relative};
         use candle_core::Var;
         let mut rng = crate::test_support::Normals::new(10);
         let mut random = |dims: &[usize]| crate::test_support::random(&mut rng, dims);

@@ -195,32 +195,13 @@ pub fn cpu_shard_size(agent: &Dqn, batch: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::Device;
 
     use super::*;
-    use crate::dqn::{AgentConfig, DqnConfig};
     use crate::nn::{NormConfig, QNetworkConfig};
-    use crate::optim::OptimizerConfig;
 
     fn agent(network: QNetworkConfig, obs: &[usize]) -> Dqn {
-        let (norm, opt, dqn) = (
-            NormConfig::default(),
-            OptimizerConfig::default(),
-            DqnConfig::default(),
-        );
-        Dqn::new(
-            AgentConfig {
-                network: &network,
-                norm: &norm,
-                optimizer: &opt,
-                dqn: &dqn,
-            },
-            obs,
-            3,
-            0,
-            &Device::Cpu,
-        )
-        .unwrap()
+        let norm = NormConfig::default();
+        Dqn::with_defaults((&network, &norm), obs, 3, 0).unwrap()
     }
 
     /// A MinAtar CNN agent's step (about 2.7 MB of variables with their gradients and
