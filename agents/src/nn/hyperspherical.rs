@@ -23,8 +23,8 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::normalization::Fused;
 use super::normalization::{copy_var, mean_of, push, Backward, GraphLayer, Normalization};
+use super::normalization::{Fused, Identity};
 use super::normalization::{
     HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Saved, Take,
 };
@@ -154,59 +154,46 @@ impl Normalization for Hyperspherical {
     fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
         with_values(self.scaler.as_tensor(), |s| {
             if self.head {
-                let mut out = t.clone();
-                let bias = layer
-                    .bias
-                    .map(|b| b.as_tensor().to_vec1::<f32>())
-                    .transpose()?;
-                for row in out.chunks_exact_mut(s.len()) {
-                    for (u, x) in row.iter_mut().enumerate() {
-                        *x = *x * s[u] + bias.as_ref().map_or(0.0, |b| b[u]);
-                    }
-                }
-                return Ok(HostOutput::keeping(out, t, keep, NormTape::None));
+                // `s t + b`: the plain layer's pass with the scaler as its per-unit scale.
+                return Identity.host_forward(&scaled(layer, s), t, keep);
             }
             let (out, inv) = sphere_forward(&t, s, (layer.rows, s.len(), 1));
             Ok(HostOutput::keeping(out, t, keep, NormTape::Sphere(inv)))
         })
     }
 
-    fn host_backward(
-        &self,
-        saved: &Saved,
-        mut dy: Vec<f32>,
-        grads: &mut HostGradients,
-    ) -> Backward {
-        let units = saved.layer.units;
-        let ds = with_values(self.scaler.as_tensor(), |s| match saved.tape {
+    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
+        let (dt, ds) = with_values(self.scaler.as_tensor(), |s| match saved.tape {
             NormTape::Sphere(inv) => {
-                let dims = (saved.layer.rows, units, 1);
-                let (dt, ds) = sphere_backward(saved.t, s, saved.out, inv, &dy, dims);
-                dy = dt;
-                Ok(ds)
+                let dims = (saved.layer.rows, saved.layer.units, 1);
+                Ok(sphere_backward(saved.t, s, saved.out, inv, &dy, dims))
             }
+            // The head: the plain layer's pass pushes the bias's gradient and gives the
+            // scale's sums, `Σ dy t`, the scaler's gradient.
             _ => {
-                let (mut ds, mut db) = (vec![0.0f32; units], vec![0.0f32; units]);
-                for (d, t) in dy.chunks_exact_mut(units).zip(saved.t.chunks_exact(units)) {
-                    for u in 0..units {
-                        ds[u] += d[u] * t[u];
-                        db[u] += d[u];
-                        d[u] *= s[u];
-                    }
-                }
-                if let Some(b) = saved.layer.bias {
-                    push(grads, b, db);
-                }
-                Ok(ds)
+                let head = Saved {
+                    layer: scaled(&saved.layer, s),
+                    ..*saved
+                };
+                let d = Identity.host_backward(&head, dy, grads)?;
+                Ok((d.dt, d.gain_sums))
             }
         })?;
         push(grads, &self.scaler, ds);
-        Ok(KernelGradient::plain(dy))
+        Ok(KernelGradient::plain(dt))
     }
 
     fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {
         let s = self.scaler.as_tensor().flatten_all()?.to_vec1::<f32>()?;
         values.push(("scaler_mean", mean_of(&s)));
         Ok(())
+    }
+}
+
+/// The head's layer with the scaler `s` as its per-unit scale (weight norm's slot).
+fn scaled<'a>(layer: &HostLayer<'a>, s: &'a [f32]) -> HostLayer<'a> {
+    HostLayer {
+        scale: Some(s),
+        ..*layer
     }
 }

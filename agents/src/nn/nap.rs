@@ -45,15 +45,27 @@ pub(crate) fn to_norm(w: &Tensor, rho: &Tensor, lead: usize) -> Result<Tensor> {
 
 /// The layer's step after an optimizer step: `weight` to norm `rho`, and the layer
 /// norm's `(gamma, beta)` jointly to `sqrt(d)`, in place. On the CPU by in-place ops
-/// that create no tensor; elsewhere by tensor ops (tests: [`reference`]).
+/// that create no tensor; elsewhere by tensor ops.
 pub(crate) fn project(
     weight: &Var,
     rho: &Var,
     affine: Option<(&Var, &Var)>,
     lead: usize,
 ) -> Result<()> {
+    let in_place = weight.device().is_cpu();
+    project_with(weight, rho, affine, (lead, in_place))
+}
+
+/// [`project`], by the in-place ops (`in_place`) or by tensor ops (a device's, and the
+/// reference the in-place ops are tested against).
+fn project_with(
+    weight: &Var,
+    rho: &Var,
+    affine: Option<(&Var, &Var)>,
+    (lead, in_place): (usize, bool),
+) -> Result<()> {
     let w = weight.as_tensor();
-    match w.device().is_cpu() {
+    match in_place {
         true => w.inplace_op2(
             rho.as_tensor(),
             &ToNorm {
@@ -63,7 +75,7 @@ pub(crate) fn project(
         false => weight.set(&to_norm(w, rho.as_tensor(), lead)?)?,
     }
     match affine {
-        Some((gamma, beta)) => project_affine(gamma, beta, lead, w.device().is_cpu()),
+        Some((gamma, beta)) => project_affine(gamma, beta, lead, in_place),
         None => Ok(()),
     }
 }
@@ -100,21 +112,11 @@ fn project_affine(gamma: &Var, beta: &Var, lead: usize, in_place: bool) -> Resul
     beta.set(&b.broadcast_mul(&factor)?)
 }
 
-/// [`project`] by tensor ops, as a device runs it.
-#[cfg(test)]
-fn reference(weight: &Var, rho: &Var, affine: Option<(&Var, &Var)>, lead: usize) -> Result<()> {
-    weight.set(&to_norm(weight.as_tensor(), rho.as_tensor(), lead)?)?;
-    match affine {
-        Some((gamma, beta)) => project_affine(gamma, beta, lead, false),
-        None => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use candle_core::{Device, Tensor, Var};
 
-    use super::{initial_norm, project, reference};
+    use super::{initial_norm, project, project_with};
 
     /// The weight keeps its direction at norm `rho`; gain and offset reach joint norm
     /// `sqrt(d)` per agent.
@@ -173,7 +175,7 @@ mod tests {
         };
         let (a, b) = (fresh(), fresh());
         project(&a[0], &rho, Some((&a[1], &a[2])), 1).unwrap();
-        reference(&b[0], &rho, Some((&b[1], &b[2])), 1).unwrap();
+        project_with(&b[0], &rho, Some((&b[1], &b[2])), (1, false)).unwrap();
         for (x, y) in a.iter().zip(&b) {
             let diff = (x.as_tensor() - y.as_tensor()).unwrap().abs().unwrap();
             let max = diff

@@ -40,9 +40,9 @@ pub(crate) fn project(weight: &Var, lead: usize) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{Device, Tensor};
+    use candle_core::{Device, Tensor, Var};
 
-    use super::unit_rows;
+    use super::{project, unit_rows};
 
     /// Each unit's row ends at norm 1 in its direction, whatever the leading axes.
     #[test]
@@ -67,13 +67,6 @@ mod tests {
             .iter()
             .all(|&x| (x - expected).abs() < 1e-7));
     }
-}
-
-#[cfg(test)]
-mod in_place_tests {
-    use candle_core::{Device, Tensor, Var};
-
-    use super::{project, unit_rows};
 
     /// The CPU's in-place projection is the tensor form's, to rounding.
     #[test]
