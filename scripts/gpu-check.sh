@@ -36,8 +36,8 @@ if [ ! -x "$BIN" ]; then
     echo "gpu-check: no binary at $BIN: run scripts/cuda-build.sh first, or set NORMRL_BIN" >&2
     exit 2
 fi
-for dir in target/cuda-venv/lib/python3*/site-packages/nvidia/cu13/lib; do
-    [ -d "$dir" ] && export LD_LIBRARY_PATH=$PWD/$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for dir in "${NORMRL_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/normrl}"/cuda-venv/lib/python3*/site-packages/nvidia/cu13/lib; do
+    [ -d "$dir" ] && export LD_LIBRARY_PATH=$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

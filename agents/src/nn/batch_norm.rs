@@ -39,6 +39,8 @@ use super::params::StoreVersion;
 use super::{svb, BnStats, ParamStore, Role};
 use crate::kernels::batch_norm::{self as batch_norm_op, AgentBatchNorm, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
+#[cfg(feature = "cuda")]
+use crate::kernels::per_agent::Applied;
 use crate::kernels::per_agent::PerAgent;
 use crate::kernels::units::Units;
 use crate::kernels::with_values;
