@@ -75,6 +75,17 @@ impl RunResult {
 pub const SUMMARY_FILE: &str = "summary.json";
 /// A finished run's `result.json`.
 pub const RESULT_FILE: &str = "result.json";
+/// A run directory moved aside because its results were unreadable is renamed
+/// `<dir>.damaged-<unix seconds>` (by `compare`, which trains the run again); reports
+/// and status skip such directories.
+pub const DAMAGED_MARK: &str = ".damaged-";
+
+/// Whether `dir` is a run directory moved aside for its damaged results.
+pub fn is_moved_aside(dir: &std::path::Path) -> bool {
+    dir.file_name()
+        .is_some_and(|n| n.to_string_lossy().contains(DAMAGED_MARK))
+}
+
 /// A failed run's last error (removed when the run starts again), for `normrl status`.
 pub const ERROR_FILE: &str = "error.txt";
 /// A training run's last sign of life (see [`Heartbeat`]).

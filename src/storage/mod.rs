@@ -19,11 +19,41 @@ pub use file::{fail_write_at, CheckedFile, Digest};
 /// old file or the new one, never a part. On a failure the temporary file goes and
 /// the error names `path` and the OS's reason.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!(
-        "{}tmp",
-        path.extension()
-            .map(|e| format!("{}.", e.to_string_lossy()))
-            .unwrap_or_default()
+    let tmp = write_temporary(path, bytes)?;
+    std::fs::rename(&tmp, path).with_context(|| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot move {} into place", path.display())
+    })
+}
+
+/// Writes `bytes` to `path` as [`write_atomic`] does, unless `path` exists: then
+/// nothing is written and the answer is `false`. Of several processes (on one host or
+/// on hosts sharing the disk) that race to create the same file, exactly one wins: the
+/// publishing step is a hard link, which never replaces a file.
+pub fn create_atomic(path: &Path, bytes: &[u8]) -> Result<bool> {
+    let tmp = write_temporary(path, bytes)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("cannot move {} into place", path.display())),
+    }
+}
+
+/// `bytes` in a synced temporary file beside `path`, named after this host, process
+/// and call so that no other writer (another process, another host on a shared disk)
+/// can be writing the same one.
+fn write_temporary(path: &Path, bytes: &[u8]) -> Result<std::path::PathBuf> {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".to_string(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(
+        ".{name}.{}.{}.{call}.tmp",
+        sanitize(&host_name()),
+        std::process::id()
     ));
     let written = CheckedFile::create_for(&tmp, path).and_then(|mut file| {
         let result = std::io::Write::write_all(&mut file, bytes);
@@ -34,9 +64,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot move {} into place", path.display()))?;
-    Ok(())
+    Ok(tmp)
 }
 
 /// The JSON file at `path` as a `T`, or `None` if there is no file; a file that is not
@@ -123,6 +151,31 @@ mod tests {
         // The fault was used up: the next write succeeds.
         write_atomic(&path, b"{}").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Two writers of one file never share a temporary file, and of two creators
+    /// exactly one publishes: the other is told, and the file is the first one's.
+    #[test]
+    fn concurrent_writers_do_not_collide() {
+        let dir = std::env::temp_dir().join(format!("normrl-atomic-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("plan.json");
+        let a = write_temporary(&path, b"a").unwrap();
+        let b = write_temporary(&path, b"b").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(std::fs::read(&a).unwrap(), b"a");
+        assert!(create_atomic(&path, b"first").unwrap());
+        assert!(!create_atomic(&path, b"second").unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        write_atomic(&path, b"third").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"third");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left.len(), 3, "{left:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -15,6 +15,7 @@ use crate::run::population::{train_members, Member};
 use crate::run::train::{set_threads, Trainer};
 use crate::storage::lock::Locked;
 use crate::study::compare::{population_units, CompareConfig, PlannedRun};
+use crate::study::finished::{self, Finish};
 
 /// The HParams dashboard's experiment (axes, values, metrics) at the root of the runs,
 /// in an event file of its own, written once per invocation.
@@ -46,12 +47,44 @@ pub struct Executed {
     pub held_elsewhere: usize,
 }
 
+/// What the workers found, shared between them.
+#[derive(Default)]
+struct Tally {
+    errors: Mutex<Vec<String>>,
+    interrupted: Mutex<Option<Interrupted>>,
+    done: AtomicUsize,
+    skipped: AtomicUsize,
+    held: AtomicUsize,
+}
+
+impl Tally {
+    fn failed(&self, run: &PlannedRun, e: impl std::fmt::Display) {
+        let line = format!("{}: {e}", run.rel_dir.display());
+        self.errors.lock().expect("error list").push(line);
+    }
+
+    /// The invocation's result: the failures, else the stop request, else the counts.
+    fn finish(self) -> Result<Executed> {
+        let errors = self.errors.into_inner().expect("error list");
+        if !errors.is_empty() {
+            bail!("{} runs failed:\n{}", errors.len(), errors.join("\n"));
+        }
+        if let Some(stop) = self.interrupted.into_inner().expect("interruption") {
+            return Err(stop.into());
+        }
+        Ok(Executed {
+            finished_before: self.skipped.into_inner(),
+            held_elsewhere: self.held.into_inner(),
+        })
+    }
+}
+
 /// Runs `runs` with `jobs` workers, each single-threaded: finished runs (with a
-/// `summary.json`, or a `result.json` merged in) are skipped, and so are runs another process holds (two
-/// invocations over one study share its work); interrupted ones resume from their
-/// checkpoint. On a
-/// stop request (SIGTERM, SIGUSR1) every worker checkpoints its run and starts no
-/// other, and the result is that [`Interrupted`].
+/// readable `summary.json` or `result.json`; a damaged one is repaired or the run
+/// retrained, see [`finished::check`]) are skipped, and so are runs another process
+/// holds (two invocations over one study share its work); interrupted ones resume from
+/// their checkpoint. On a stop request (SIGTERM, SIGUSR1) every worker checkpoints its
+/// run and starts no other, and the result is that [`Interrupted`].
 pub fn execute(
     config: &CompareConfig,
     runs: &[PlannedRun],
@@ -62,11 +95,7 @@ pub fn execute(
     write_experiment(config, runs, root)?;
     let units = population_units(config, runs)?;
     let next = AtomicUsize::new(0);
-    let errors = Mutex::new(Vec::new());
-    let interrupted = Mutex::new(None);
-    let done = AtomicUsize::new(0);
-    let skipped = AtomicUsize::new(0);
-    let held = AtomicUsize::new(0);
+    let tally = Tally::default();
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
@@ -75,64 +104,56 @@ pub fn execute(
                 if crate::run::interrupt::requested().is_some() {
                     break;
                 }
-                // A run with its summary, or only its result (merged in from another
-                // machine's shard or an archive of a study's results), is done.
-                let finished = |r: &&PlannedRun| {
-                    let dir = root.join(&r.rel_dir);
-                    let files = [
-                        crate::run::files::SUMMARY_FILE,
-                        crate::run::files::RESULT_FILE,
-                    ];
-                    files.iter().any(|f| dir.join(f).exists())
-                };
-                let (ended, pending): (Vec<&PlannedRun>, Vec<&PlannedRun>) =
-                    unit.iter().map(|&k| &runs[k]).partition(finished);
-                skipped.fetch_add(ended.len(), Ordering::SeqCst);
-                if pending.is_empty() {
-                    continue;
-                }
-                let start = Instant::now();
-                for (run, result) in run_unit(config, &pending, root) {
-                    let dir = root.join(&run.rel_dir);
-                    let k = done.fetch_add(1, Ordering::SeqCst) + 1;
-                    let head = format!(
-                        "[{k}/{}] {} {} seed {}",
-                        runs.len(),
-                        run.env,
-                        run.variant,
-                        run.seed
-                    );
-                    let line = |message: String| {
-                        eprintln!("{head}{message}");
-                    };
-                    match outcome(result, start, &dir, line) {
-                        Outcome::Done => {}
-                        Outcome::Skipped => {
-                            held.fetch_add(1, Ordering::SeqCst);
-                        }
-                        Outcome::Interrupted(stop) => {
-                            *interrupted.lock().expect("interruption") = Some(stop);
-                        }
-                        Outcome::Failed(e) => errors
-                            .lock()
-                            .expect("error list")
-                            .push(format!("{}: {e}", run.rel_dir.display())),
-                    }
-                }
+                let unit: Vec<&PlannedRun> = unit.iter().map(|&k| &runs[k]).collect();
+                work(config, &unit, runs.len(), root, &tally);
             });
         }
     });
-    let errors = errors.into_inner().expect("error list");
-    if !errors.is_empty() {
-        bail!("{} runs failed:\n{}", errors.len(), errors.join("\n"));
+    tally.finish()
+}
+
+/// One unit of work: its finished runs skipped, the rest trained, each outcome said.
+fn work(config: &CompareConfig, unit: &[&PlannedRun], total: usize, root: &Path, tally: &Tally) {
+    let mut pending = vec![];
+    for &run in unit {
+        match finished::check(&root.join(&run.rel_dir), &run.variant) {
+            Ok(Finish::Pending) => pending.push(run),
+            Ok(Finish::Done) => {
+                tally.skipped.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(Finish::Repaired(how)) => {
+                eprintln!("{}: finished; {how}", run.rel_dir.display());
+                tally.skipped.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(Finish::Retrain(how)) => {
+                eprintln!("{}: {how}", run.rel_dir.display());
+                pending.push(run);
+            }
+            Err(e) => tally.failed(run, format!("{e:#}")),
+        }
     }
-    if let Some(stop) = interrupted.into_inner().expect("interruption") {
-        return Err(stop.into());
+    if pending.is_empty() {
+        return;
     }
-    Ok(Executed {
-        finished_before: skipped.into_inner(),
-        held_elsewhere: held.into_inner(),
-    })
+    let start = Instant::now();
+    for (run, result) in run_unit(config, &pending, root) {
+        let k = tally.done.fetch_add(1, Ordering::SeqCst) + 1;
+        let head = format!(
+            "[{k}/{total}] {} {} seed {}",
+            run.env, run.variant, run.seed
+        );
+        let line = |message: String| eprintln!("{head}{message}");
+        match outcome(result, start, &root.join(&run.rel_dir), line) {
+            Outcome::Done => {}
+            Outcome::Skipped => {
+                tally.held.fetch_add(1, Ordering::SeqCst);
+            }
+            Outcome::Interrupted(stop) => {
+                *tally.interrupted.lock().expect("interruption") = Some(stop);
+            }
+            Outcome::Failed(e) => tally.failed(run, e),
+        }
+    }
 }
 
 /// How one run of a comparison ended.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::storage::write_atomic;
+use crate::storage::{create_atomic, write_atomic};
 
 /// One run of the grid.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +101,7 @@ impl Plan {
             return Ok(Settled {
                 plan: self,
                 changed: true,
+                fresh: Some(grouping_asked),
             });
         };
         if let Some(why) = written.difference(&self) {
@@ -126,6 +127,7 @@ impl Plan {
         Ok(Settled {
             plan: written,
             changed,
+            fresh: None,
         })
     }
 
@@ -170,18 +172,33 @@ impl Plan {
 pub struct Settled {
     pub plan: Plan,
     changed: bool,
+    /// `root` had no plan when this one was settled (and whether a grouping was
+    /// asked for): another invocation may have written one since.
+    fresh: Option<bool>,
 }
 
 impl Settled {
-    /// Writes `plan.json` if it changed; the plan to run by.
+    /// Writes `plan.json` if it changed; the plan to run by. A new plan is published
+    /// only if no other invocation (two shards started together on a shared disk)
+    /// wrote one since [`Plan::settle`]; if one did, this plan is settled against that
+    /// one: the same runs go on by it, other runs are refused naming the difference.
     pub fn commit(self, root: &Path) -> Result<Plan> {
-        if self.changed {
-            std::fs::create_dir_all(root)
-                .with_context(|| format!("cannot create {}", root.display()))?;
-            let text = serde_json::to_string_pretty(&self.plan)?;
-            write_atomic(&root.join(PLAN_FILE), text.as_bytes())?;
+        if !self.changed {
+            return Ok(self.plan);
         }
-        Ok(self.plan)
+        std::fs::create_dir_all(root)
+            .with_context(|| format!("cannot create {}", root.display()))?;
+        let text = serde_json::to_string_pretty(&self.plan)?;
+        let path = root.join(PLAN_FILE);
+        let Some(grouping_asked) = self.fresh else {
+            write_atomic(&path, text.as_bytes())?;
+            return Ok(self.plan);
+        };
+        if create_atomic(&path, text.as_bytes())? {
+            return Ok(self.plan);
+        }
+        let array = self.plan.array;
+        self.plan.settle(root, array, grouping_asked)?.commit(root)
     }
 }
 
@@ -206,5 +223,79 @@ pub fn task_index(task: &str, tasks: usize) -> Result<usize> {
             "{source} = '{index}': the plan has tasks 0 to {} (allowed: an index in that range, or auto)",
             tasks.saturating_sub(1)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(seeds: u64) -> Plan {
+        let runs: Vec<PlannedRun> = (0..seeds)
+            .map(|seed| PlannedRun {
+                env: "cartpole".into(),
+                variant: "none".into(),
+                seed,
+                overrides: vec![format!("run.seed={seed}")],
+                rel_dir: PathBuf::from(format!("cartpole/none/seed-{seed}")),
+            })
+            .collect();
+        Plan::new("race", &runs, 1, &[])
+    }
+
+    fn fresh_root(name: &str) -> PathBuf {
+        let root = std::env::temp_dir().join(format!("normrl-plan-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        root
+    }
+
+    /// Two invocations both find no plan, then both publish theirs (the interleaving
+    /// that killed one shard of two started together): both run by the one plan.
+    #[test]
+    fn invocations_racing_on_a_new_plan_both_run_it() {
+        let root = fresh_root("same");
+        let first = plan(3).settle(&root, false, false).unwrap();
+        let second = plan(3).settle(&root, false, false).unwrap();
+        assert_eq!(second.commit(&root).unwrap(), plan(3));
+        assert_eq!(first.commit(&root).unwrap(), plan(3));
+        assert_eq!(Plan::load(&root).unwrap(), Some(plan(3)));
+        let files: Vec<_> = std::fs::read_dir(&root).unwrap().flatten().collect();
+        assert_eq!(files.len(), 1, "only plan.json is left");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The same race between two different grids: the one that publishes second is
+    /// refused, naming the difference, and the plan on disk is the first one's.
+    #[test]
+    fn an_invocation_racing_with_another_plan_is_refused() {
+        let root = fresh_root("other");
+        let late = plan(3).settle(&root, false, false).unwrap();
+        plan(2)
+            .settle(&root, false, false)
+            .unwrap()
+            .commit(&root)
+            .unwrap();
+        let err = late.commit(&root).unwrap_err().to_string();
+        assert!(
+            err.contains("was written for another plan (2 runs, now 3)"),
+            "{err}"
+        );
+        assert_eq!(Plan::load(&root).unwrap(), Some(plan(2)));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Many threads settling and committing one plan at once: every one runs by it.
+    #[test]
+    fn simultaneous_invocations_all_run() {
+        let root = fresh_root("threads");
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| plan(4).settle(&root, false, false)?.commit(&root)))
+                .collect();
+            for h in handles {
+                assert_eq!(h.join().unwrap().unwrap(), plan(4));
+            }
+        });
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
