@@ -197,6 +197,7 @@ fn shards_split_the_grid_and_report_merges_them() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(csv_rows(&out_dir.join("runs.csv")), 4);
     assert!(out.contains("P(improvement over none's method)"), "{out}");
+    merged_copies_count_once(&dir, &out_dir);
     let shard = dir.join("shard-0");
     assert_refused(
         &["report", shard.to_str().unwrap(), "--baseline", "nope"],
@@ -207,6 +208,192 @@ fn shards_split_the_grid_and_report_merges_them() {
         &["compare", "--config", config, "--shard", "3/2", "--dry-run"],
         "0 <= i < n",
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A shard merged twice (a copy beside the original, and a directory given twice)
+/// counts its runs once and says how many copies it dropped; a copy whose result
+/// differs is refused, naming both directories.
+fn merged_copies_count_once(dir: &Path, out_dir: &Path) {
+    let copy = dir.join("shard-0-copy");
+    let status = std::process::Command::new("cp")
+        .args([
+            "-r",
+            dir.join("shard-0").to_str().unwrap(),
+            copy.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let shard = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let (s0, s1, c) = (shard("shard-0"), shard("shard-1"), shard("shard-0-copy"));
+    let out = out_dir.to_str().unwrap();
+    let args = [
+        "report",
+        &s0,
+        &s1,
+        &c,
+        &s1,
+        "--baseline",
+        "none",
+        "--out",
+        out,
+    ];
+    let (code, _, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(csv_rows(&out_dir.join("runs.csv")), 4);
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("4 runs were found more than once"), "{md}");
+    assert!(md.contains("| none | 2 |"), "n per setting: {md}");
+    // The copy of one run now says another return.
+    let run = copy.join("classic_cartpole/none/seed-1/result.json");
+    let text = std::fs::read_to_string(&run).unwrap();
+    let mut result: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let changed = result["summary"]["final_eval_return"].as_f64().unwrap() + 1.0;
+    result["summary"]["final_eval_return"] = changed.into();
+    std::fs::write(&run, result.to_string()).unwrap();
+    let (code, _, err) = normrl(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("hold the same run") && err.contains("with different results"),
+        "{err}"
+    );
+    assert!(
+        err.contains("shard-0-copy/classic_cartpole/none/seed-1"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(copy).unwrap();
+}
+
+/// Two shards of one grid started at the same moment on one runs directory (two
+/// machines sharing a disk): both settle on the one plan and run their share, however
+/// their writes of `plan.json` interleave (the interleaving itself is tested in
+/// `study::plan`). Tried three times, each on a fresh directory.
+#[test]
+fn two_shards_started_together_both_run_their_share() {
+    let (dir, config) = setup("race", &[("seeds = 2", "seeds = 1")]);
+    for attempt in 0..3 {
+        let runs = dir.join(format!("runs-{attempt}"));
+        let started: Vec<common::Started> = ["0/2", "1/2"]
+            .iter()
+            .map(|shard| {
+                let child = std::process::Command::new(env!("CARGO_BIN_EXE_normrl"))
+                    .args(compare_args(&config, &runs, &["--shard", shard]))
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                common::Started(Some(child))
+            })
+            .collect();
+        for process in started {
+            let out = process.wait();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{err}");
+            assert!(err.contains("1 of 2 runs"), "{err}");
+        }
+        for variant in ["none", "weight_norm"] {
+            let run = runs.join(format!("classic_cartpole/{variant}/seed-1"));
+            assert!(run.join("result.json").exists(), "{}", run.display());
+        }
+        let left: Vec<String> = std::fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("tmp"))
+            .collect();
+        assert!(left.is_empty(), "temporary files left: {left:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Finished runs whose results were damaged afterwards (truncated to nothing, as a
+/// crashed file server leaves them): `compare` rewrites a damaged file from the other
+/// one, and trains a run with neither readable again (the same run, as its seed
+/// fixes it), saying so; `report` names a run it cannot count at the top of
+/// `report.md` and draws the rest.
+#[test]
+fn damaged_results_are_repaired_or_retrained_and_reports_name_missing_runs() {
+    let (dir, config) = setup("damaged", &[]);
+    let runs = dir.join("runs");
+    let args = compare_args(&config, &runs, &["--jobs", "2"]);
+    let (code, _, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    let run =
+        |variant: &str, seed: u32| runs.join(format!("classic_cartpole/{variant}/seed-{seed}"));
+    let final_return = |dir: &Path| -> f64 {
+        let text = std::fs::read_to_string(dir.join("result.json")).unwrap();
+        let result: serde_json::Value = serde_json::from_str(&text).unwrap();
+        result["summary"]["final_eval_return"].as_f64().unwrap()
+    };
+    let before = final_return(&run("weight_norm", 2));
+    let summary_before = std::fs::read_to_string(run("none", 2).join("summary.json")).unwrap();
+    std::fs::write(run("none", 1).join("result.json"), "").unwrap();
+    std::fs::write(
+        run("none", 2).join("summary.json"),
+        "{\"env\": \"classic/ca",
+    )
+    .unwrap();
+    std::fs::write(run("weight_norm", 2).join("result.json"), "").unwrap();
+    std::fs::write(run("weight_norm", 2).join("summary.json"), "").unwrap();
+
+    // The report alone counts what it can read and names the rest.
+    let (code, _, err) = normrl(&["report", runs.to_str().unwrap(), "--baseline", "none"]);
+    assert_eq!(code, 0, "{err}");
+    let md = std::fs::read_to_string(runs.join("report/report.md")).unwrap();
+    let head: String = md.lines().take(8).collect::<Vec<_>>().join("\n");
+    assert!(
+        head.contains("**1 run is missing from this report**"),
+        "{md}"
+    );
+    assert!(
+        head.contains("weight_norm/seed-2/result.json is not a run result"),
+        "{head}"
+    );
+    assert_eq!(csv_rows(&runs.join("report/runs.csv")), 3);
+
+    let (code, _, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("none/seed-1: finished;"), "{err}");
+    assert!(
+        err.contains("rewritten from its summary.json and config.toml"),
+        "{err}"
+    );
+    assert!(err.contains("rewritten from its result.json"), "{err}");
+    assert!(
+        err.contains("moved to") && err.contains("trained again"),
+        "{err}"
+    );
+    assert!(
+        err.contains("3 runs were already finished and skipped"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run("none", 2).join("summary.json")).unwrap(),
+        summary_before
+    );
+    assert_eq!(final_return(&run("weight_norm", 2)), before);
+    let md = std::fs::read_to_string(runs.join("report/report.md")).unwrap();
+    assert!(!md.contains("missing from this report"), "{md}");
+    assert_eq!(csv_rows(&runs.join("report/runs.csv")), 4);
+    let aside = std::fs::read_dir(runs.join("classic_cartpole/weight_norm"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("seed-2.damaged-")
+        })
+        .count();
+    assert_eq!(aside, 1, "the damaged run is kept aside");
+
+    // A planned run that no directory holds is named too.
+    std::fs::remove_dir_all(run("none", 2)).unwrap();
+    let (code, _, err) = normrl(&["report", runs.to_str().unwrap(), "--baseline", "none"]);
+    assert_eq!(code, 0, "{err}");
+    let md = std::fs::read_to_string(runs.join("report/report.md")).unwrap();
+    assert!(md.contains("**1 run is missing from this report**"), "{md}");
+    assert!(md.contains("none/seed-2: not finished"), "{md}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -328,10 +328,13 @@ fn wait_with_timeout(
     }
 }
 
-/// An environment that cannot give frames (Gymnasium's CartPole made without
-/// `render_mode=rgb_array`): `normrl eval --video` names it, exits 2 and writes nothing.
+/// A run trained without frames (Gymnasium's CartPole made without
+/// `render_mode=rgb_array`) is filmed afterwards: `eval --video` adds the option to
+/// its id by itself, and the run's files are not changed. `eval --set` asking for
+/// another render mode is honoured, and then the missing frames are named, exit 2,
+/// nothing written.
 #[test]
-fn eval_video_of_an_environment_without_frames_names_it_and_writes_nothing() {
+fn eval_video_films_a_run_trained_without_frames() {
     let dir = std::env::temp_dir().join(format!("normrl-gym-video-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let env_id = format!("env.id=\"{}\"", gym_id("CartPole-v1", ""));
@@ -353,21 +356,30 @@ fn eval_video_of_an_environment_without_frames_names_it_and_writes_nothing() {
         "logging.progress=false",
     ]);
     assert_eq!(code, 0, "{stderr}");
+    let config_before = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(!config_before.contains("render_mode"), "{config_before}");
     let out = dir.join("episode.gif");
     let run = dir.to_str().unwrap();
     let args = ["eval", "--checkpoint", run, "--episodes", "1", "--video"];
     let (code, _, stderr) = common::normrl(&[&args[..], &[out.to_str().unwrap()]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let frames = common::decode_gif(&std::fs::read(&out).unwrap());
+    assert!(frames.len() > 5, "{} frames", frames.len());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("config.toml")).unwrap(),
+        config_before
+    );
+    std::fs::remove_file(&out).unwrap();
+
+    let human = format!("env.id={}", gym_id("CartPole-v1", "render_mode=ansi"));
+    let with = ["--set", human.as_str(), "--video", out.to_str().unwrap()];
+    let (code, _, stderr) = common::normrl(&[&args[..5], &with[..]].concat());
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("CartPole-v1 cannot render frames") && stderr.contains("render_mode"),
         "{stderr}"
     );
-    let left: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("episode"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert!(!out.exists());
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -89,7 +89,10 @@ fn same_seed_same_run_and_resume_equals_uninterrupted() {
     assert_eq!(ckpts.len(), 3, "two checkpoints and the latest pointer");
     // A finished run refuses to be overwritten.
     let err = Trainer::new(config, &a).err().unwrap().to_string();
-    assert!(err.contains("already holds a run"), "{err}");
+    assert!(
+        err.contains("holds a finished run") && err.contains("is final"),
+        "{err}"
+    );
     for d in [a, b, c] {
         let _ = std::fs::remove_dir_all(d);
     }

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use std::io::Write;
+
 use anyhow::{bail, Context, Result};
 
 use crate::config::parse_assignment;
@@ -172,21 +174,10 @@ pub fn compare(args: &CompareArgs) -> Result<()> {
         .runs_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from("runs").join(&config.name));
-    if args.dry_run {
-        let measured = match args.measure || study_on_gpu(&config, &runs)? {
-            true => Some(measure_rate(&config, &runs, MEASURED_STEPS)?),
-            false => None,
-        };
-        eprintln!(
-            "{}",
-            describe_plan(&config, &runs, args.jobs, measured.as_ref())?
-        );
-        for r in &runs {
-            println!("{}", r.rel_dir.display());
-        }
-        return Ok(());
-    }
     let grouping_asked = args.slurm_flags.runs_per_task.is_some() || args.slurm;
+    if args.dry_run {
+        return dry_run(args, &config, runs, &root, shard);
+    }
     let plan = Plan::new(
         &config.name,
         &runs,
@@ -209,6 +200,66 @@ pub fn compare(args: &CompareArgs) -> Result<()> {
         return write_array(args, &config, &plan, &root, sbatch.as_deref());
     }
     run_locally(args, &config, runs, &root, shard)
+}
+
+/// `--dry-run`: what this invocation would run (its shard's or task's runs, or all),
+/// their cost, and each run's folder beside the method it trains; refused, as the run
+/// itself would be, where `plan.json` was written for another plan. Writes nothing.
+fn dry_run(
+    args: &CompareArgs,
+    config: &CompareConfig,
+    runs: Vec<PlannedRun>,
+    root: &Path,
+    shard: Option<(usize, usize)>,
+) -> Result<()> {
+    let grouping_asked = args.slurm_flags.runs_per_task.is_some() || args.slurm;
+    let plan = Plan::new(
+        &config.name,
+        &runs,
+        config.slurm.runs_per_task,
+        &args.overrides,
+    );
+    let settled = plan.settle(root, args.slurm || args.task.is_some(), grouping_asked)?;
+    let total = runs.len();
+    let mine = match (&args.task, shard) {
+        (Some(task), _) => {
+            let i = task_index(task, settled.plan.tasks())?;
+            eprintln!("array task {i} of {}", settled.plan.tasks());
+            runs[settled.plan.task(i)].to_vec()
+        }
+        (None, Some(shard)) => shard_runs(runs, shard),
+        (None, None) => runs,
+    };
+    if mine.len() < total {
+        eprintln!("{} of {total} runs", mine.len());
+    }
+    let measured = match args.measure || study_on_gpu(config, &mine)? {
+        true => Some(measure_rate(config, &mine, MEASURED_STEPS)?),
+        false => None,
+    };
+    eprintln!(
+        "{}",
+        describe_plan(config, &mine, args.jobs, measured.as_ref())?
+    );
+    let mut out = std::io::stdout().lock();
+    for r in &mine {
+        let method = config.config_for(r)?.norm.kind;
+        let line = format!("{}\t{}", r.rel_dir.display(), method.name());
+        // A closed pipe (`| head`) ends the listing, not the program.
+        if writeln!(out, "{line}").is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The runs of shard `i` of `n`: every n-th run from run i.
+fn shard_runs(runs: Vec<PlannedRun>, (i, n): (usize, usize)) -> Vec<PlannedRun> {
+    runs.into_iter()
+        .enumerate()
+        .filter(|(k, _)| k % n == i)
+        .map(|(_, r)| r)
+        .collect()
 }
 
 /// The runs of one array task, one after another (or `--jobs` at a time).
@@ -289,12 +340,7 @@ fn run_locally(
 ) -> Result<()> {
     let total = runs.len();
     if let Some((i, n)) = shard {
-        runs = runs
-            .into_iter()
-            .enumerate()
-            .filter(|(k, _)| k % n == i)
-            .map(|(_, r)| r)
-            .collect();
+        runs = shard_runs(runs, (i, n));
         eprintln!("shard {i}/{n}: {} of {total} runs", runs.len());
     }
     eprintln!("{}", describe_plan(config, &runs, args.jobs, None)?);
@@ -314,11 +360,12 @@ fn run_locally(
         );
     }
     if shard.is_none() && done.held_elsewhere == 0 {
-        let records = report::load_runs(&[root.to_path_buf()], &config.report.thresholds)?;
-        let built = report::build(records, &config.report)?;
+        let loaded = report::load_runs(&[root.to_path_buf()], &config.report.thresholds)?;
+        let built = report::build(loaded, &config.report)?;
         let out = root.join("report");
         report::write(&built, &out)?;
         println!("{}", report::markdown(&built));
+        say_missing(&built);
         eprintln!("report written to {}", out.display());
     }
     Ok(())
@@ -332,16 +379,27 @@ pub fn report(args: &ReportArgs) -> Result<()> {
     if args.baseline.is_some() {
         settings.baseline = args.baseline.clone();
     }
-    let records = report::load_runs(&args.dirs, &settings.thresholds)?;
-    let built = report::build(records, &settings)?;
+    let loaded = report::load_runs(&args.dirs, &settings.thresholds)?;
+    let built = report::build(loaded, &settings)?;
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| args.dirs[0].join("report"));
     report::write(&built, &out)?;
     println!("{}", report::markdown(&built));
+    say_missing(&built);
     eprintln!("report written to {}", out.display());
     Ok(())
+}
+
+/// The runs a report left out, on standard error too (its Markdown names them first).
+fn say_missing(report: &report::Report) {
+    if !report.missing.is_empty() {
+        eprintln!(
+            "{} runs are missing from the report (named at the top of report.md)",
+            report.missing.len()
+        );
+    }
 }
 
 /// `i/n`: this machine runs every n-th run, starting at run i (0-based).

@@ -56,6 +56,11 @@ pub struct EvalArgs {
     /// each frame captioned with its episode, step and return.
     #[arg(long, value_name = "FILE.gif")]
     pub video: Option<PathBuf>,
+    /// Override a value of the run's config for this evaluation only (repeatable),
+    /// e.g. `--set env.id=gym:CartPole-v1?render_mode=rgb_array`; the run's files are
+    /// not changed. `--video` adds `render_mode=rgb_array` to a `gym:` id by itself.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
 }
 
 pub fn train(args: &TrainArgs) -> Result<()> {
@@ -246,7 +251,10 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     if let Some(path) = &args.video {
         check_video_path(path)?;
     }
-    let mut config = TrainConfig::load(&run_dir.join("config.toml"), &[])?;
+    let mut config = TrainConfig::load(&run_dir.join("config.toml"), &args.overrides)?;
+    if args.video.is_some() {
+        config.env.id = with_frames(&config.env.id);
+    }
     config.eval.episodes = args.episodes;
     config.run.seed = args.seed;
     if let Some(e) = args.epsilon {
@@ -273,6 +281,17 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         eval.discounted_return
     );
     Ok(())
+}
+
+/// A Gymnasium id that renders frames: `render_mode=rgb_array` added to a `gym:` id's
+/// options where it names no render mode (a run trained without frames can still be
+/// filmed). Other ids are returned as they are.
+fn with_frames(id: &str) -> String {
+    if !id.starts_with("gym:") || id.contains("render_mode=") {
+        return id.to_string();
+    }
+    let joint = if id.contains('?') { '&' } else { '?' };
+    format!("{id}{joint}render_mode=rgb_array")
 }
 
 /// Checks `--video`'s path: a `.gif` file in a directory that exists.

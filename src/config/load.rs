@@ -69,6 +69,83 @@ fn check_keys(user: &toml::Table, known: &toml::Table, prefix: &str) -> Result<(
     Ok(())
 }
 
+/// A kind given as a plain value where the schema has a table tagged with `type`
+/// (`sampler = "sequential"` for `sampler = { type = "sequential" }`) becomes that
+/// table: the short form the docs show for kinds without settings. Any other plain
+/// value is tagged the same way, so that serde's refusal lists the allowed kinds.
+fn tag_plain_values(user: &mut toml::Table, known: &toml::Table) {
+    for (key, value) in user.iter_mut() {
+        let Some(reference) = known.get(key).and_then(toml::Value::as_table) else {
+            continue;
+        };
+        match value {
+            toml::Value::Table(sub) if !reference.contains_key("type") => {
+                tag_plain_values(sub, reference)
+            }
+            toml::Value::Table(_) => {}
+            plain => {
+                if reference.contains_key("type") {
+                    let kind = match &*plain {
+                        toml::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    let mut tagged = toml::Table::new();
+                    tagged.insert("type".into(), toml::Value::String(kind));
+                    *plain = toml::Value::Table(tagged);
+                }
+            }
+        }
+    }
+}
+
+/// The config in `table`; where values have the wrong type, every such value is named
+/// (each one found is set aside and the rest read again), not only the first.
+fn deserialize_all(table: &toml::Table) -> Result<TrainConfig> {
+    let mut table = table.clone();
+    let mut problems: Vec<String> = vec![];
+    loop {
+        match serde_path_to_error::deserialize(toml::Value::Table(table.clone())) {
+            Ok(config) if problems.is_empty() => return Ok(config),
+            Ok(_) => bail!("{}", problems.join("\n")),
+            Err(e) => {
+                let path = e.path().to_string();
+                let message = e
+                    .into_inner()
+                    .message()
+                    .trim()
+                    .replace("expected usize", "expected a non-negative integer")
+                    .replace("expected u64", "expected a non-negative integer")
+                    .replace("expected f64", "expected a number");
+                // A value set aside may leave a required field missing: that is not
+                // the user's problem.
+                if message.starts_with("missing field") && !problems.is_empty() {
+                    bail!("{}", problems.join("\n"));
+                }
+                problems.push(format!("invalid value for '{path}': {message}"));
+                // Reading on needs the value gone; where it cannot be found (a problem
+                // inside a list, say), the first problems are all there is to say.
+                if problems.len() >= 32 || !remove_path(&mut table, &path) {
+                    bail!("{}", problems.join("\n"));
+                }
+            }
+        }
+    }
+}
+
+/// Removes the value at the dotted `path` from `table`; whether there was one.
+fn remove_path(table: &mut toml::Table, path: &str) -> bool {
+    let keys: Vec<&str> = path.split('.').collect();
+    let (last, parents) = keys.split_last().expect("split gives one part at least");
+    let mut node = table;
+    for key in parents {
+        match node.get_mut(*key).and_then(toml::Value::as_table_mut) {
+            Some(next) => node = next,
+            None => return false,
+        }
+    }
+    node.remove(*last).is_some()
+}
+
 impl TrainConfig {
     /// Parses TOML text with overrides applied, then validates.
     pub fn from_toml_str(text: &str, overrides: &[String]) -> Result<Self> {
@@ -89,18 +166,8 @@ impl TrainConfig {
         };
         let known = toml::Table::try_from(every_key).expect("defaults serialize");
         check_keys(&table, &known, "")?;
-        let config: TrainConfig =
-            serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-                let path = e.path().to_string();
-                let inner = e.into_inner();
-                let message = inner
-                    .message()
-                    .trim()
-                    .replace("expected usize", "expected a non-negative integer")
-                    .replace("expected u64", "expected a non-negative integer")
-                    .replace("expected f64", "expected a number");
-                anyhow::anyhow!("invalid value for '{path}': {message}")
-            })?;
+        tag_plain_values(&mut table, &known);
+        let config = deserialize_all(&table)?;
         let resolved = toml::Table::try_from(&config).expect("configs serialize");
         let unknown = super::validate::unknown_tagged_keys(&table, &resolved, "");
         if !unknown.is_empty() {

@@ -46,6 +46,8 @@ pub struct AggregateStats {
     pub variant: String,
     pub method: String,
     pub setting: Setting,
+    /// Runs counted, over every environment (n of the intervals).
+    pub runs: usize,
     pub median: Estimate,
     pub iqm: Estimate,
     pub mean: Estimate,
@@ -157,6 +159,7 @@ pub fn aggregates(
             variant: v.clone(),
             method: axes.method,
             setting: axes.setting,
+            runs: tasks.iter().map(Vec::len).sum(),
             median: Estimate::of(&tasks, aggregate_median, seed + 1),
             iqm: Estimate::of(&tasks, aggregate_iqm, seed + 2),
             mean: Estimate::of(&tasks, aggregate_mean, seed + 3),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::grid::RunAxes;
+use super::records::Loaded;
 use super::records::RunRecord;
 use super::summary::build;
 use crate::report::settings::ReportConfig;
@@ -183,7 +184,14 @@ fn a_twelve_variant_report_has_no_overlapping_labels() {
         baseline: Some("b32-none".into()),
         ..ReportConfig::default()
     };
-    let report = build(runs(), &config).unwrap();
+    let report = build(
+        Loaded {
+            runs: runs(),
+            ..Loaded::default()
+        },
+        &config,
+    )
+    .unwrap();
     let dir = std::env::temp_dir().join(format!("normrl-layout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     super::write(&report, &dir).unwrap();

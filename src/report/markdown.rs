@@ -42,11 +42,36 @@ pub fn markdown(report: &Report) -> String {
         md,
         "IQM = interquartile mean over seeds; intervals are 95% stratified-bootstrap confidence intervals ({BOOTSTRAP_REPS} resamples). Final = the last evaluation; AUC = the mean of the evaluation curve; normalized = (score - random) / (reference - random), ranges below. One color per method in every figure.\n"
     );
+    missing(report, &mut md);
     headline(report, &mut md);
     aggregates(report, &mut md);
     environments(report, &mut md);
     ranges(report, &mut md);
     md
+}
+
+/// The runs the report leaves out, named before any number that lacks them.
+fn missing(report: &Report, md: &mut String) {
+    if report.duplicates > 0 {
+        let _ = writeln!(
+            md,
+            "{} runs were found more than once (the same variant, config and seed in overlapping directories, with the same results) and are counted once.\n",
+            report.duplicates
+        );
+    }
+    if report.missing.is_empty() {
+        return;
+    }
+    let n = report.missing.len();
+    let runs = if n == 1 { "run is" } else { "runs are" };
+    let _ = writeln!(
+        md,
+        "**{n} {runs} missing from this report** (every figure and table below is drawn without them):\n"
+    );
+    for line in &report.missing {
+        let _ = writeln!(md, "- {line}");
+    }
+    md.push('\n');
 }
 
 fn figure(md: &mut String, file: &str, alt: &str, caption: &str) {
@@ -119,7 +144,7 @@ fn aggregates(report: &Report, md: &mut String) {
     let baseline = report.baseline.clone().unwrap_or_else(|| "-".into());
     let _ = write!(
         md,
-        "| variant | median | IQM | mean | optimality gap | P(improvement over {baseline}'s method) |\n|---|---|---|---|---|---|\n"
+        "| variant | runs | median | IQM | mean | optimality gap | P(improvement over {baseline}'s method) |\n|---|---|---|---|---|---|---|\n"
     );
     for a in &report.aggregate {
         let poi = a
@@ -129,8 +154,9 @@ fn aggregates(report: &Report, md: &mut String) {
             .unwrap_or_else(|| "-".into());
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {poi} |",
+            "| {} | {} | {} | {} | {} | {} | {poi} |",
             a.variant,
+            a.runs,
             est(&a.median),
             est(&a.iqm),
             est(&a.mean),

@@ -21,7 +21,7 @@ use anyhow::{Context, Result};
 use crate::storage::write_atomic;
 pub use aggregate::{AggregateStats, BatchPoint, Estimate};
 pub use markdown::markdown;
-pub use records::{load_runs, RunRecord, VariantStats};
+pub use records::{load_runs, Loaded, RunRecord, VariantStats};
 pub use summary::{build, Report};
 
 /// Writes `report` into `out`: `report.md`, `runs.csv`, `summary.csv`, `report.json`

@@ -1,15 +1,16 @@
 //! A report's records: finished runs read back, each with where it sits in the grid,
 //! and each environment and variant's statistics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::report::grid::RunAxes;
 use crate::report::stats::{aggregate_iqm, iqm, mean, stratified_bootstrap_ci};
-use crate::run::files::{RunResult, RESULT_FILE};
+use crate::run::files::is_moved_aside;
+use crate::run::files::{RunResult, RESULT_FILE, SUMMARY_FILE};
 use crate::run::train::RunSummary;
 use crate::storage::read_json;
 
@@ -60,33 +61,143 @@ pub struct VariantStats {
     pub mean_steps_per_second: f64,
 }
 
+/// What a report found below its directories.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub runs: Vec<RunRecord>,
+    /// Runs the report leaves out, each with why: a planned run (in a `plan.json`
+    /// of one of the directories) that no directory holds finished, and a run whose
+    /// results are unreadable.
+    pub missing: Vec<String>,
+    /// Runs found more than once (overlapping directories, a copied shard, results
+    /// merged from an archive beside the originals) and counted once.
+    pub duplicates: usize,
+}
+
+/// The runs seen so far, by identity: a run is its variant, its resolved config (which
+/// holds its seed) or, for a run from before result files, its environment and seed.
+#[derive(Default)]
+struct Seen(HashMap<(String, String), (PathBuf, RunSummary)>);
+
+impl Seen {
+    /// Whether the run in `dir` is new; the same run seen before with the same
+    /// returns is not; with other returns it is an error naming both directories.
+    fn admit(
+        &mut self,
+        dir: &Path,
+        summary: &RunSummary,
+        variant: &str,
+        config: Option<&str>,
+    ) -> Result<bool> {
+        let identity = match config {
+            Some(config) => config.to_string(),
+            None => format!("{} seed {}", summary.env, summary.seed),
+        };
+        let key = (variant.to_string(), identity);
+        let Some((first, before)) = self.0.get(&key) else {
+            self.0.insert(key, (dir.to_path_buf(), summary.clone()));
+            return Ok(true);
+        };
+        let same = before.eval_curve == summary.eval_curve
+            && before.final_eval_return == summary.final_eval_return
+            && before.diverged == summary.diverged;
+        if !same {
+            bail!(
+                "{} and {} hold the same run (variant '{variant}', the same config and seed {}) with different results (final return {} and {}): remove the one that is wrong, or report them apart",
+                first.display(),
+                dir.display(),
+                summary.seed,
+                before.final_eval_return,
+                summary.final_eval_return
+            );
+        }
+        Ok(false)
+    }
+}
+
 /// Every finished run below `roots` (several roots merge shards, or result files
 /// copied from many machines): its `result.json`, else (runs from before result files)
 /// its `summary.json`. The variant is the one the result names, else the name of the
-/// directory above `seed-<k>`.
-pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Result<Vec<RunRecord>> {
-    let mut runs = vec![];
-    let mut stack: Vec<PathBuf> = roots.to_vec();
-    while let Some(dir) = stack.pop() {
-        let entries =
-            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let skipped = ["checkpoints", "report", "slurm"];
-            if path.is_dir()
+/// directory above `seed-<k>`. A run whose results are unreadable is named in
+/// `missing` instead, and so is every planned run that none of `roots` holds. A run
+/// found twice counts once (see [`Seen`]).
+pub fn load_runs(roots: &[PathBuf], thresholds: &BTreeMap<String, f64>) -> Result<Loaded> {
+    let mut loaded = Loaded::default();
+    let mut found = BTreeSet::new();
+    let mut seen = Seen::default();
+    for root in roots {
+        let mut stack: Vec<PathBuf> = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            stack.extend(subdirectories(&dir)?);
+            match finished_run(&dir) {
+                Ok(Some((summary, variant, config))) => {
+                    found.insert(dir.strip_prefix(root).unwrap_or(&dir).to_path_buf());
+                    if seen.admit(&dir, &summary, &variant, config.as_deref())? {
+                        loaded
+                            .runs
+                            .push(record(summary, variant, config, thresholds));
+                    } else {
+                        loaded.duplicates += 1;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => loaded.missing.push(format!("{}: {e:#}", dir.display())),
+            }
+        }
+    }
+    for root in roots {
+        for planned in planned_runs(root)? {
+            if found.insert(planned.dir.clone()) {
+                let dir = root.join(&planned.dir);
+                if dir.join(RESULT_FILE).exists() || dir.join(SUMMARY_FILE).exists() {
+                    continue; // named above as unreadable
+                }
+                loaded
+                    .missing
+                    .push(format!("{}: not finished", dir.display()));
+            }
+        }
+    }
+    loaded.missing.sort();
+    loaded
+        .runs
+        .sort_by(|a, b| (&a.env, &a.variant, a.seed).cmp(&(&b.env, &b.variant, b.seed)));
+    Ok(loaded)
+}
+
+/// The runs a comparison's `plan.json` in `root` lists, if it has one. (Only their
+/// directories are read here: `study/` writes the plan, and it builds on `report/`.)
+fn planned_runs(root: &Path) -> Result<Vec<PlannedRun>> {
+    #[derive(serde::Deserialize)]
+    struct PlanFile {
+        runs: Vec<PlannedRun>,
+    }
+    let plan = read_json::<PlanFile>(&root.join("plan.json"), "a comparison plan")?;
+    Ok(plan.map(|p| p.runs).unwrap_or_default())
+}
+
+#[derive(serde::Deserialize)]
+struct PlannedRun {
+    dir: PathBuf,
+}
+
+/// The directories below `dir` that may hold runs: not a run's checkpoints, a report,
+/// Slurm's logs, or a run moved aside for its damaged results.
+fn subdirectories(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let skipped = ["checkpoints", "report", "slurm"];
+    Ok(entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|path| {
+            path.is_dir()
+                && !is_moved_aside(path)
                 && path
                     .file_name()
                     .is_some_and(|n| !skipped.iter().any(|s| n == *s))
-            {
-                stack.push(path);
-            }
-        }
-        if let Some((summary, variant, config)) = finished_run(&dir)? {
-            runs.push(record(summary, variant, config, thresholds));
-        }
-    }
-    runs.sort_by(|a, b| (&a.env, &a.variant, a.seed).cmp(&(&b.env, &b.variant, b.seed)));
-    Ok(runs)
+        })
+        .collect())
 }
 
 /// The summary, variant and (where it wrote one) config of the run in `dir`, if it
@@ -97,14 +208,24 @@ fn finished_run(dir: &Path) -> Result<Option<(RunSummary, String, Option<String>
             .and_then(Path::file_name)
             .map(|n| n.to_string_lossy().into_owned())
     };
-    if let Some(r) = read_json::<RunResult>(&dir.join(RESULT_FILE), "a run result")? {
+    // A damaged result with a readable summary still counts (`compare` rewrites it).
+    let result = read_json::<RunResult>(&dir.join(RESULT_FILE), "a run result");
+    let summary = || crate::run::train::finished_summary(dir);
+    let result = match result {
+        Err(damage) => match summary() {
+            Ok(Some(_)) => None,
+            _ => return Err(damage),
+        },
+        Ok(r) => r,
+    };
+    if let Some(r) = result {
         let variant = r
             .variant
             .or_else(from_path)
             .unwrap_or_else(|| r.summary.norm.clone());
         return Ok(Some((r.summary, variant, Some(r.config))));
     }
-    let Some(s) = crate::run::train::finished_summary(dir)? else {
+    let Some(s) = summary()? else {
         return Ok(None);
     };
     let variant = from_path().unwrap_or_else(|| s.norm.clone());

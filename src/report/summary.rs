@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 
 use super::aggregate::{self, AggregateStats, BatchChange, BatchPoint, Scores};
-use super::records::{group, variant_stats, RunRecord, VariantStats};
+use super::records::{group, variant_stats, Loaded, RunRecord, VariantStats};
 use crate::report::settings::{ReportConfig, ScoreRange};
 
 #[derive(Debug, Clone, Serialize)]
@@ -23,9 +23,18 @@ pub struct Report {
     /// Each method's change from its largest batch to its smallest.
     pub batch_changes: Vec<BatchChange>,
     pub runs: Vec<RunRecord>,
+    /// Runs left out, each with why (see [`Loaded::missing`]).
+    pub missing: Vec<String>,
+    /// Runs found more than once and counted once.
+    pub duplicates: usize,
 }
 
-pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
+pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
+    let Loaded {
+        runs,
+        missing,
+        duplicates,
+    } = loaded;
     if runs.is_empty() {
         bail!("no finished runs (summary.json) found");
     }
@@ -71,6 +80,8 @@ pub fn build(runs: Vec<RunRecord>, config: &ReportConfig) -> Result<Report> {
         score_ranges: ranges,
         per_env,
         runs,
+        missing,
+        duplicates,
     })
 }
 

@@ -78,7 +78,13 @@ pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
 
 /// An error unless `run_dir` is free for a new run.
 fn check_fresh(run_dir: &Path) -> Result<()> {
-    if checkpoint::latest(run_dir)?.is_some() || run_dir.join(SUMMARY_FILE).exists() {
+    if run_dir.join(SUMMARY_FILE).exists() {
+        bail!(
+            "{} holds a finished run (its summary.json): a finished run is final, nothing resumes it; choose another --run-dir",
+            run_dir.display()
+        );
+    }
+    if checkpoint::latest(run_dir)?.is_some() {
         bail!(
             "{} already holds a run; resume it with --resume {} or choose another --run-dir",
             run_dir.display(),

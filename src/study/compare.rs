@@ -175,8 +175,27 @@ impl CompareConfig {
         }
     }
 
+    /// A variant that sets a key an axis also sets would override the axis in every
+    /// run while the run's label still names the axis' value: refused, naming both.
+    fn check_variants_against_axes(&self) -> Result<()> {
+        for variant in &self.variants {
+            for key in variant.set.keys() {
+                let Some(axis) = self.axes.keys().find(|a| full_key(a) == full_key(key)) else {
+                    continue;
+                };
+                bail!(
+                    "variant '{}' sets '{}', which the axis '{axis}' also sets: every run of that variant would train the variant's value under a label naming the axis' value. Either drop the axis '{axis}' (and give each value a variant of its own), or make the variant set only keys that no axis sets",
+                    variant.name,
+                    full_key(key),
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Every run of the grid, each validated as a training config.
     pub fn expand(&self) -> Result<Vec<PlannedRun>> {
+        self.check_variants_against_axes()?;
         let common: Vec<String> = self.set.iter().map(|(k, v)| assignment(k, v)).collect();
         let axis_values = |axis: &str, value: &toml::Value| -> Result<Vec<toml::Value>> {
             match value.as_array() {
