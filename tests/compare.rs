@@ -488,3 +488,179 @@ fn a_dry_run_measures_the_studys_rate_on_its_device() {
     let _ = std::fs::remove_dir_all(dir);
     assert!(!left, "the measurement's scratch folder was left behind");
 }
+
+/// A variant that sets a key an axis also sets would train its own value under a label
+/// naming the axis' value: refused before anything runs, naming both and the ways out.
+#[test]
+fn a_variant_setting_an_axis_key_is_refused() {
+    let variant = "[[variants]]\nname = \"wn-g10\"\nset = { \"norm.kind\" = \"weight_norm\", \"norm.g_lr_scale\" = 10.0 }\n";
+    let edits = [
+        ("[report]", format!("{variant}[report]")),
+        ("baseline = \"none\"", "baseline = \"none-wn-g10\"".into()),
+    ];
+    let edits: Vec<(&str, &str)> = edits.iter().map(|(a, b)| (*a, b.as_str())).collect();
+    let (dir, config) = setup("variant-axis", &edits);
+    let runs = dir.join("runs");
+    for extra in [&[][..], &["--dry-run"]] {
+        let (code, out, err) = normrl(&compare_args(&config, &runs, extra));
+        assert_eq!(code, 2, "{out}{err}");
+        for needle in [
+            "variant 'wn-g10' sets 'norm.kind'",
+            "the axis 'norm' also sets",
+            "drop the axis 'norm'",
+            "set only keys that no axis sets",
+        ] {
+            assert!(err.contains(needle), "lacks {needle:?}: {err}");
+        }
+        assert!(out.is_empty() && !runs.exists(), "{out}");
+    }
+    // Setting only what the axis does not is the other way out: every run then trains
+    // the axis' method, which the plan shows beside each run.
+    rewrite(&config, &[("\"norm.kind\" = \"weight_norm\", ", "")]);
+    let (code, out, err) = normrl(&compare_args(&config, &runs, &["--dry-run"]));
+    assert_eq!(code, 0, "{err}");
+    let methods: Vec<&str> = out.lines().filter_map(|l| l.split('\t').nth(1)).collect();
+    assert_eq!(
+        methods,
+        ["none", "none", "weight_norm", "weight_norm"],
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The `toml` blocks of a markdown file, in order.
+fn toml_blocks(markdown: &str) -> Vec<String> {
+    let mut blocks = vec![];
+    let mut current: Option<String> = None;
+    for line in markdown.lines() {
+        let fence = line.trim_start();
+        match current.as_mut() {
+            None if fence.starts_with("```toml") => current = Some(String::new()),
+            Some(_) if fence.starts_with("```") => blocks.extend(current.take()),
+            Some(block) => block.push_str(&format!("{}\n", line.trim_start())),
+            None => {}
+        }
+    }
+    blocks
+}
+
+/// The `normrl compare` commands of a markdown file's `sh` blocks, continuation lines
+/// joined and comments dropped, each as its arguments.
+fn compare_commands(markdown: &str) -> Vec<Vec<String>> {
+    let mut commands = vec![];
+    let mut pending = String::new();
+    for line in markdown.lines() {
+        let line = line.split(" #").next().unwrap().trim();
+        pending.push_str(line.trim_end_matches('\\'));
+        pending.push(' ');
+        if line.ends_with('\\') {
+            continue;
+        }
+        let words: Vec<String> = pending.split_whitespace().map(str::to_string).collect();
+        pending.clear();
+        if let Some(at) = words.iter().position(|w| w.ends_with("normrl")) {
+            if words.get(at + 1).is_some_and(|w| w == "compare") {
+                commands.push(words[at + 1..].to_vec());
+            }
+        }
+    }
+    commands
+}
+
+/// Every comparison the docs show runs as written: `docs/config.md`'s example study
+/// (with `docs/cluster.md`'s `[slurm]` table) plans the runs its text says, and each
+/// `normrl compare` command of the two pages, as a dry run, shows the runs it would
+/// run: a shard only its share. A dry run whose reader closes the pipe early ends
+/// quietly.
+#[test]
+fn the_docs_comparisons_run_as_written() {
+    let dir = common::fresh_dir("docs-examples");
+    let config_md = std::fs::read_to_string("docs/config.md").unwrap();
+    let cluster_md = std::fs::read_to_string("docs/cluster.md").unwrap();
+    // The example's `base` is relative to its file, as if it sat in configs/compare/.
+    std::fs::create_dir_all(dir.join("compare")).unwrap();
+    std::fs::create_dir_all(dir.join("minatar")).unwrap();
+    std::fs::copy(
+        "configs/minatar/breakout.toml",
+        dir.join("minatar/breakout.toml"),
+    )
+    .unwrap();
+    let studies: Vec<String> = toml_blocks(&config_md)
+        .into_iter()
+        .filter(|b| b.contains("[axes]"))
+        .collect();
+    assert_eq!(studies.len(), 1, "docs/config.md's example study");
+    let slurm = toml_blocks(&cluster_md)
+        .into_iter()
+        .find(|b| b.starts_with("[slurm]"))
+        .expect("docs/cluster.md's [slurm] table");
+    let with_slurm = studies[0].split("[slurm]").next().unwrap().to_string() + &slurm;
+    for (name, text) in [("example", &studies[0]), ("example-slurm", &with_slurm)] {
+        let config = dir.join(format!("compare/{name}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let runs = dir.join("runs");
+        let (code, out, err) = normrl(&compare_args(&config, &runs, &["--dry-run"]));
+        assert_eq!(code, 0, "{name}: {err}");
+        // 2 games x 3 batch sizes x 2 samplers x 3 variants x 5 seeds.
+        assert_eq!(out.lines().count(), 180, "{name}: {out}");
+        assert!(
+            out.contains("minatar_breakout/b1-sequential-wn-g10/seed-5\tweight_norm"),
+            "{out}"
+        );
+        assert!(!runs.exists());
+    }
+
+    let mut tried = 0;
+    for args in compare_commands(&config_md)
+        .into_iter()
+        .chain(compare_commands(&cluster_md))
+    {
+        // A GPU's rate needs a GPU, and an array's script is written, not dry-run.
+        if args.iter().any(|a| a.contains("cuda") || a == "--slurm") {
+            continue;
+        }
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        if !args.contains(&"--dry-run") {
+            args.push("--dry-run");
+        }
+        let (code, out, err) = normrl(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let shard = args.iter().position(|a| *a == "--shard");
+        let expected = match shard.map(|i| args[i + 1]) {
+            // `i/n`: every n-th run from the i-th.
+            Some(spec) => {
+                let (i, n) = spec.split_once('/').unwrap();
+                let (i, n): (usize, usize) = (i.parse().unwrap(), n.parse().unwrap());
+                (1800 - i).div_ceil(n)
+            }
+            None if args.contains(&"configs/compare/minatar-small-batch.toml") => 1800,
+            None => out.lines().count(),
+        };
+        assert_eq!(out.lines().count(), expected, "{args:?}");
+        assert!(out.lines().all(|l| l.split('\t').count() == 2), "{args:?}");
+        tried += 1;
+    }
+    assert!(tried >= 4, "the docs' compare commands: {tried} tried");
+
+    // `compare --dry-run | head -1`.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_normrl"))
+        .args([
+            "compare",
+            "--config",
+            "configs/compare/minatar-small-batch.toml",
+            "--dry-run",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(first.contains("seed-1"), "{first}");
+    assert!(out.status.success() && !err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

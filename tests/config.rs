@@ -55,6 +55,21 @@ fn toml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// The shipped example that lists the methods lists every one of them.
+#[test]
+fn the_example_config_names_every_method() {
+    let text = std::fs::read_to_string("configs/cartpole.toml").unwrap();
+    for kind in normrl_agents::nn::NormKind::ALL {
+        let named = format!(" {} ", kind.name());
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with('#') && format!("{l} ").contains(&named)),
+            "configs/cartpole.toml's comment lacks {}",
+            kind.name()
+        );
+    }
+}
+
 #[test]
 fn every_shipped_config_parses_and_every_comparison_plans() {
     let files = toml_files(Path::new("configs"));
@@ -301,5 +316,81 @@ fn random_configs_and_overrides_never_panic_and_valid_ones_round_trip() {
     assert!(
         valid > 100 && invalid > 100,
         "{valid} valid, {invalid} invalid"
+    );
+}
+
+/// The plain-string form the docs show for a kind without settings is accepted (in a
+/// file and in `--set`); a wrong kind names the allowed ones; every wrongly typed value
+/// of a config is named at once, not only the first.
+#[test]
+fn plain_kinds_are_accepted_and_every_type_error_is_named() {
+    use normrl_agents::replay::Sampler;
+    let c = parse(
+        "[network]\narchitecture = \"minatar_cnn\"\n",
+        &["replay.sampler=sequential"],
+    )
+    .unwrap();
+    assert_eq!(c.replay.sampler, Sampler::Sequential);
+    assert_eq!(c, parse(&c.to_toml(), &[]).unwrap());
+    let tagged = parse(
+        "",
+        &[
+            "network.architecture={type=\"minatar_cnn\"}",
+            "replay.sampler={type=\"sequential\"}",
+        ],
+    );
+    assert_eq!(c, tagged.unwrap());
+
+    let err = parse("", &["replay.sampler=sideways"]).unwrap_err();
+    for needle in ["replay.sampler", "sideways", "uniform", "sequential"] {
+        assert!(err.contains(needle), "lacks {needle:?}: {err}");
+    }
+    let text = "[replay]\nbatch_size = \"big\"\n[dqn]\ngamma = \"high\"\n[run]\nseed = -1\n";
+    let err = parse(text, &[]).unwrap_err();
+    for needle in [
+        "'replay.batch_size'",
+        "'dqn.gamma'",
+        "'run.seed'",
+        "non-negative integer",
+        "a number",
+    ] {
+        assert!(err.contains(needle), "lacks {needle:?}: {err}");
+    }
+}
+
+/// A run's resolved `config.toml` holds every key, those at their defaults included,
+/// and a config written by an older normrl (which left some of them out) reads as the
+/// same run: resume and the report compare configs in their canonical form.
+#[test]
+fn the_resolved_config_holds_every_key_and_older_forms_read_the_same() {
+    let c = parse("", &["run.population=3", "run.tf32=true"]).unwrap();
+    let resolved = c.to_toml();
+    let table: toml::Table = toml::from_str(&resolved).unwrap();
+    for key in ["allow_odd", "population", "cuda_graphs", "tf32"] {
+        assert!(table["run"].get(key).is_some(), "run.{key}: {resolved}");
+    }
+    assert!(
+        table["optimizer"].get("lr_schedule").is_some(),
+        "{resolved}"
+    );
+    assert!(resolved.contains("population = 3") && resolved.contains("tf32 = true"));
+
+    let default = TrainConfig::default().to_toml();
+    let mut older: toml::Table = toml::from_str(&default).unwrap();
+    for key in ["allow_odd", "population", "cuda_graphs", "tf32"] {
+        older["run"].as_table_mut().unwrap().remove(key).unwrap();
+    }
+    older["optimizer"]
+        .as_table_mut()
+        .unwrap()
+        .remove("lr_schedule")
+        .unwrap();
+    let older = toml::to_string_pretty(&older).unwrap();
+    assert_ne!(older, default);
+    assert_eq!(TrainConfig::canonical_toml(&older), Some(default.clone()));
+    assert_eq!(TrainConfig::canonical_toml(&default), Some(default));
+    assert_eq!(
+        TrainConfig::canonical_toml("[replay]\nbatch_size = -1\n"),
+        None
     );
 }

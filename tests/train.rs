@@ -60,6 +60,14 @@ fn same_seed_same_run_and_resume_equals_uninterrupted() {
         .run(Some(1700))
         .unwrap()
         .is_none());
+    // Its config.toml as a version that left keys at their defaults out wrote it: the
+    // same run, so it resumes.
+    let path = c.join("config.toml");
+    let mut older: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for key in ["allow_odd", "population", "cuda_graphs", "tf32"] {
+        older["run"].as_table_mut().unwrap().remove(key).unwrap();
+    }
+    std::fs::write(&path, toml::to_string_pretty(&older).unwrap()).unwrap();
     let resumed = Trainer::resume(&c).unwrap().run(None).unwrap().unwrap();
     assert_eq!(resumed.train_curve, full.train_curve);
     assert_eq!(resumed.eval_curve, full.eval_curve);

@@ -55,33 +55,20 @@ pub struct RunConfig {
     /// CPU threads for tensor work (1 is fastest for small networks).
     pub threads: usize,
     /// Accept values that are legal but almost surely a mistake (training that never
-    /// starts, a rising epsilon, ...). Written to the resolved config only when set.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// starts, a rising epsilon, ...).
     pub allow_odd: bool,
     /// Agents trained together as one batched network (seeds `seed`, `seed + 1`, ...),
-    /// each in its own run directory `<run dir>/seed-<seed>`. Written to the resolved
-    /// config only when above 1.
-    #[serde(skip_serializing_if = "is_one")]
+    /// each in its own run directory `<run dir>/seed-<seed>` (whose config says 1: it
+    /// is one agent's).
     pub population: usize,
     /// On a CUDA device, a population's update and acting forward are captured once as
     /// CUDA graphs and replayed (one launch a step), where the capture's replay equals
-    /// the eager step; `false` keeps every step eager. Written to the resolved config
-    /// only when `false`.
-    #[serde(skip_serializing_if = "is_true")]
+    /// the eager step; `false` keeps every step eager.
     pub cuda_graphs: bool,
     /// On a CUDA device, let cuBLAS's f32 products run on TF32 tensor cores (10-bit
     /// mantissas in the products, f32 sums): faster, and no longer the CPU's values to
-    /// rounding. Off unless set; written to the resolved config only when set.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// rounding. Off unless set.
     pub tf32: bool,
-}
-
-fn is_one(n: &usize) -> bool {
-    *n == 1
-}
-
-fn is_true(b: &bool) -> bool {
-    *b
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -270,5 +257,12 @@ impl TrainConfig {
     /// The config as TOML, every field resolved.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("configs serialize")
+    }
+
+    /// A resolved config's text as this normrl writes it (`None` if it is no config).
+    /// Older versions left out keys at their defaults: resume and the report compare
+    /// configs in this form, so that one run reads the same whichever version wrote it.
+    pub fn canonical_toml(text: &str) -> Option<String> {
+        Self::from_toml_str(text, &[]).ok().map(|c| c.to_toml())
     }
 }

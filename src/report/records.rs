@@ -90,7 +90,9 @@ impl Seen {
         config: Option<&str>,
     ) -> Result<bool> {
         let identity = match config {
-            Some(config) => config.to_string(),
+            Some(config) => {
+                crate::config::TrainConfig::canonical_toml(config).unwrap_or(config.to_string())
+            }
             None => format!("{} seed {}", summary.env, summary.seed),
         };
         let key = (variant.to_string(), identity);

@@ -207,7 +207,7 @@ impl Trainer {
         if toml::from_str::<toml::Table>(&state.config_toml).map_or(true, |t| t.is_empty()) {
             bail!("{}", corrupt());
         }
-        if state.config_toml != config.to_toml() {
+        if TrainConfig::canonical_toml(&state.config_toml) != Some(config.to_toml()) {
             bail!(
                 "{} changed since the checkpoint was written",
                 config_path.display()

@@ -31,9 +31,7 @@ pub struct OptimizerConfig {
     pub centered: bool,
     /// Clip the global gradient norm to this value; 0 disables clipping.
     pub max_grad_norm: f64,
-    /// How the learning rate changes over updates (constant unless set; the default is
-    /// not written to a resolved config, so runs from before it resume unchanged).
-    #[serde(skip_serializing_if = "LrSchedule::is_constant")]
+    /// How the learning rate changes over updates (constant unless set).
     pub lr_schedule: LrSchedule,
 }
 
@@ -50,10 +48,6 @@ pub enum LrSchedule {
 }
 
 impl LrSchedule {
-    pub fn is_constant(&self) -> bool {
-        *self == Self::Constant
-    }
-
     /// The factor on `lr` at update `t` (1 for the first).
     pub fn factor(&self, t: u64) -> f64 {
         match *self {
