@@ -5,7 +5,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use normrl::compare::CompareConfig;
-use normrl::study::estimate::describe_plan;
+use normrl::study::estimate::{describe_plan, Timing};
 
 use normrl::config::TrainConfig;
 
@@ -87,7 +87,7 @@ fn every_shipped_config_parses_and_every_comparison_plans() {
         let config = CompareConfig::load(path).unwrap_or_else(|e| fail(e));
         let runs = config.expand().unwrap_or_else(|e| fail(e));
         assert!(!runs.is_empty(), "{}: no runs", path.display());
-        describe_plan(&config, &runs, 1, None).unwrap_or_else(|e| fail(e));
+        describe_plan(&config, &runs, 1, Timing::Unmeasured).unwrap_or_else(|e| fail(e));
         for run in &runs {
             config.config_for(run).unwrap_or_else(|e| fail(e));
         }

@@ -1,6 +1,7 @@
 //! `normrl bench`: update and acting times per normalization method, replay sampling
 //! time, and end-to-end training speed, single thread by default.
 
+mod launches;
 pub mod parity;
 mod population;
 mod timing;
@@ -61,6 +62,11 @@ pub struct BenchArgs {
     /// With `population-host`: the population's size.
     #[arg(long, default_value_t = 256)]
     pub population: usize,
+    /// Run the benchmark in this many fresh processes, one after another, and report
+    /// each row's minimum, median and maximum over them: where memory lands differs
+    /// between launches, and so may the speed.
+    #[arg(long, default_value_t = 1)]
+    pub launches: usize,
 }
 
 /// The benchmarks `normrl bench` runs (`all`: nn, replay and train).
@@ -314,6 +320,12 @@ fn train_rows(steps: u64, device: &str) -> Result<Vec<Row>> {
 }
 
 pub fn bench(args: &BenchArgs) -> Result<()> {
+    if args.launches > 1 {
+        return launches::run(args.launches, args.json);
+    }
+    if args.launches == 0 {
+        anyhow::bail!("--launches must be a positive integer");
+    }
     set_threads(args.threads);
     let (what, all) = (args.what, args.what == Bench::All);
     let device = select_device(parse_device_spec(&args.device)?)?;

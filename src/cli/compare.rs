@@ -11,7 +11,7 @@ use crate::report;
 use crate::report::settings::ReportConfig;
 use crate::study::compare::{CompareConfig, PlannedRun};
 use crate::study::estimate::{
-    check_plan, describe_plan, measure_rate, study_on_gpu, MEASURED_STEPS,
+    check_plan, class_costs, describe_plan, measure_rate, study_on_gpu, Timing, MEASURED_STEPS,
 };
 use crate::study::execute::execute;
 use crate::study::plan::{task_index, Plan};
@@ -32,14 +32,15 @@ pub struct CompareArgs {
     /// Where the experiment's runs go (default: runs/<name>).
     #[arg(long)]
     pub runs_dir: Option<PathBuf>,
-    /// Print the plan and stop.
+    /// Print the plan, its runs and its time, and stop. The time is measured: on the
+    /// CPU each cost class of the grid (environment, network, method, batch size,
+    /// update frequency) trains for a few hundred updates in a scratch folder (kept
+    /// in ~/.cache/normrl/step-costs.json for this machine and binary); on a GPU, or
+    /// with `population`, the first population trains for 300 steps with updates.
     #[arg(long)]
     pub dry_run: bool,
-    /// With --dry-run: measure the study's rate on its device (its first population,
-    /// or first run, trained for a few hundred steps with updates in a scratch folder)
-    /// and estimate its time by that. Done by default when the study's device is a
-    /// GPU, whose rate the CPU's estimate cannot give.
-    #[arg(long)]
+    /// Accepted for older scripts: a dry run always measures now.
+    #[arg(long, hide = true)]
     pub measure: bool,
     /// Accept legal values that are almost surely a mistake in every run
     /// (`run.allow_odd = true`).
@@ -233,14 +234,19 @@ fn dry_run(
     if mine.len() < total {
         eprintln!("{} of {total} runs", mine.len());
     }
-    let measured = match args.measure || study_on_gpu(config, &mine)? {
-        true => Some(measure_rate(config, &mine, MEASURED_STEPS)?),
-        false => None,
+    // A GPU's or a population's rate is its first unit's; separate runs on the CPU
+    // are timed by their cost classes.
+    let described = match config.population.is_some() || study_on_gpu(config, &mine)? {
+        true => {
+            let rate = measure_rate(config, &mine, MEASURED_STEPS)?;
+            describe_plan(config, &mine, args.jobs, Timing::Device(&rate))?
+        }
+        false => {
+            let costs = class_costs(config, &mine)?;
+            describe_plan(config, &mine, args.jobs, Timing::Classes(&costs))?
+        }
     };
-    eprintln!(
-        "{}",
-        describe_plan(config, &mine, args.jobs, measured.as_ref())?
-    );
+    eprintln!("{described}");
     let mut out = std::io::stdout().lock();
     for r in &mine {
         let method = config.config_for(r)?.norm.kind;
@@ -343,7 +349,10 @@ fn run_locally(
         runs = shard_runs(runs, (i, n));
         eprintln!("shard {i}/{n}: {} of {total} runs", runs.len());
     }
-    eprintln!("{}", describe_plan(config, &runs, args.jobs, None)?);
+    eprintln!(
+        "{}",
+        describe_plan(config, &runs, args.jobs, Timing::Unmeasured)?
+    );
     eprintln!("runs directory: {}", root.display());
     let done = execute(config, &runs, root, args.jobs)?;
     if done.finished_before > 0 {

@@ -279,6 +279,11 @@ impl Trainer {
         &self.agent
     }
 
+    /// Episodes ended so far.
+    pub fn episodes(&self) -> u64 {
+        self.record.episodes
+    }
+
     pub fn step(&self) -> u64 {
         self.step
     }

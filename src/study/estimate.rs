@@ -8,21 +8,6 @@ use anyhow::{bail, Result};
 use crate::config::TrainConfig;
 use crate::study::compare::{population_units, CompareConfig, PlannedRun};
 
-/// Rough single-thread environment steps per second, measured on a 2-core x86 VM
-/// (`normrl bench train`), for the plan's cost estimate.
-fn estimated_sps(config: &TrainConfig) -> f64 {
-    use normrl_agents::nn::Architecture;
-    let per_update = match config.network.architecture {
-        Architecture::Mlp { .. } => 5_000.0,
-        Architecture::MinatarCnn => 450.0,
-        Architecture::NatureCnn => 15.0,
-    };
-    let updates_per_step =
-        config.replay.gradient_steps as f64 / config.replay.train_frequency as f64;
-    per_update / updates_per_step.max(0.05)
-        * (32.0 / config.replay.batch_size.max(1) as f64).clamp(0.5, 4.0)
-}
-
 /// Checks the whole plan before anything runs or is created: at least one job, one
 /// directory per run (two variants or seeds with the same label would share one, and
 /// the second would be skipped as finished), and a baseline that is planned.
@@ -134,58 +119,146 @@ fn time_unit(
     })
 }
 
-/// Prints the plan: how many runs, how many steps, about how long (by the rate
-/// `measured` on the study's device where given).
+/// How a plan's time is known: not at all (a run prints its plan without it), by
+/// the CPU's measured cost classes ([`crate::study::rates`]), or by its first
+/// population's rate on its device.
+pub enum Timing<'a> {
+    Unmeasured,
+    Classes(&'a ClassCosts),
+    Device(&'a MeasuredRate),
+}
+
+/// Every run's time by its cost class, measured on this CPU.
+pub struct ClassCosts {
+    /// Seconds of each run of the plan, in its order.
+    pub run_seconds: Vec<f64>,
+    pub classes: usize,
+    pub measured_now: usize,
+    /// Environment steps per second with updates, per batch size (the mean over its
+    /// classes, weighted by their steps).
+    pub rates: Vec<(usize, f64)>,
+}
+
+/// `runs`' costs on this CPU by their classes: measured now where this binary has not
+/// measured them on this machine before.
+pub fn class_costs(config: &CompareConfig, runs: &[PlannedRun]) -> Result<ClassCosts> {
+    let configs: Vec<TrainConfig> = runs
+        .iter()
+        .map(|r| config.config_for(r))
+        .collect::<Result<_>>()?;
+    let (costs, measured_now) = crate::study::rates::step_costs(&configs)?;
+    let cost = |c: &TrainConfig| costs[&crate::study::rates::class_of(c)];
+    let run_seconds = configs.iter().map(|c| cost(c).run_seconds(c)).collect();
+    let mut by_batch: std::collections::BTreeMap<usize, (f64, f64)> = Default::default();
+    for c in &configs {
+        let (steps, seconds) = by_batch.entry(c.replay.batch_size).or_default();
+        *steps += c.run.total_steps as f64;
+        *seconds += c.run.total_steps as f64 * cost(c).training;
+    }
+    Ok(ClassCosts {
+        run_seconds,
+        classes: costs.len(),
+        measured_now,
+        rates: by_batch
+            .into_iter()
+            .map(|(b, (steps, seconds))| (b, steps / seconds.max(1e-12)))
+            .collect(),
+    })
+}
+
+/// The wall time of runs taking `seconds` each, `jobs` at a time in plan order (each
+/// job takes the next run when it is free, as `compare` does), on `cores` cores.
+pub fn wall_seconds(seconds: &[f64], jobs: usize, cores: usize) -> f64 {
+    let workers = jobs.clamp(1, cores.max(1));
+    let mut free_at = vec![0.0f64; workers];
+    for s in seconds {
+        let next = free_at
+            .iter_mut()
+            .min_by(|a, b| a.total_cmp(b))
+            .expect("one worker at least");
+        *next += s;
+    }
+    free_at.into_iter().fold(0.0, f64::max)
+}
+
+fn duration(s: f64) -> String {
+    if s < 7200.0 {
+        format!("{:.0} minutes", s / 60.0)
+    } else {
+        format!("{:.1} hours", s / 3600.0)
+    }
+}
+
+/// The plan in words: how many runs and steps, and, where `timing` gives it, how long.
 pub fn describe_plan(
     config: &CompareConfig,
     runs: &[PlannedRun],
     jobs: usize,
-    measured: Option<&MeasuredRate>,
+    timing: Timing,
 ) -> Result<String> {
     let mut steps = 0u64;
-    let mut seconds = 0.0;
     for run in runs {
-        let c = config.config_for(run)?;
-        steps += c.run.total_steps;
-        seconds += c.run.total_steps as f64 / estimated_sps(&c);
+        steps += config.config_for(run)?.run.total_steps;
     }
     let variants: std::collections::BTreeSet<_> = runs.iter().map(|r| r.variant.as_str()).collect();
     let envs: std::collections::BTreeSet<_> = runs.iter().map(|r| r.env.as_str()).collect();
-    let duration = |s: f64| {
-        if s < 7200.0 {
-            format!("{:.0} minutes", s / 60.0)
-        } else {
-            format!("{:.1} hours", s / 3600.0)
-        }
+    let seeds: std::collections::BTreeSet<_> = runs.iter().map(|r| r.seed).collect();
+    let (e, v, s) = (envs.len(), variants.len(), seeds.len());
+    let shape = match e * v * s == runs.len() {
+        true => format!("{e} environments x {v} variants x {s} seeds"),
+        false => format!("of {e} environments, {v} variants and {s} seeds"),
     };
     let mut text = format!(
-        "comparison '{}': {} runs ({} environments x {} variants x {} seeds), {} environment steps; estimated {} of CPU time, {} with {jobs} jobs",
+        "comparison '{}': {} runs ({shape}), {steps} environment steps",
         config.name,
         runs.len(),
-        envs.len(),
-        variants.len(),
-        config.seeds().len(),
-        steps,
-        duration(seconds),
-        duration(seconds / jobs.max(1) as f64)
     );
     if config.population.is_some() {
         let units = population_units(config, runs)?;
         let largest = units.iter().map(Vec::len).max().unwrap_or(0);
         text.push_str(&format!(
-            "; as {} populations of up to {largest} runs (on a CPU a population's agents train about as fast as separate runs, on run.threads cores; the estimate is for the CPU: a GPU's rate is measured with `normrl bench population-train --device cuda`)",
+            "; as {} populations of up to {largest} runs",
             units.len()
         ));
     }
-    if let Some(m) = measured {
-        text.push_str(&format!(
+    match timing {
+        Timing::Unmeasured => {
+            text.push_str("; `--dry-run` measures its time on this machine")
+        }
+        Timing::Classes(costs) => text.push_str(&class_text(costs, jobs)),
+        Timing::Device(m) => text.push_str(&format!(
             "; measured on {}: {:.0} agent-steps/s (a population of {}, {} steps with updates), so the study's {steps} agent-steps take about {} there",
             m.device,
             m.agent_steps_per_second,
             m.members,
             m.steps,
             duration(steps as f64 / m.agent_steps_per_second.max(1e-9))
-        ));
+        )),
     }
     Ok(text)
+}
+
+/// The CPU estimate's words: core-hours, the wall time for `jobs`, and the rates.
+fn class_text(costs: &ClassCosts, jobs: usize) -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let total: f64 = costs.run_seconds.iter().sum();
+    let wall = wall_seconds(&costs.run_seconds, jobs, cores);
+    let shared = match jobs > cores {
+        true => format!(" (more jobs than this machine's {cores} cores: they share them)"),
+        false => String::new(),
+    };
+    let rates: Vec<String> = costs
+        .rates
+        .iter()
+        .map(|(b, r)| format!("batch {b} {r:.0}"))
+        .collect();
+    format!(
+        "; about {:.1} core-hours on this CPU, {} with {jobs} jobs{shared}; by {} cost classes measured here ({} now, {} updates each; steps/s with updates: {})",
+        total / 3600.0,
+        duration(wall),
+        costs.classes,
+        costs.measured_now,
+        crate::study::rates::MEASURED_UPDATES,
+        rates.join(", ")
+    )
 }

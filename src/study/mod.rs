@@ -6,5 +6,6 @@ pub mod estimate;
 pub mod execute;
 pub mod finished;
 pub mod plan;
+pub mod rates;
 pub mod slurm;
 pub mod status;
