@@ -158,6 +158,31 @@ fn bench_nn_filters_by_method_and_case_and_reports_median_and_min() {
         let (median, min) = (row["value"].as_f64().unwrap(), row["min"].as_f64().unwrap());
         assert!(min > 0.0 && min <= median, "{row}");
     }
+    // The same in three fresh processes: each row's launches summarized; a failing
+    // launch's error is the benchmark's.
+    let mut args = vec!["bench", "nn", "--method", "batch_norm", "--case"];
+    args.extend([
+        "mlp 4-64-64-2 b32",
+        "--iters",
+        "5",
+        "--launches",
+        "3",
+        "--json",
+    ]);
+    let (code, out, err) = normrl(&args);
+    assert_eq!(code, 0, "{err}");
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), 2, "{out}");
+    for row in &rows {
+        let [min, median, max] = ["min", "median", "max"].map(|k| row[k].as_f64().unwrap());
+        assert_eq!(row["launches"], 3, "{row}");
+        assert!(min > 0.0 && min <= median && median <= max, "{row}");
+        assert!(row["best_min"].as_f64().unwrap() <= min, "{row}");
+    }
+    let (code, _, err) = normrl(&["bench", "nn", "--case", "transformer", "--launches", "2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no case matches"), "{err}");
+
     let (code, _, err) = normrl(&["bench", "nn", "--method", "batchnorm"]);
     assert_eq!(code, 2, "{err}");
     assert!(

@@ -49,6 +49,8 @@ pub(crate) fn run(launches: usize, json: bool) -> Result<()> {
                 "launch {} of {launches} failed: {}",
                 launch + 1,
                 String::from_utf8_lossy(&out.stderr)
+                    .trim()
+                    .trim_start_matches("error: ")
             );
         }
         for line in String::from_utf8_lossy(&out.stdout).lines() {
