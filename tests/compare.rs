@@ -148,7 +148,49 @@ fn tiny_comparison_reports_and_skips_finished_runs() {
         "{err}"
     );
     regroup_once(&args, &runs.join("plan.json"));
+    goes_on_from_its_archive(&config, &runs, &dir.join("fresh"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The finished runs packed as a study's archive (`scripts/pack-results.py`: each
+/// result.json alone, its training curve binned) and unpacked on a "new machine":
+/// `status` counts them done, `compare` skips them all, and the report's final returns
+/// are the originals'.
+fn goes_on_from_its_archive(config: &Path, runs: &Path, fresh: &Path) {
+    let archive = fresh.with_extension("tar.xz");
+    let packed = std::process::Command::new("python3")
+        .arg("scripts/pack-results.py")
+        .args([runs, &archive, Path::new("--bin=100")])
+        .output()
+        .unwrap();
+    assert!(packed.status.success(), "{packed:?}");
+    std::fs::create_dir_all(fresh).unwrap();
+    let unpacked = std::process::Command::new("tar")
+        .arg("-xJf")
+        .args([&archive, Path::new("-C"), fresh])
+        .status()
+        .unwrap();
+    assert!(unpacked.success());
+    let run = fresh.join("classic_cartpole/weight_norm/seed-2");
+    let files: Vec<_> = std::fs::read_dir(&run).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "only result.json in {}", run.display());
+    let (code, out, err) = normrl(&["status", fresh.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["variants"]["weight_norm"]["done"], 2, "{status}");
+    let (code, _, err) = normrl(&compare_args(config, fresh, &[]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("4 runs were already finished and skipped"),
+        "{err}"
+    );
+    let finals = |report: &Path| -> Vec<String> {
+        let text = std::fs::read_to_string(report.join("runs.csv")).unwrap();
+        text.lines()
+            .map(|l| l.split(',').take(6).collect::<Vec<_>>().join(","))
+            .collect()
+    };
+    assert_eq!(finals(&fresh.join("report")), finals(&runs.join("report")));
 }
 
 /// A plan only run here may be grouped into array tasks as asked; once an array of it

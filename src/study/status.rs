@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::run::files::unix_seconds;
 use crate::run::files::ERROR_FILE;
-use crate::run::files::{Heartbeat, HEARTBEAT_FILE, SUMMARY_FILE};
+use crate::run::files::{Heartbeat, HEARTBEAT_FILE, RESULT_FILE, SUMMARY_FILE};
 use crate::study::plan::Plan;
 
 #[derive(Debug, clap::Args)]
@@ -67,7 +67,8 @@ pub struct Status {
 
 /// The state of the run in `dir` now.
 fn state_of(dir: &Path, stale_after: f64) -> Result<RunState> {
-    if dir.join(SUMMARY_FILE).exists() {
+    // A run merged from an archive holds only its result.json: finished as well.
+    if dir.join(SUMMARY_FILE).exists() || dir.join(RESULT_FILE).exists() {
         return Ok(RunState::Done);
     }
     let beat = std::fs::read_to_string(dir.join(HEARTBEAT_FILE))
