@@ -181,6 +181,12 @@ pub fn wall_seconds(seconds: &[f64], jobs: usize, cores: usize) -> f64 {
     free_at.into_iter().fold(0.0, f64::max)
 }
 
+/// `x` to three significant digits (0.132, 16.9, 1800).
+fn three_digits(x: f64) -> String {
+    let decimals = (2 - x.abs().max(1e-9).log10().floor() as i32).max(0) as usize;
+    format!("{x:.decimals$}")
+}
+
 fn duration(s: f64) -> String {
     if s < 7200.0 {
         format!("{:.0} minutes", s / 60.0)
@@ -253,8 +259,8 @@ fn class_text(costs: &ClassCosts, jobs: usize) -> String {
         .map(|(b, r)| format!("batch {b} {r:.0}"))
         .collect();
     format!(
-        "; about {:.1} core-hours on this CPU, {} with {jobs} jobs{shared}; by {} cost classes measured here ({} now, {} updates each; steps/s with updates: {})",
-        total / 3600.0,
+        "; about {} core-hours on this CPU, {} with {jobs} jobs{shared}; by {} cost classes measured here ({} now, {} updates each; steps/s with updates: {})",
+        three_digits(total / 3600.0),
         duration(wall),
         costs.classes,
         costs.measured_now,
