@@ -99,7 +99,7 @@ fn headline(report: &Report, md: &mut String) {
             .unwrap_or_default()
     };
     let caption = format!(
-        "IQM of the normalized final return over all environments against batch size, one line per method. From batch {} to batch {}, **{}** {} most ({} in normalized IQM{}); **{}** {} least ({}{}).",
+        "IQM of the normalized final return over all environments against batch size, a panel per method on one shared y axis, a line per sampler. From batch {} to batch {}, **{}** {} most ({} in normalized IQM{}); **{}** {} least ({}{}).",
         worst.from,
         worst.to,
         worst.method,

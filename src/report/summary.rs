@@ -69,7 +69,7 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
         ranges: &ranges,
     };
     let aggregate = aggregate::aggregates(&scores, &variants, config.baseline.as_deref());
-    let by_batch_size = aggregate::by_batch_size(&scores);
+    let by_batch_size = aggregate::by_batch_size(&scores, &aggregate);
     let batch_changes = aggregate::batch_changes(&scores, &variants);
     Ok(Report {
         baseline: config.baseline.clone(),
@@ -83,6 +83,25 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
         missing,
         duplicates,
     })
+}
+
+impl Report {
+    /// The baseline variant's method, if the report has a baseline.
+    pub fn base_method(&self) -> Option<&str> {
+        let base = self.baseline.as_ref()?;
+        let run = self.runs.iter().find(|r| &r.variant == base);
+        Some(run.map_or(base.as_str(), |r| r.axes.method.as_str()))
+    }
+
+    /// The methods in the order every figure and table lists them: the baseline's
+    /// first, the others by name.
+    pub fn methods(&self) -> Vec<String> {
+        let base = self.base_method();
+        let mut names: Vec<String> = self.runs.iter().map(|r| r.axes.method.clone()).collect();
+        names.sort_by_key(|m| (Some(m.as_str()) != base, m.clone()));
+        names.dedup();
+        names
+    }
 }
 
 /// Score ranges: configured, else the random-policy score (from the environment
