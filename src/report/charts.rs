@@ -4,6 +4,8 @@
 //! - `batch_size[-<env>]`: the headline, IQM against batch size as small multiples, a
 //!   panel per method in its color on one shared y axis, a line per sampler (when the
 //!   grid has two batch sizes or more);
+//! - `sampler_change`: each method's change in IQM from uniform to correlated batches,
+//!   a panel per batch size (when the grid has both samplers);
 //! - `aggregate`: median, IQM, mean and optimality gap as interval plots, a row of
 //!   panels per setting;
 //! - `improvement`: each method's probability of improving on the baseline method in
@@ -20,6 +22,7 @@ use super::aggregate::{AggregateStats, BatchPoint, Estimate};
 use super::grid::{color_of, sampler_rank, Setting};
 use super::plots::{self, lighter, Content, Figure, Key, Line, Panel, Point, Row, Stroke};
 use super::records::RunRecord;
+use super::samplers::SamplerChange;
 use super::stats::{mean, stratified_bootstrap_ci};
 use super::summary::Report;
 use crate::run::diagnostics::REPORTED;
@@ -37,6 +40,7 @@ const TRAIN_POINTS: u64 = 50;
 pub fn write(report: &Report, out: &Path) -> Result<()> {
     let methods = Methods::of(report);
     headline(report, &methods, out)?;
+    sampler_change(report, &methods, out)?;
     aggregate(report, &methods, out)?;
     improvement(report, &methods, out)?;
     profiles(report, &methods, out)?;
@@ -248,6 +252,75 @@ fn sampler_legend(samplers: &[Option<&str>]) -> Vec<Key> {
 fn small_multiple_columns(n: usize) -> usize {
     let rows = n.div_ceil(4).max(1);
     n.div_ceil(rows).max(1)
+}
+
+/// The change of each method's IQM from uniform to correlated batches, a panel per
+/// batch size (and per correlated sampler), all on one x axis with a line at zero.
+fn sampler_change(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
+    let changes = &report.sampler_changes;
+    if changes.is_empty() {
+        return Ok(());
+    }
+    // Panels in the headline's order: larger batches first.
+    let mut panels: Vec<(&str, Option<usize>)> = changes
+        .iter()
+        .map(|c| (c.to.as_str(), c.batch_size))
+        .collect();
+    panels.sort_by_key(|&(to, b)| (sampler_rank(Some(to)), std::cmp::Reverse(b)));
+    panels.dedup();
+    let several = panels.iter().any(|p| p.0 != panels[0].0);
+    // One range for every panel, so that the batch sizes compare too.
+    let ends = changes.iter().flat_map(|c| [c.change.low, c.change.high]);
+    let (low, high) = ends
+        .filter(|v| v.is_finite())
+        .fold((0.0_f64, 0.0_f64), |(a, b), v| (a.min(v), b.max(v)));
+    let panel = |&(to, batch): &(&str, Option<usize>)| {
+        let rows = change_rows(changes, methods, to, batch);
+        let setting = Setting {
+            sampler: several.then(|| to.to_string()),
+            batch_size: batch,
+        };
+        Panel {
+            title: panel_title(&format!("{to} − uniform"), &setting),
+            x_label: "change in normalized IQM".into(),
+            y_label: String::new(),
+            content: Content::Intervals {
+                rows,
+                mark: Some(0.0),
+                range: Some((low, high)),
+            },
+        }
+    };
+    let batches: BTreeSet<Option<usize>> = panels.iter().map(|p| p.1).collect();
+    let figure = Figure {
+        title: "Change in normalized IQM from uniform to correlated batches (95% CIs)".into(),
+        columns: batches.len().clamp(1, 3),
+        panels: panels.iter().map(panel).collect(),
+        legend: methods.legend(),
+    };
+    plots::write(&out.join("sampler_change"), &figure)
+}
+
+/// The rows of one panel of `sampler_change`: each method's change in its order.
+fn change_rows(
+    changes: &[SamplerChange],
+    methods: &Methods,
+    to: &str,
+    batch: Option<usize>,
+) -> Vec<Row> {
+    let of = |m: &String| {
+        let c = changes
+            .iter()
+            .find(|c| &c.method == m && c.to == to && c.batch_size == batch)?;
+        Some(Row {
+            label: m.clone(),
+            color: color_of(m),
+            value: c.change.value,
+            low: c.change.low,
+            high: c.change.high,
+        })
+    };
+    methods.names.iter().filter_map(of).collect()
 }
 
 /// `method`'s aggregate in `setting`, if the grid ran it there.

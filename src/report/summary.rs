@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::aggregate::{self, AggregateStats, BatchChange, BatchPoint, Scores};
 use super::records::{group, variant_stats, Loaded, RunRecord, VariantStats};
+use super::samplers::{sampler_changes, SamplerChange};
 use crate::report::settings::{ReportConfig, ScoreRange};
 
 #[derive(Debug, Clone, Serialize)]
@@ -22,6 +23,9 @@ pub struct Report {
     pub by_batch_size: Vec<BatchPoint>,
     /// Each method's change from its largest batch to its smallest.
     pub batch_changes: Vec<BatchChange>,
+    /// Each method's change from the uniform sampler to a correlated one, per batch
+    /// size; empty unless the grid has both.
+    pub sampler_changes: Vec<SamplerChange>,
     pub runs: Vec<RunRecord>,
     /// Runs left out, each with why (see [`Loaded::missing`]).
     pub missing: Vec<String>,
@@ -71,12 +75,14 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
     let aggregate = aggregate::aggregates(&scores, &variants, config.baseline.as_deref());
     let by_batch_size = aggregate::by_batch_size(&scores, &aggregate);
     let batch_changes = aggregate::batch_changes(&scores, &variants);
+    let sampler_changes = sampler_changes(&scores, &variants);
     Ok(Report {
         baseline: config.baseline.clone(),
         aggregate,
         performance_profile_taus: aggregate::taus(),
         by_batch_size,
         batch_changes,
+        sampler_changes,
         score_ranges: ranges,
         per_env,
         runs,
