@@ -6,7 +6,7 @@
 use std::fmt::{Display, Write as _};
 
 use super::aggregate::{AggregateStats, Estimate};
-use super::grid::sampler_rank;
+use super::grid::{sampler_rank, Setting};
 use super::plots::tick_label;
 use super::records::{VariantStats, BOOTSTRAP_REPS};
 use super::samplers::SamplerChange;
@@ -48,6 +48,7 @@ pub fn markdown(report: &Report) -> String {
     missing(report, &mut md);
     headline(report, &mut md);
     sampler_changes(report, &mut md);
+    setting_table(report, &mut md);
     aggregates(report, &mut md);
     environments(report, &mut md);
     ranges(report, &mut md);
@@ -196,6 +197,52 @@ fn sampler_sentence(to: &str, changes: &[&SamplerChange]) -> String {
         at(best),
         changes.len()
     )
+}
+
+/// A setting as a table's column names it: `b4 sequential`, `b32`, `uniform`.
+fn column(setting: &Setting) -> String {
+    let batch = setting.batch_size.map(|b| format!("b{b}"));
+    let parts: Vec<String> = [batch, setting.sampler.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    match parts.join(" ") {
+        p if p.is_empty() => "all runs".into(),
+        p => p,
+    }
+}
+
+/// The headline's numbers as a table: final normalized IQM [95% CI] over all
+/// environments, a row per method, a column per batch size and sampler (smallest
+/// batch first, uniform before correlated samplers); drawn when the grid has two
+/// settings or more.
+fn setting_table(report: &Report, md: &mut String) {
+    let mut settings: Vec<&Setting> = report.aggregate.iter().map(|a| &a.setting).collect();
+    settings.sort_by_key(|s| (s.batch_size, sampler_rank(s.sampler.as_deref())));
+    settings.dedup();
+    if settings.len() < 2 {
+        return;
+    }
+    md.push_str("## Final normalized IQM per method and setting\n\n");
+    md.push_str("IQM of the normalized final return over all environments [95% stratified-bootstrap CI]; - where the grid has no such run.\n\n");
+    let names: Vec<String> = settings.iter().map(|s| column(s)).collect();
+    let _ = writeln!(md, "| method | {} |", names.join(" | "));
+    let _ = writeln!(md, "|---|{}", "---|".repeat(settings.len()));
+    for method in report.methods() {
+        let cells: Vec<String> = settings
+            .iter()
+            .map(|s| {
+                let a = report
+                    .aggregate
+                    .iter()
+                    .find(|a| a.method == method && &a.setting == *s);
+                a.filter(|a| a.runs > 0)
+                    .map_or_else(|| "-".into(), |a| est(&a.iqm))
+            })
+            .collect();
+        let _ = writeln!(md, "| {method} | {} |", cells.join(" | "));
+    }
+    md.push('\n');
 }
 
 /// The aggregate figures, their captions and table.

@@ -1,6 +1,6 @@
-//! The change from uniform to sequential batches against a case computed by hand, and
-//! which figures a grid with one sampler or two gets (their labels checked as
-//! `layout_tests` checks the others).
+//! The change from uniform to sequential batches against a case computed by hand, the
+//! table of IQM per method and setting, and which figures a grid with one sampler or
+//! two gets (their labels checked as `layout_tests` checks the others).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -131,7 +131,7 @@ fn written(report: &Report, name: &str) -> (PathBuf, Vec<String>) {
 }
 
 #[test]
-fn two_samplers_get_the_change_figure_and_its_section() {
+fn two_samplers_get_the_change_figure_its_section_and_the_table() {
     let r = grid(&["uniform", "sequential"]);
     let (dir, names) = written(&r, "two-samplers");
     for want in ["sampler_change.png", "sampler_change.svg", "batch_size.png"] {
@@ -154,11 +154,35 @@ fn two_samplers_get_the_change_figure_and_its_section() {
     );
     assert!(md.contains("With the sequential sampler, **"), "{md}");
     assert!(md.contains(" loses most and **"), "{md}");
+    // The table: methods as rows (the baseline-less order is by name), a column per
+    // batch size and sampler, smallest batch first and uniform first.
+    let header = "| method | b1 uniform | b1 sequential | b4 uniform | b4 sequential |\n|---|---|---|---|---|\n";
+    let table = md.find(header).unwrap_or_else(|| panic!("{md}"));
+    let rows: Vec<&str> = md[table + header.len()..].lines().take(2).collect();
+    assert!(rows[0].starts_with("| layer_norm | "), "{rows:?}");
+    assert!(rows[1].starts_with("| none | "), "{rows:?}");
+    // none at batch 1, uniform: returns 1..=8, IQM 0.45 as in the case by hand.
+    let none_b1_uniform = rows[1].split(" | ").nth(1).unwrap();
+    assert!(none_b1_uniform.starts_with("0.45 ["), "{rows:?}");
+    assert!(is_estimate(none_b1_uniform), "{none_b1_uniform}");
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(json["sampler_changes"].as_array().unwrap().len(), 4);
     assert!(json["sampler_changes"][0]["change"]["low"].is_number());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Whether `cell` reads `v [lo, hi]`, each with two decimals.
+fn is_estimate(cell: &str) -> bool {
+    let Some((v, rest)) = cell.split_once(" [") else {
+        return false;
+    };
+    let Some((lo, hi)) = rest.trim_end_matches(']').split_once(", ") else {
+        return false;
+    };
+    [v, lo, hi]
+        .iter()
+        .all(|x| x.parse::<f64>().is_ok() && x.split_once('.').is_some_and(|(_, d)| d.len() == 2))
 }
 
 #[test]
@@ -173,6 +197,7 @@ fn one_sampler_gets_neither_the_figure_nor_its_section() {
     check_svg(&dir.join("batch_size.svg"));
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(!md.contains("sampler_change"), "{md}");
+    assert!(md.contains("| method | b1 uniform | b4 uniform |"), "{md}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
