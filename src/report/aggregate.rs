@@ -193,8 +193,10 @@ fn non_empty(tasks: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
 }
 
 /// The headline's points: each method's IQM of final returns at each batch size and
-/// sampler, per environment (raw returns) and over environments (normalized).
-pub fn by_batch_size(scores: &Scores) -> Vec<BatchPoint> {
+/// sampler, per environment (raw returns) and over environments (normalized: the
+/// aggregates' IQM, so that the figure, its table and the aggregate table print one
+/// interval for one number).
+pub fn by_batch_size(scores: &Scores, aggregates: &[AggregateStats]) -> Vec<BatchPoint> {
     let mut points = vec![];
     for ((env, _), rs) in scores.groups {
         let axes = &rs[0].axes;
@@ -224,24 +226,16 @@ pub fn by_batch_size(scores: &Scores) -> Vec<BatchPoint> {
             },
         });
     }
-    let mut variants: Vec<&str> = scores.groups.keys().map(|(_, v)| *v).collect();
-    variants.sort_unstable();
-    variants.dedup();
-    for v in variants {
-        let Some(axes) = scores.axes(v) else { continue };
-        let Some(batch_size) = axes.setting.batch_size else {
+    for a in aggregates.iter().filter(|a| a.runs > 0) {
+        let Some(batch_size) = a.setting.batch_size else {
             continue;
         };
-        let tasks = non_empty(scores.of(v, true));
-        if tasks.is_empty() {
-            continue;
-        }
         points.push(BatchPoint {
             env: None,
-            method: axes.method.clone(),
-            sampler: axes.setting.sampler.clone(),
+            method: a.method.clone(),
+            sampler: a.setting.sampler.clone(),
             batch_size,
-            iqm: Estimate::of(&tasks, aggregate_iqm, 7_000 + points.len() as u64),
+            iqm: a.iqm,
         });
     }
     points

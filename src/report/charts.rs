@@ -1,8 +1,11 @@
 //! Which figures a report draws, from its numbers. One color per method in all of
 //! them (`grid::color_of`); a grid's other axes (batch size, sampler) are panels and
 //! environments are files, never colors:
-//! - `batch_size[-<env>]`: the headline, IQM against batch size, a line per method and
-//!   a panel per sampler (when the grid has two batch sizes or more);
+//! - `batch_size[-<env>]`: the headline, IQM against batch size as small multiples, a
+//!   panel per method in its color on one shared y axis, a line per sampler (when the
+//!   grid has two batch sizes or more);
+//! - `sampler_change`: each method's change in IQM from uniform to correlated batches,
+//!   a panel per batch size (when the grid has both samplers);
 //! - `aggregate`: median, IQM, mean and optimality gap as interval plots, a row of
 //!   panels per setting;
 //! - `improvement`: each method's probability of improving on the baseline method in
@@ -16,9 +19,10 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::aggregate::{AggregateStats, BatchPoint, Estimate};
-use super::grid::{color_of, Setting};
-use super::plots::{self, Content, Figure, Line, Panel, Point, Row};
+use super::grid::{color_of, sampler_rank, Setting};
+use super::plots::{self, lighter, Content, Figure, Key, Line, Panel, Point, Row, Stroke};
 use super::records::RunRecord;
+use super::samplers::SamplerChange;
 use super::stats::{mean, stratified_bootstrap_ci};
 use super::summary::Report;
 use crate::run::diagnostics::REPORTED;
@@ -36,6 +40,7 @@ const TRAIN_POINTS: u64 = 50;
 pub fn write(report: &Report, out: &Path) -> Result<()> {
     let methods = Methods::of(report);
     headline(report, &methods, out)?;
+    sampler_change(report, &methods, out)?;
     aggregate(report, &methods, out)?;
     improvement(report, &methods, out)?;
     profiles(report, &methods, out)?;
@@ -55,14 +60,7 @@ struct Methods {
 
 impl Methods {
     fn of(report: &Report) -> Self {
-        let base = report
-            .baseline
-            .as_ref()
-            .and_then(|b| report.runs.iter().find(|r| &r.variant == b))
-            .map(|r| r.axes.method.clone());
-        let mut names: Vec<String> = report.runs.iter().map(|r| r.axes.method.clone()).collect();
-        names.sort_by_key(|m| (Some(m) != base.as_ref(), m.clone()));
-        names.dedup();
+        let names = report.methods();
         let set: BTreeSet<Setting> = report.runs.iter().map(|r| r.axes.setting.clone()).collect();
         let mut settings: Vec<Setting> = set.into_iter().collect();
         // Larger batches first: the small-batch end of a row is on the right.
@@ -70,11 +68,13 @@ impl Methods {
         Self { names, settings }
     }
 
-    fn legend(&self) -> Vec<(String, (u8, u8, u8))> {
-        self.names
-            .iter()
-            .map(|m| (m.clone(), color_of(m)))
-            .collect()
+    fn legend(&self) -> Vec<Key> {
+        let key = |m: &String| Key {
+            label: m.clone(),
+            color: color_of(m),
+            stroke: Stroke::Solid,
+        };
+        self.names.iter().map(key).collect()
     }
 
     /// A line per method, in the methods' order and colors, of the methods `points`
@@ -82,7 +82,11 @@ impl Methods {
     fn lines(&self, points: impl Fn(&String) -> Option<Vec<Point>>) -> Vec<Line> {
         let line = |m: &String| {
             let color = color_of(m);
-            points(m).map(|points| Line { color, points })
+            points(m).map(|points| Line {
+                color,
+                stroke: Stroke::Solid,
+                points,
+            })
         };
         self.names.iter().filter_map(line).collect()
     }
@@ -100,56 +104,67 @@ fn panel_title(what: &str, setting: &Setting) -> String {
     }
 }
 
-/// The headline: IQM against batch size, over environments and per environment.
+/// The headline's x axis: batch sizes, evenly on a log scale and shrinking from left
+/// to right (the small-batch end of every figure is on the right).
+struct BatchAxis {
+    ticks: Vec<(f64, String)>,
+}
+
+impl BatchAxis {
+    fn x(batch_size: usize) -> f64 {
+        -(batch_size as f64).log2()
+    }
+}
+
+/// How a sampler's line looks in every panel: the first sampler (uniform) solid in the
+/// method's color, the next dashed and lighter, any further dotted and lighter still.
+fn sampler_style(rank: usize) -> (Stroke, f64) {
+    match rank {
+        0 => (Stroke::Solid, 0.0),
+        1 => (Stroke::Dashed, 0.4),
+        _ => (Stroke::Dotted, 0.6),
+    }
+}
+
+/// The headline: IQM against batch size, over environments and per environment, as
+/// small multiples. Seven methods with bands in one panel hide each other; a panel per
+/// method on one shared y axis compares them at a glance, and the samplers of a
+/// method, a line each, sit together where their difference is the question.
 fn headline(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
     let sizes: BTreeSet<usize> = report.by_batch_size.iter().map(|p| p.batch_size).collect();
     if sizes.len() < 2 {
         return Ok(());
     }
-    // Batch sizes shrink from left to right, evenly on a log scale.
-    let x = |b: usize| -(b as f64).log2();
-    let ticks: Vec<(f64, String)> = sizes.iter().map(|&b| (x(b), b.to_string())).collect();
-    let mut envs: Vec<Option<&str>> = vec![None];
+    let axis = BatchAxis {
+        ticks: sizes
+            .iter()
+            .map(|&b| (BatchAxis::x(b), b.to_string()))
+            .collect(),
+    };
+    let mut samplers: Vec<Option<&str>> = report
+        .by_batch_size
+        .iter()
+        .map(|p| p.sampler.as_deref())
+        .collect();
+    samplers.sort_by_key(|s| sampler_rank(*s));
+    samplers.dedup();
     let named: BTreeSet<&str> = report
         .by_batch_size
         .iter()
         .filter_map(|p| p.env.as_deref())
         .collect();
-    envs.extend(named.into_iter().map(Some));
+    let envs = std::iter::once(None).chain(named.into_iter().map(Some));
     for env in envs {
         let points: Vec<&BatchPoint> = report
             .by_batch_size
             .iter()
             .filter(|p| p.env.as_deref() == env)
             .collect();
-        let samplers: BTreeSet<Option<&str>> =
-            points.iter().map(|p| p.sampler.as_deref()).collect();
-        let panels = samplers
+        let panels: Vec<Panel> = methods
+            .names
             .iter()
-            .map(|sampler| {
-                let lines = methods.lines(|m| {
-                    let mut pts: Vec<Point> = points
-                        .iter()
-                        .filter(|p| &p.method == m && p.sampler.as_deref() == *sampler)
-                        .map(|p| (x(p.batch_size), p.iqm.value, p.iqm.low, p.iqm.high))
-                        .collect();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    (!pts.is_empty()).then_some(pts)
-                });
-                Panel {
-                    title: sampler.map_or("all samplers".into(), |s| format!("{s} sampler")),
-                    x_label: "batch size".into(),
-                    y_label: match env {
-                        None => "IQM normalized final return".into(),
-                        Some(_) => "IQM final return".into(),
-                    },
-                    content: Content::Lines {
-                        lines,
-                        x_ticks: Some(ticks.clone()),
-                    },
-                }
-            })
-            .collect::<Vec<_>>();
+            .filter_map(|m| method_panel(m, env.is_some(), &points, &samplers, &axis))
+            .collect();
         let (title, stem) = match env {
             None => (
                 "Return against batch size, all environments (IQM, 95% CI)".to_string(),
@@ -162,13 +177,150 @@ fn headline(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
         };
         let figure = Figure {
             title,
-            columns: panels.len().clamp(1, 2),
+            columns: small_multiple_columns(panels.len()),
             panels,
-            legend: methods.legend(),
+            legend: sampler_legend(&samplers),
         };
         plots::write(&out.join(stem), &figure)?;
     }
     Ok(())
+}
+
+/// One method's panel of the headline: a line per sampler, in the method's color.
+fn method_panel(
+    method: &str,
+    raw: bool,
+    points: &[&BatchPoint],
+    samplers: &[Option<&str>],
+    axis: &BatchAxis,
+) -> Option<Panel> {
+    let color = color_of(method);
+    let lines: Vec<Line> = samplers
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, sampler)| {
+            let mut pts: Vec<Point> = points
+                .iter()
+                .filter(|p| p.method == method && p.sampler.as_deref() == *sampler)
+                .map(|p| {
+                    let x = BatchAxis::x(p.batch_size);
+                    (x, p.iqm.value, p.iqm.low, p.iqm.high)
+                })
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (stroke, light) = sampler_style(rank);
+            (!pts.is_empty()).then(|| Line {
+                color: lighter(color, light),
+                stroke,
+                points: pts,
+            })
+        })
+        .collect();
+    (!lines.is_empty()).then(|| Panel {
+        title: method.to_string(),
+        x_label: "batch size".into(),
+        y_label: match raw {
+            false => "IQM normalized final return".into(),
+            true => "IQM final return".into(),
+        },
+        content: Content::Lines {
+            lines,
+            x_ticks: Some(axis.ticks.clone()),
+        },
+    })
+}
+
+/// The headline's legend: how each sampler's line looks (in gray, as every method's
+/// color takes the same stroke and lightness); none for a grid without samplers.
+fn sampler_legend(samplers: &[Option<&str>]) -> Vec<Key> {
+    samplers
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, s)| {
+            let (stroke, light) = sampler_style(rank);
+            Some(Key {
+                label: format!("{} sampler", (*s)?),
+                color: lighter((0, 0, 0), light),
+                stroke,
+            })
+        })
+        .collect()
+}
+
+/// Columns of a grid of `n` small multiples: at most four, and rows as full as they
+/// can be (six panels are two rows of three, seven two rows of four and three).
+fn small_multiple_columns(n: usize) -> usize {
+    let rows = n.div_ceil(4).max(1);
+    n.div_ceil(rows).max(1)
+}
+
+/// The change of each method's IQM from uniform to correlated batches, a panel per
+/// batch size (and per correlated sampler), all on one x axis with a line at zero.
+fn sampler_change(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
+    let changes = &report.sampler_changes;
+    if changes.is_empty() {
+        return Ok(());
+    }
+    // Panels in the headline's order: larger batches first.
+    let mut panels: Vec<(&str, Option<usize>)> = changes
+        .iter()
+        .map(|c| (c.to.as_str(), c.batch_size))
+        .collect();
+    panels.sort_by_key(|&(to, b)| (sampler_rank(Some(to)), std::cmp::Reverse(b)));
+    panels.dedup();
+    let several = panels.iter().any(|p| p.0 != panels[0].0);
+    // One range for every panel, so that the batch sizes compare too.
+    let ends = changes.iter().flat_map(|c| [c.change.low, c.change.high]);
+    let (low, high) = ends
+        .filter(|v| v.is_finite())
+        .fold((0.0_f64, 0.0_f64), |(a, b), v| (a.min(v), b.max(v)));
+    let panel = |&(to, batch): &(&str, Option<usize>)| {
+        let rows = change_rows(changes, methods, to, batch);
+        let setting = Setting {
+            sampler: several.then(|| to.to_string()),
+            batch_size: batch,
+        };
+        Panel {
+            title: panel_title(&format!("{to} − uniform"), &setting),
+            x_label: "change in normalized IQM".into(),
+            y_label: String::new(),
+            content: Content::Intervals {
+                rows,
+                mark: Some(0.0),
+                range: Some((low, high)),
+            },
+        }
+    };
+    let batches: BTreeSet<Option<usize>> = panels.iter().map(|p| p.1).collect();
+    let figure = Figure {
+        title: "Change in normalized IQM from uniform to correlated batches (95% CIs)".into(),
+        columns: batches.len().clamp(1, 3),
+        panels: panels.iter().map(panel).collect(),
+        legend: methods.legend(),
+    };
+    plots::write(&out.join("sampler_change"), &figure)
+}
+
+/// The rows of one panel of `sampler_change`: each method's change in its order.
+fn change_rows(
+    changes: &[SamplerChange],
+    methods: &Methods,
+    to: &str,
+    batch: Option<usize>,
+) -> Vec<Row> {
+    let of = |m: &String| {
+        let c = changes
+            .iter()
+            .find(|c| &c.method == m && c.to == to && c.batch_size == batch)?;
+        Some(Row {
+            label: m.clone(),
+            color: color_of(m),
+            value: c.change.value,
+            low: c.change.low,
+            high: c.change.high,
+        })
+    };
+    methods.names.iter().filter_map(of).collect()
 }
 
 /// `method`'s aggregate in `setting`, if the grid ran it there.
@@ -242,14 +394,9 @@ fn aggregate(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
 
 /// Each method's probability of improvement on the baseline method, per setting.
 fn improvement(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
-    let Some(baseline) = &report.baseline else {
+    let Some(base) = report.base_method() else {
         return Ok(());
     };
-    let base = report
-        .runs
-        .iter()
-        .find(|r| &r.variant == baseline)
-        .map_or(baseline.as_str(), |r| r.axes.method.as_str());
     let panels: Vec<Panel> = methods
         .settings
         .iter()

@@ -77,6 +77,16 @@ impl RunAxes {
 /// The replay's samplers by name, as a comparison's labels write them.
 const SAMPLERS: [&str; 4] = ["uniform", "recent", "sequential", "online"];
 
+/// The sampler of i.i.d. batches: what the others (correlated batches) are compared
+/// with.
+pub const UNIFORM: &str = "uniform";
+
+/// Where a sampler goes in a figure's lines and a table's columns: uniform, the
+/// reference, first, then the others by name.
+pub fn sampler_rank(sampler: Option<&str>) -> (bool, Option<&str>) {
+    (sampler != Some(UNIFORM), sampler)
+}
+
 /// The palette: the methods' colors (Okabe-Ito's and Tol's colorblind-safe sets), the
 /// baseline in black.
 const KNOWN: [(&str, (u8, u8, u8)); 11] = [
@@ -138,6 +148,16 @@ mod tests {
         // keeps them.
         assert_eq!(RunAxes::of("b4", None, "svb").method, "svb");
         assert_eq!(RunAxes::of("b4-my-method", None, "svb").method, "my-method");
+    }
+
+    #[test]
+    fn uniform_comes_first() {
+        let mut samplers = vec![Some("sequential"), Some("uniform"), Some("recent")];
+        samplers.sort_by_key(|s| sampler_rank(*s));
+        assert_eq!(
+            samplers,
+            [Some("uniform"), Some("recent"), Some("sequential")]
+        );
     }
 
     #[test]

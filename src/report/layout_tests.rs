@@ -156,7 +156,7 @@ fn significant_digits(label: &str) -> Option<usize> {
     Some(digits.trim_start_matches('0').len().max(1))
 }
 
-fn check_svg(path: &Path) {
+pub(super) fn check_svg(path: &Path) {
     let svg = std::fs::read_to_string(path).unwrap();
     let texts = texts(&svg);
     assert!(!texts.is_empty(), "{} has no text", path.display());

@@ -1,12 +1,15 @@
-//! `report.md` and the CSV tables. `report.md`: the figures first (the headline, when the grid has batch sizes to
-//! compare), each with one sentence under it that says what it shows, written from the
-//! numbers; then the tables.
+//! `report.md` and the CSV tables. `report.md`: the figures first (the headline, when
+//! the grid has batch sizes to compare, and the change from uniform to correlated
+//! batches, when it has both), each with one sentence under it that says what it
+//! shows, written from the numbers; then the tables.
 
 use std::fmt::{Display, Write as _};
 
 use super::aggregate::{AggregateStats, Estimate};
+use super::grid::{sampler_rank, Setting};
 use super::plots::tick_label;
 use super::records::{VariantStats, BOOTSTRAP_REPS};
+use super::samplers::SamplerChange;
 use super::summary::Report;
 use crate::run::diagnostics::REPORTED;
 use crate::storage::sanitize;
@@ -44,6 +47,8 @@ pub fn markdown(report: &Report) -> String {
     );
     missing(report, &mut md);
     headline(report, &mut md);
+    sampler_changes(report, &mut md);
+    setting_table(report, &mut md);
     aggregates(report, &mut md);
     environments(report, &mut md);
     ranges(report, &mut md);
@@ -99,7 +104,7 @@ fn headline(report: &Report, md: &mut String) {
             .unwrap_or_default()
     };
     let caption = format!(
-        "IQM of the normalized final return over all environments against batch size, one line per method. From batch {} to batch {}, **{}** {} most ({} in normalized IQM{}); **{}** {} least ({}{}).",
+        "IQM of the normalized final return over all environments against batch size, a panel per method on one shared y axis, a line per sampler. From batch {} to batch {}, **{}** {} most ({} in normalized IQM{}); **{}** {} least ({}{}).",
         worst.from,
         worst.to,
         worst.method,
@@ -122,6 +127,122 @@ fn headline(report: &Report, md: &mut String) {
         .map(|e| format!("[{e}](batch_size-{}.png)", sanitize(e)))
         .collect();
     let _ = writeln!(md, "Per environment (raw returns): {}.\n", links.join(", "));
+}
+
+/// The non-i.i.d. question: each method's change from uniform to correlated batches,
+/// the figure and what it says, for each correlated sampler of the grid.
+fn sampler_changes(report: &Report, md: &mut String) {
+    let changes = &report.sampler_changes;
+    if changes.is_empty() {
+        return;
+    }
+    md.push_str("## Uniform against correlated batches\n\n");
+    let mut targets: Vec<&str> = changes.iter().map(|c| c.to.as_str()).collect();
+    targets.sort_by_key(|t| sampler_rank(Some(t)));
+    targets.dedup();
+    let sentences: Vec<String> = targets
+        .iter()
+        .map(|to| {
+            let of: Vec<&SamplerChange> = changes.iter().filter(|c| c.to == *to).collect();
+            sampler_sentence(to, &of)
+        })
+        .collect();
+    let caption = format!(
+        "Change in each method's IQM of the normalized final return over all environments when its batches come from a correlated sampler instead of uniform, a panel per batch size, with 95% stratified-bootstrap intervals of the difference (seeds resampled within each environment, for each sampler apart). {}",
+        sentences.join(" ")
+    );
+    figure(
+        md,
+        "sampler_change.png",
+        "change from uniform to correlated batches",
+        &caption,
+    );
+}
+
+/// What the changes to one sampler say: the largest drop, the smallest, and how many
+/// intervals lie below zero (the method is surely worse with correlated batches).
+fn sampler_sentence(to: &str, changes: &[&SamplerChange]) -> String {
+    let value = |c: &&&SamplerChange| c.change.value;
+    let (Some(worst), Some(best)) = (
+        changes.iter().min_by(|a, b| value(a).total_cmp(&value(b))),
+        changes.iter().max_by(|a, b| value(a).total_cmp(&value(b))),
+    ) else {
+        return String::new();
+    };
+    let at = |c: &SamplerChange| {
+        let batch = c
+            .batch_size
+            .map(|b| format!(" at batch {b}"))
+            .unwrap_or_default();
+        format!("**{}**{batch} ({})", c.method, est(&c.change))
+    };
+    // "loses most" for the largest drop; a largest change that is a gain says so.
+    let (worst_verb, best_verb) = (
+        if worst.change.value < 0.0 {
+            "loses most"
+        } else {
+            "gains least"
+        },
+        if best.change.value < 0.0 {
+            "loses least"
+        } else {
+            "gains most"
+        },
+    );
+    let below = changes.iter().filter(|c| c.change.high < 0.0).count();
+    let above = changes.iter().filter(|c| c.change.low > 0.0).count();
+    format!(
+        "With the {to} sampler, {} {worst_verb} and {} {best_verb}; {below} of {} intervals lie below zero, {above} above.",
+        at(worst),
+        at(best),
+        changes.len()
+    )
+}
+
+/// A setting as a table's column names it: `b4 sequential`, `b32`, `uniform`.
+fn column(setting: &Setting) -> String {
+    let batch = setting.batch_size.map(|b| format!("b{b}"));
+    let parts: Vec<String> = [batch, setting.sampler.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    match parts.join(" ") {
+        p if p.is_empty() => "all runs".into(),
+        p => p,
+    }
+}
+
+/// The headline's numbers as a table: final normalized IQM [95% CI] over all
+/// environments, a row per method, a column per batch size and sampler (smallest
+/// batch first, uniform before correlated samplers); drawn when the grid has two
+/// settings or more.
+fn setting_table(report: &Report, md: &mut String) {
+    let mut settings: Vec<&Setting> = report.aggregate.iter().map(|a| &a.setting).collect();
+    settings.sort_by_key(|s| (s.batch_size, sampler_rank(s.sampler.as_deref())));
+    settings.dedup();
+    if settings.len() < 2 {
+        return;
+    }
+    md.push_str("## Final normalized IQM per method and setting\n\n");
+    md.push_str("IQM of the normalized final return over all environments [95% stratified-bootstrap CI]; - where the grid has no such run.\n\n");
+    let names: Vec<String> = settings.iter().map(|s| column(s)).collect();
+    let _ = writeln!(md, "| method | {} |", names.join(" | "));
+    let _ = writeln!(md, "|---|{}", "---|".repeat(settings.len()));
+    for method in report.methods() {
+        let cells: Vec<String> = settings
+            .iter()
+            .map(|s| {
+                let a = report
+                    .aggregate
+                    .iter()
+                    .find(|a| a.method == method && &a.setting == *s);
+                a.filter(|a| a.runs > 0)
+                    .map_or_else(|| "-".into(), |a| est(&a.iqm))
+            })
+            .collect();
+        let _ = writeln!(md, "| {method} | {} |", cells.join(" | "));
+    }
+    md.push('\n');
 }
 
 /// The aggregate figures, their captions and table.

@@ -1,6 +1,7 @@
 //! `normrl report`: aggregate statistics of finished runs (per environment and variant,
 //! and across environments on normalized scores), written as Markdown, CSV and JSON,
-//! with rliable's figures and the study's own (return against batch size).
+//! with rliable's figures and the study's own (return against batch size, and the
+//! change from uniform to correlated batches).
 
 pub mod aggregate;
 mod charts;
@@ -10,6 +11,9 @@ mod layout_tests;
 mod markdown;
 mod plots;
 mod records;
+mod samplers;
+#[cfg(test)]
+mod samplers_tests;
 pub mod settings;
 pub mod stats;
 mod summary;
@@ -22,6 +26,7 @@ use crate::storage::write_atomic;
 pub use aggregate::{AggregateStats, BatchPoint, Estimate};
 pub use markdown::markdown;
 pub use records::{load_runs, Loaded, RunRecord, VariantStats};
+pub use samplers::SamplerChange;
 pub use summary::{build, Report};
 
 /// Writes `report` into `out`: `report.md`, `runs.csv`, `summary.csv`, `report.json`

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -27,10 +28,28 @@ const LEGEND_ROW: i32 = 22;
 /// A color as the palette gives it.
 pub type Rgb = (u8, u8, u8);
 
+/// How a line is drawn. Solid unless a panel holds several lines of one color (a
+/// method under two samplers), which then differ by stroke as well as lightness.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Stroke {
+    #[default]
+    Solid,
+    Dashed,
+    Dotted,
+}
+
 /// One line with a band.
 pub struct Line {
     pub color: Rgb,
+    pub stroke: Stroke,
     pub points: Vec<Point>,
+}
+
+/// One legend entry: a label beside a short line in its color and stroke.
+pub struct Key {
+    pub label: String,
+    pub color: Rgb,
+    pub stroke: Stroke,
 }
 
 /// A point of a line: `(x, y, low, high)`.
@@ -73,7 +92,7 @@ pub struct Figure {
     pub title: String,
     pub columns: usize,
     pub panels: Vec<Panel>,
-    pub legend: Vec<(String, Rgb)>,
+    pub legend: Vec<Key>,
 }
 
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
@@ -84,6 +103,32 @@ fn rgb(c: Rgb) -> RGBColor {
     RGBColor(c.0, c.1, c.2)
 }
 
+/// `c` moved `t` of the way to white (0: itself, 1: white).
+pub fn lighter(c: Rgb, t: f64) -> Rgb {
+    let mix = |v: u8| (f64::from(v) + (255.0 - f64::from(v)) * t).round() as u8;
+    (mix(c.0), mix(c.1), mix(c.2))
+}
+
+/// A path of `points` in `stroke`: dashes and dots are long enough at 2 pixels wide to
+/// tell apart in a PNG.
+fn draw_path<DB: DrawingBackend, C: Into<ShapeStyle>>(
+    area: &DrawingArea<DB, Shift>,
+    points: Vec<(i32, i32)>,
+    stroke: Stroke,
+    style: C,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let style: ShapeStyle = style.into();
+    match stroke {
+        Stroke::Solid => area.draw(&PathElement::new(points, style)),
+        Stroke::Dashed => area.draw(&DashedPathElement::new(points, 8, 5, style)),
+        Stroke::Dotted => area.draw(&DashedPathElement::new(points, 2, 4, style)),
+    }
+    .map_err(err)
+}
+
 /// A number as people write it: at most 4 significant digits (3 before a unit), no
 /// trailing zeros, and thousands and millions as k and M (0.6, 12.5, 1.2k, 50k, 1.5M).
 pub fn tick_label(x: f64) -> String {
@@ -91,6 +136,10 @@ pub fn tick_label(x: f64) -> String {
         return String::new();
     }
     let a = x.abs();
+    // A tick stepped to zero in floating point (-0.2 + 0.2) is zero, not -5.551e-17.
+    if a < 1e-9 {
+        return "0".into();
+    }
     if a >= 1e6 {
         return format!("{}M", significant(x / 1e6, 3));
     }
@@ -199,22 +248,17 @@ where
 }
 
 /// The legend, one entry a row, outside every panel.
-fn draw_legend<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    entries: &[(String, Rgb)],
-) -> Result<()>
+fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[Key]) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
     let style = font(LABEL_FONT).pos(Pos::new(HPos::Left, VPos::Center));
-    for (i, (name, color)) in entries.iter().enumerate() {
+    for (i, key) in entries.iter().enumerate() {
         let y = 30 + i as i32 * LEGEND_ROW;
-        area.draw(&PathElement::new(
-            vec![(8, y), (30, y)],
-            rgb(*color).stroke_width(3),
-        ))
-        .map_err(err)?;
-        area.draw_text(name, &style, (38, y)).map_err(err)?;
+        // Long enough to show two dashes of a dashed line.
+        let path = vec![(8, y), (36, y)];
+        draw_path(area, path, key.stroke, rgb(key.color).stroke_width(3))?;
+        area.draw_text(&key.label, &style, (44, y)).map_err(err)?;
     }
     Ok(())
 }
@@ -272,17 +316,21 @@ where
         chart
             .draw_series(std::iter::once(Polygon::new(band, color.mix(0.15))))
             .map_err(err)?;
-        chart
-            .draw_series(LineSeries::new(
-                line.points.iter().map(|p| (p.0, p.1)),
-                color.stroke_width(2),
-            ))
-            .map_err(err)?;
+        let path = line.points.iter().map(|p| (p.0, p.1));
+        let style = color.stroke_width(2);
+        match line.stroke {
+            Stroke::Solid => chart.draw_series(LineSeries::new(path, style)),
+            Stroke::Dashed => chart.draw_series(DashedLineSeries::new(path, 8, 5, style)),
+            Stroke::Dotted => chart.draw_series(DashedLineSeries::new(path, 2, 4, style)),
+        }
+        .map_err(err)?;
         if line.points.len() <= 8 {
-            let marks = line
-                .points
-                .iter()
-                .map(|p| Circle::new((p.0, p.1), 3, color.filled()));
+            // Hollow marks on a broken line: the two read apart where they cross.
+            let mark = match line.stroke {
+                Stroke::Solid => color.filled(),
+                _ => color.stroke_width(2),
+            };
+            let marks = line.points.iter().map(|p| Circle::new((p.0, p.1), 3, mark));
             chart.draw_series(marks).map_err(err)?;
         }
     }
@@ -410,6 +458,7 @@ mod tests {
             (1_000_000.0, "1M"),
             (2_500_000.0, "2.5M"),
             (0.123456, "0.1235"),
+            (-5.551115123125783e-17, "0"),
         ];
         for (x, want) in cases {
             assert_eq!(tick_label(x), want, "{x}");

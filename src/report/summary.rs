@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::aggregate::{self, AggregateStats, BatchChange, BatchPoint, Scores};
 use super::records::{group, variant_stats, Loaded, RunRecord, VariantStats};
+use super::samplers::{sampler_changes, SamplerChange};
 use crate::report::settings::{ReportConfig, ScoreRange};
 
 #[derive(Debug, Clone, Serialize)]
@@ -22,6 +23,9 @@ pub struct Report {
     pub by_batch_size: Vec<BatchPoint>,
     /// Each method's change from its largest batch to its smallest.
     pub batch_changes: Vec<BatchChange>,
+    /// Each method's change from the uniform sampler to a correlated one, per batch
+    /// size; empty unless the grid has both.
+    pub sampler_changes: Vec<SamplerChange>,
     pub runs: Vec<RunRecord>,
     /// Runs left out, each with why (see [`Loaded::missing`]).
     pub missing: Vec<String>,
@@ -69,20 +73,41 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
         ranges: &ranges,
     };
     let aggregate = aggregate::aggregates(&scores, &variants, config.baseline.as_deref());
-    let by_batch_size = aggregate::by_batch_size(&scores);
+    let by_batch_size = aggregate::by_batch_size(&scores, &aggregate);
     let batch_changes = aggregate::batch_changes(&scores, &variants);
+    let sampler_changes = sampler_changes(&scores, &variants);
     Ok(Report {
         baseline: config.baseline.clone(),
         aggregate,
         performance_profile_taus: aggregate::taus(),
         by_batch_size,
         batch_changes,
+        sampler_changes,
         score_ranges: ranges,
         per_env,
         runs,
         missing,
         duplicates,
     })
+}
+
+impl Report {
+    /// The baseline variant's method, if the report has a baseline.
+    pub fn base_method(&self) -> Option<&str> {
+        let base = self.baseline.as_ref()?;
+        let run = self.runs.iter().find(|r| &r.variant == base);
+        Some(run.map_or(base.as_str(), |r| r.axes.method.as_str()))
+    }
+
+    /// The methods in the order every figure and table lists them: the baseline's
+    /// first, the others by name.
+    pub fn methods(&self) -> Vec<String> {
+        let base = self.base_method();
+        let mut names: Vec<String> = self.runs.iter().map(|r| r.axes.method.clone()).collect();
+        names.sort_by_key(|m| (Some(m.as_str()) != base, m.clone()));
+        names.dedup();
+        names
+    }
 }
 
 /// Score ranges: configured, else the random-policy score (from the environment

@@ -1,0 +1,256 @@
+//! The change from uniform to sequential batches against a case computed by hand, the
+//! table of IQM per method and setting, and which figures a grid with one sampler or
+//! two gets (their labels checked as `layout_tests` checks the others).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::grid::RunAxes;
+use super::layout_tests::check_svg;
+use super::records::{Loaded, RunRecord};
+use super::settings::{ReportConfig, ScoreRange};
+use super::summary::{build, Report};
+
+const ENVS: [&str; 2] = ["minatar/breakout", "minatar/asterix"];
+
+/// A finished run with only what the aggregates read: its final return.
+fn run(env: &str, variant: &str, seed: u64, final_return: f64) -> RunRecord {
+    RunRecord {
+        env: env.to_string(),
+        axes: RunAxes::of(variant, None, "none"),
+        variant: variant.to_string(),
+        seed,
+        final_return,
+        auc: final_return / 2.0,
+        steps_to_threshold: None,
+        wall_seconds: 1.0,
+        steps_per_second: 1.0,
+        diverged: false,
+        eval_curve: vec![(0, 0.0), (1_000, final_return)],
+        train_curve: vec![(500, final_return)],
+        diagnostics: BTreeMap::new(),
+    }
+}
+
+/// A report of `runs` whose scores normalize by a tenth (random 0, reference 10) on
+/// every environment, so that normalized scores are known by hand.
+fn report(runs: Vec<RunRecord>) -> Report {
+    let range = ScoreRange {
+        random: 0.0,
+        reference: 10.0,
+    };
+    let config = ReportConfig {
+        scores: ENVS.iter().map(|e| (e.to_string(), range)).collect(),
+        ..ReportConfig::default()
+    };
+    let loaded = Loaded {
+        runs,
+        ..Loaded::default()
+    };
+    build(loaded, &config).unwrap()
+}
+
+/// Four seeds a variant on both environments: `first` + 0..3 on breakout, and 4 more
+/// on asterix.
+fn seeds(runs: &mut Vec<RunRecord>, variant: &str, first: f64) {
+    for (e, env) in ENVS.iter().enumerate() {
+        for seed in 0..4u64 {
+            let ret = first + (4 * e as u64 + seed) as f64;
+            runs.push(run(env, variant, seed + 1, ret));
+        }
+    }
+}
+
+#[test]
+fn the_change_from_uniform_to_sequential_by_hand() {
+    // Uniform: returns 1..=8 over both games, normalized 0.1..=0.8; the IQM of eight
+    // drops two at each end: mean(0.3, 0.4, 0.5, 0.6) = 0.45. Sequential: 0..=7,
+    // IQM 0.35. The change is -0.1.
+    let mut runs = vec![];
+    seeds(&mut runs, "b4-uniform-none", 1.0);
+    seeds(&mut runs, "b4-sequential-none", 0.0);
+    let r = report(runs);
+    let [c] = r.sampler_changes.as_slice() else {
+        panic!("one change: {:?}", r.sampler_changes);
+    };
+    assert_eq!((c.method.as_str(), c.batch_size), ("none", Some(4)));
+    assert_eq!((c.from.as_str(), c.to.as_str()), ("uniform", "sequential"));
+    assert!((c.change.value + 0.1).abs() < 1e-12, "{:?}", c.change);
+    assert!(c.change.low <= c.change.value && c.change.value <= c.change.high);
+    assert!(c.change.low < c.change.high, "{:?}", c.change);
+    // The point estimate is the difference of the two IQMs the table prints.
+    let iqm = |v: &str| r.aggregate.iter().find(|a| a.variant == v).unwrap().iqm;
+    let (u, s) = (iqm("b4-uniform-none"), iqm("b4-sequential-none"));
+    assert!((u.value - 0.45).abs() < 1e-12 && (s.value - 0.35).abs() < 1e-12);
+    assert!((c.change.value - (s.value - u.value)).abs() < 1e-12);
+}
+
+#[test]
+fn identical_samplers_change_nothing() {
+    let mut runs = vec![];
+    seeds(&mut runs, "b4-uniform-none", 1.0);
+    seeds(&mut runs, "b4-sequential-none", 1.0);
+    let c = report(runs).sampler_changes[0].change;
+    assert_eq!(c.value, 0.0);
+    assert!(c.low <= 0.0 && 0.0 <= c.high, "{c:?}");
+}
+
+#[test]
+fn a_single_sampler_has_no_change() {
+    let mut runs = vec![];
+    seeds(&mut runs, "b4-uniform-none", 1.0);
+    seeds(&mut runs, "b1-uniform-none", 0.0);
+    assert!(report(runs).sampler_changes.is_empty());
+}
+
+/// Two methods at batch 1 and 4, with `samplers`; the second method a notch better.
+fn grid(samplers: &[&str]) -> Report {
+    let mut runs = vec![];
+    for (m, method) in ["none", "layer_norm"].iter().enumerate() {
+        for batch in [1, 4] {
+            for (s, sampler) in samplers.iter().enumerate() {
+                let first = (batch + m) as f64 - s as f64;
+                seeds(&mut runs, &format!("b{batch}-{sampler}-{method}"), first);
+            }
+        }
+    }
+    report(runs)
+}
+
+/// Writes `report` into a fresh directory; the names of the files written.
+fn written(report: &Report, name: &str) -> (PathBuf, Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("normrl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    super::write(report, &dir).unwrap();
+    let names = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    (dir, names)
+}
+
+#[test]
+fn two_samplers_get_the_change_figure_its_section_and_the_table() {
+    let r = grid(&["uniform", "sequential"]);
+    let (dir, names) = written(&r, "two-samplers");
+    for want in ["sampler_change.png", "sampler_change.svg", "batch_size.png"] {
+        assert!(names.iter().any(|n| n == want), "no {want} in {names:?}");
+    }
+    for svg in [
+        "sampler_change.svg",
+        "batch_size.svg",
+        "batch_size-minatar_asterix.svg",
+    ] {
+        check_svg(&dir.join(svg));
+    }
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("![change from uniform to correlated batches](sampler_change.png)"));
+    // Every cell loses 1 (0.1 normalized) from uniform to sequential: all four
+    // intervals lie below zero, and the sentence names a method with its interval.
+    assert!(
+        md.contains("4 of 4 intervals lie below zero, 0 above."),
+        "{md}"
+    );
+    assert!(md.contains("With the sequential sampler, **"), "{md}");
+    assert!(md.contains(" loses most and **"), "{md}");
+    // The table: methods as rows (the baseline-less order is by name), a column per
+    // batch size and sampler, smallest batch first and uniform first.
+    let header = "| method | b1 uniform | b1 sequential | b4 uniform | b4 sequential |\n|---|---|---|---|---|\n";
+    let table = md.find(header).unwrap_or_else(|| panic!("{md}"));
+    let rows: Vec<&str> = md[table + header.len()..].lines().take(2).collect();
+    assert!(rows[0].starts_with("| layer_norm | "), "{rows:?}");
+    assert!(rows[1].starts_with("| none | "), "{rows:?}");
+    // none at batch 1, uniform: returns 1..=8, IQM 0.45 as in the case by hand.
+    let none_b1_uniform = rows[1].split(" | ").nth(1).unwrap();
+    assert!(none_b1_uniform.starts_with("0.45 ["), "{rows:?}");
+    assert!(is_estimate(none_b1_uniform), "{none_b1_uniform}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["sampler_changes"].as_array().unwrap().len(), 4);
+    assert!(json["sampler_changes"][0]["change"]["low"].is_number());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Whether `cell` reads `v [lo, hi]`, each with two decimals.
+fn is_estimate(cell: &str) -> bool {
+    let Some((v, rest)) = cell.split_once(" [") else {
+        return false;
+    };
+    let Some((lo, hi)) = rest.trim_end_matches(']').split_once(", ") else {
+        return false;
+    };
+    [v, lo, hi]
+        .iter()
+        .all(|x| x.parse::<f64>().is_ok() && x.split_once('.').is_some_and(|(_, d)| d.len() == 2))
+}
+
+#[test]
+fn one_sampler_gets_neither_the_figure_nor_its_section() {
+    let r = grid(&["uniform"]);
+    let (dir, names) = written(&r, "one-sampler");
+    assert!(names.iter().any(|n| n == "batch_size.png"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("sampler_change")),
+        "{names:?}"
+    );
+    check_svg(&dir.join("batch_size.svg"));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(!md.contains("sampler_change"), "{md}");
+    assert!(md.contains("| method | b1 uniform | b4 uniform |"), "{md}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The study's grid (seven methods, batch 1, 4 and 32, two samplers) on two games:
+/// the headline's small multiples and the change figure read cleanly.
+#[test]
+fn a_study_sized_grid_reads_cleanly() {
+    let methods = [
+        "none",
+        "weight_norm",
+        "wn_mean_only_bn",
+        "batch_norm",
+        "batch_renorm",
+        "layer_norm",
+        "group_norm",
+    ];
+    let mut runs = vec![];
+    for (m, method) in methods.iter().enumerate() {
+        for batch in [1usize, 4, 32] {
+            for (s, sampler) in ["uniform", "sequential"].iter().enumerate() {
+                let variant = format!("b{batch}-{sampler}-{method}");
+                for (e, env) in ENVS.iter().enumerate() {
+                    for seed in 1..=3u64 {
+                        let level = (m + 1) as f64 * (batch as f64).log2() / (1 + s) as f64;
+                        let noise = (seed as f64 - 2.0) * (m + 2) as f64;
+                        let ret = level * (1 + 3 * e) as f64 + noise;
+                        runs.push(run(env, &variant, seed, ret));
+                    }
+                }
+            }
+        }
+    }
+    let config = ReportConfig {
+        baseline: Some("b32-uniform-none".into()),
+        ..ReportConfig::default()
+    };
+    let loaded = Loaded {
+        runs,
+        ..Loaded::default()
+    };
+    let r = build(loaded, &config).unwrap();
+    assert_eq!(r.sampler_changes.len(), 7 * 3);
+    let (dir, _) = written(&r, "study-grid");
+    for svg in [
+        "batch_size.svg",
+        "batch_size-minatar_breakout.svg",
+        "sampler_change.svg",
+    ] {
+        check_svg(&dir.join(svg));
+    }
+    if std::env::var_os("KEEP").is_none() {
+        std::fs::remove_dir_all(&dir).unwrap();
+    } else {
+        eprintln!("{}", dir.display());
+    }
+}
