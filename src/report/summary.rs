@@ -54,14 +54,24 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
         v.dedup();
         v
     };
+    let mut baseline = config.baseline.clone();
     if let Some(b) = &config.baseline {
-        if !variants.contains(b) {
+        // A study still running may not have finished its baseline: its report is
+        // drawn without the comparisons to it, and says so.
+        if !variants.contains(b) && !missing.is_empty() {
+            eprintln!("the baseline '{b}' has no finished run yet: the report leaves out the comparisons with it");
+            baseline = None;
+        } else if !variants.contains(b) {
             bail!(
                 "baseline '{b}' is not among the variants: {}",
                 variants.join(", ")
             );
         }
     }
+    let config = &ReportConfig {
+        baseline,
+        ..config.clone()
+    };
     let per_env: Vec<VariantStats> = groups
         .iter()
         .map(|((env, variant), rs)| variant_stats(env, variant, rs))
