@@ -56,9 +56,16 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
     };
     let mut baseline = config.baseline.clone();
     if let Some(b) = &config.baseline {
-        // A study still running may not have finished its baseline: its report is
-        // drawn without the comparisons to it, and says so.
-        if !variants.contains(b) && !missing.is_empty() {
+        // A study still running may not have finished its baseline (a planned run of
+        // it is missing): its report is drawn without the comparisons to it, and says
+        // so. A name no run has is a mistake.
+        let planned = missing.iter().any(|m| {
+            let dir = m.split(": ").next().unwrap_or_default();
+            std::path::Path::new(dir)
+                .components()
+                .any(|c| c.as_os_str() == b.as_str())
+        });
+        if !variants.contains(b) && planned {
             eprintln!("the baseline '{b}' has no finished run yet: the report leaves out the comparisons with it");
             baseline = None;
         } else if !variants.contains(b) {
