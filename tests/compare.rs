@@ -191,6 +191,19 @@ fn goes_on_from_its_archive(config: &Path, runs: &Path, fresh: &Path) {
             .collect()
     };
     assert_eq!(finals(&fresh.join("report")), finals(&runs.join("report")));
+    // A dry run of a study that goes on prices only the runs left.
+    let dry = |config: &Path| normrl(&compare_args(config, fresh, &["--dry-run"]));
+    let (code, _, err) = dry(config);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("all 4 of these runs have finished"), "{err}");
+    std::fs::remove_dir_all(&run).unwrap();
+    let (code, _, err) = dry(config);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("3 of these 4 runs have finished; the 1 left: comparison"),
+        "{err}"
+    );
+    assert!(err.contains("left: comparison 'tiny': 1 runs ("), "{err}");
 }
 
 /// A plan only run here may be grouped into array tasks as asked; once an array of it

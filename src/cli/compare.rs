@@ -236,17 +236,36 @@ fn dry_run(
     }
     // A GPU's or a population's rate is its first unit's; separate runs on the CPU
     // are timed by their cost classes.
-    let described = match config.population.is_some() || study_on_gpu(config, &mine)? {
-        true => {
-            let rate = measure_rate(config, &mine, MEASURED_STEPS)?;
-            describe_plan(config, &mine, args.jobs, Timing::Device(&rate))?
-        }
-        false => {
-            let costs = class_costs(config, &mine)?;
-            describe_plan(config, &mine, args.jobs, Timing::Classes(&costs))?
-        }
+    let rate = match config.population.is_some() || study_on_gpu(config, &mine)? {
+        true => Some(measure_rate(config, &mine, MEASURED_STEPS)?),
+        false => None,
     };
-    eprintln!("{described}");
+    let describe = |runs: &[PlannedRun]| match &rate {
+        Some(rate) => describe_plan(config, runs, args.jobs, Timing::Device(rate)),
+        None => describe_plan(
+            config,
+            runs,
+            args.jobs,
+            Timing::Classes(&class_costs(config, runs)?),
+        ),
+    };
+    eprintln!("{}", describe(&mine)?);
+    // A study that goes on (a restart, an archive merged) costs only what is left.
+    let left: Vec<PlannedRun> = mine
+        .iter()
+        .filter(|r| !crate::study::status::has_finished(&root.join(&r.rel_dir)))
+        .cloned()
+        .collect();
+    match left.len() {
+        n if n == mine.len() => {}
+        0 => eprintln!("all {} of these runs have finished", mine.len()),
+        n => eprintln!(
+            "{} of these {} runs have finished; the {n} left: {}",
+            mine.len() - n,
+            mine.len(),
+            describe(&left)?
+        ),
+    }
     let mut out = std::io::stdout().lock();
     for r in &mine {
         let method = config.config_for(r)?.norm.kind;

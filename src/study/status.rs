@@ -65,10 +65,15 @@ pub struct Status {
     pub runs: Vec<RunStatus>,
 }
 
+/// Whether the run in `dir` has finished, read without touching it. A run merged from an
+/// archive holds only its result.json: finished as well.
+pub fn has_finished(dir: &Path) -> bool {
+    dir.join(SUMMARY_FILE).exists() || dir.join(RESULT_FILE).exists()
+}
+
 /// The state of the run in `dir` now.
 fn state_of(dir: &Path, stale_after: f64) -> Result<RunState> {
-    // A run merged from an archive holds only its result.json: finished as well.
-    if dir.join(SUMMARY_FILE).exists() || dir.join(RESULT_FILE).exists() {
+    if has_finished(dir) {
         return Ok(RunState::Done);
     }
     let beat = std::fs::read_to_string(dir.join(HEARTBEAT_FILE))
