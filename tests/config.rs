@@ -30,7 +30,7 @@ fn defaults_and_overrides() {
     )
     .unwrap();
     assert_eq!(c.replay.batch_size, 4);
-    assert_eq!(c.norm.kind.name(), "batch_norm");
+    assert_eq!(c.norm.name(), "batch_norm");
     assert_eq!(c.env.id, "minatar/breakout?sticky=0");
     assert_eq!(
         c.replay.sampler,

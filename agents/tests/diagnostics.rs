@@ -69,10 +69,7 @@ fn effective_rank_of_known_singular_values() {
 /// An MLP 2-4-2 without normalization whose hidden units are, on inputs `(x, 1)` with
 /// `x >= 0`: 0 (dead), `0.01 x` (dormant), `x` and `2x + 1`.
 fn hand_built() -> QNetwork {
-    let norm = NormConfig {
-        kind: NormKind::None,
-        ..Default::default()
-    };
+    let norm = NormConfig::from(NormKind::None);
     let net = QNetwork::new(&QNetworkConfig::mlp(vec![4]), &norm, &[2], 2, 0, &DEV).unwrap();
     let set = |name: &str, v: Tensor| net.store().get(name).unwrap().var.set(&v).unwrap();
     set(

@@ -11,10 +11,7 @@ mod common;
 use common::MaxAbs;
 
 fn agent(kind: NormKind, dqn: DqnConfig) -> Dqn {
-    let norm = NormConfig {
-        kind,
-        ..Default::default()
-    };
+    let norm = NormConfig::from(kind);
     Dqn::new(
         AgentConfig {
             network: &QNetworkConfig::mlp(vec![16, 16]),

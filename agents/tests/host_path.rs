@@ -16,7 +16,6 @@ use normrl_agents::replay::Batch;
 
 fn norm(kind: NormKind) -> NormConfig {
     NormConfig {
-        kind,
         // A gain learning rate of its own, so that a gradient sent to the wrong
         // variable would show.
         g_lr_scale: 3.0,
@@ -26,7 +25,7 @@ fn norm(kind: NormKind) -> NormConfig {
         // Hyperspherical layers with SimbaV2's head, whose host loops the plain head
         // (every other method's) does not run.
         sphere_head: SphereHead::Scaled,
-        ..Default::default()
+        ..NormConfig::from(kind)
     }
 }
 

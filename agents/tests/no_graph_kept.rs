@@ -86,9 +86,8 @@ fn population(case: &Case) -> PopulationDqn {
         .into_iter()
         .map(|seed| {
             let norm = NormConfig {
-                kind: case.norm,
                 brn_warmup: 3,
-                ..Default::default()
+                ..NormConfig::from(case.norm)
             };
             let dqn = DqnConfig {
                 gamma: if case.per_agent {

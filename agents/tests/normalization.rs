@@ -41,9 +41,8 @@ fn hidden_layer(kernel: LinearMap, cfg: &NormConfig, seed: u64) -> (Layer, InitR
 /// Weight norm without its data-dependent initialization.
 fn plain_weight_norm() -> NormConfig {
     NormConfig {
-        kind: NormKind::WeightNorm,
         data_dependent_init: false,
-        ..Default::default()
+        ..NormConfig::from(NormKind::WeightNorm)
     }
 }
 
@@ -217,10 +216,9 @@ fn data_dependent_init_runs_layer_by_layer_through_a_network() {
 fn mean_only_bn_batch_mean_is_bias_and_eval_uses_running_mean() {
     for (kernel, x_shape) in [linear(), conv()] {
         let cfg = NormConfig {
-            kind: NormKind::WnMeanOnlyBn,
             data_dependent_init: false,
             bn_momentum: 0.25,
-            ..Default::default()
+            ..NormConfig::from(NormKind::WnMeanOnlyBn)
         };
         let (layer, mut rng) = hidden_layer(kernel, &cfg, 1);
         let x = (rng.normal(x_shape.clone(), 1.0, &DEV).unwrap() + 1.5).unwrap();
@@ -255,9 +253,8 @@ fn mean_only_bn_batch_mean_is_bias_and_eval_uses_running_mean() {
 fn batch_norm_train_and_eval_semantics() {
     for (kernel, x_shape) in [linear(), conv()] {
         let cfg = NormConfig {
-            kind: NormKind::BatchNorm,
             bn_momentum: 1.0,
-            ..Default::default()
+            ..NormConfig::from(NormKind::BatchNorm)
         };
         let (layer, mut rng) = hidden_layer(kernel, &cfg, 4);
         let x = (rng.normal(x_shape.clone(), 3.0, &DEV).unwrap() - 2.0).unwrap();
@@ -388,10 +385,9 @@ fn perturb(net: &QNetwork, x: &Tensor, steps: u64) {
 #[test]
 fn svb_projects_singular_values_into_bounds() {
     let cfg = NormConfig {
-        kind: NormKind::Svb,
         svb_eps: 0.1,
         svb_interval: 5,
-        ..Default::default()
+        ..NormConfig::from(NormKind::Svb)
     };
     let net = minatar_net(&cfg, 0);
     for s in all_singular_values(&net) {
@@ -414,10 +410,9 @@ fn svb_projects_singular_values_into_bounds() {
 #[test]
 fn bbn_bounds_gain_magnitudes_and_keeps_their_signs() {
     let cfg = NormConfig {
-        kind: NormKind::Bbn,
         bbn_eps: 0.2,
         svb_interval: 1,
-        ..Default::default()
+        ..NormConfig::from(NormKind::Bbn)
     };
     let net = mlp_net(vec![32, 32], &cfg, (6, 3), 0);
     let x = InitRng::new(8).normal((64, 6), 2.0, &DEV).unwrap();

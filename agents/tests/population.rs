@@ -49,10 +49,7 @@ impl Shape {
     }
 
     fn single(&self, kind: NormKind, seed: u64, dqn: &DqnConfig, opt: &OptimizerConfig) -> Dqn {
-        let norm = NormConfig {
-            kind,
-            ..Default::default()
-        };
+        let norm = NormConfig::from(kind);
         self.single_with(&norm, seed, dqn, opt)
     }
 
@@ -324,7 +321,7 @@ fn with_zero_one_rewards_each_member_updates_as_its_agent() {
             let (worst, change) = zero_one_updates(&shape, kind, 30);
             let net = &shape.network.architecture;
             eprintln!("0/1 rewards {net:?} {kind:?}: worst over 30 updates from the same state: loss {worst:e}, weights' change {change:e}");
-            if !kind.uses_weight_norm() {
+            if !kind.parts().0.is_weight_norm() {
                 assert_eq!(
                     (worst, change),
                     (0.0, 0.0),
@@ -341,10 +338,9 @@ fn with_zero_one_rewards_each_member_updates_as_its_agent() {
 /// and the worst difference of the weights' change, relative to its norm.
 fn zero_one_updates(shape: &Shape, kind: NormKind, updates: u64) -> (f32, f64) {
     let norm = NormConfig {
-        kind,
         svb_interval: 5,
         brn_warmup: 10,
-        ..Default::default()
+        ..NormConfig::from(kind)
     };
     let optimizer = OptimizerConfig {
         kind: OptimizerKind::Rmsprop,
@@ -647,11 +643,10 @@ fn polyak_and_target_free_populations_train_as_alone() {
 fn batch_renormalized_populations_train_as_alone() {
     for shape in [mlp(), cnn()] {
         let norm = NormConfig {
-            kind: NormKind::BatchRenorm,
             brn_warmup: 10,
             brn_r_max: 1.1,
             brn_d_max: 0.1,
-            ..Default::default()
+            ..NormConfig::from(NormKind::BatchRenorm)
         };
         let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
         let mut alone = shape.pair(&norm, &dqn);
@@ -687,9 +682,8 @@ fn batch_renormalized_populations_train_as_alone() {
 fn crossq_populations_train_as_alone() {
     for shape in [mlp(), cnn()] {
         let norm = NormConfig {
-            kind: NormKind::BatchRenorm,
             brn_warmup: 10,
-            ..Default::default()
+            ..NormConfig::from(NormKind::BatchRenorm)
         };
         let dqn = DqnConfig {
             target_update: TargetUpdate::None,
@@ -719,11 +713,10 @@ fn svb_and_bbn_populations_train_as_alone() {
         (cnn(), NormKind::Bbn),
     ] {
         let norm = NormConfig {
-            kind,
             svb_interval: 5,
             svb_eps: 0.01,
             bbn_eps: 0.1,
-            ..Default::default()
+            ..NormConfig::from(kind)
         };
         // SVB's CNN starts with zero biases, so empty input patches give exactly 0
         // before the ReLU: this test found the population's ReLU passing gradient there
@@ -833,9 +826,8 @@ fn fused_population_steps_equal_the_tensor_forms() {
     ] {
         for &kind in kinds {
             let norm = NormConfig {
-                kind,
                 brn_warmup: 10,
-                ..Default::default()
+                ..NormConfig::from(kind)
             };
             let optimizer = OptimizerConfig {
                 max_grad_norm: 1.0,
@@ -946,10 +938,7 @@ fn steps_on_fixed_buffers_are_the_same_steps() {
         (cnn(), NormKind::None),
     ] {
         let alone = shape.pair(
-            &NormConfig {
-                kind,
-                ..Default::default()
-            },
+            &NormConfig::from(kind),
             &DqnConfig::default(),
         );
         let refs: Vec<&Dqn> = alone.iter().collect();

@@ -31,9 +31,8 @@ fn step_counts(network: &QNetworkConfig, obs: &[usize], kind: NormKind, p: usize
     // Batch renormalization reads its count until its warm-up ends (a fixed number of
     // reads, whatever P); counted here after it.
     let norm = NormConfig {
-        kind,
         brn_warmup: 0,
-        ..Default::default()
+        ..NormConfig::from(kind)
     };
     let agents: Vec<Dqn> = (0..p as u64)
         .map(|s| Dqn::with_defaults((network, &norm), obs, 3, s).unwrap())

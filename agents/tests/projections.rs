@@ -10,6 +10,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
 use normrl_agents::nn::{
+    Activation, WeightRule,
     LinearMap, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig, SphereHead,
 };
 use normrl_agents::optim::{OptimizerConfig, OptimizerKind};
@@ -18,20 +19,24 @@ use normrl_agents::population::PopulationDqn;
 const ACTIONS: usize = 3;
 /// The three methods, hyperspherical layers with each head.
 fn projected() -> Vec<NormConfig> {
-    let of = |kind| NormConfig {
-        kind,
-        ..Default::default()
-    };
+    let of = |kind| NormConfig::from(kind);
     let scaled = NormConfig {
         sphere_head: SphereHead::Scaled,
         ..of(NormKind::Hyperspherical)
+    };
+    // CrossQ with weight norm's and XQC's layers, with the output layer projected too.
+    let crossq = NormConfig {
+        weight: WeightRule::UnitRows,
+        activation: Activation::BatchNorm,
+        sphere_head: SphereHead::UnitRows,
+        ..NormConfig::default()
     };
     let kinds = [
         NormKind::WnProjected,
         NormKind::Nap,
         NormKind::Hyperspherical,
     ];
-    kinds.into_iter().map(of).chain([scaled]).collect()
+    kinds.into_iter().map(of).chain([scaled, crossq]).collect()
 }
 
 fn shapes() -> [(QNetworkConfig, Vec<usize>, bool); 2] {
@@ -48,10 +53,7 @@ fn agent(
     opt: OptimizerKind,
     seed: u64,
 ) -> Dqn {
-    let norm = NormConfig {
-        kind,
-        ..Default::default()
-    };
+    let norm = NormConfig::from(kind);
     agent_with(network, obs, &norm, opt, seed)
 }
 
@@ -86,7 +88,7 @@ fn norms(t: &Tensor, from: usize) -> Vec<f32> {
 /// Every projected quantity of one network's (or, with `lead = 1`, a population's)
 /// variables has the norm it should, to f32 rounding.
 fn assert_projected(norm: &NormConfig, vars: &[(String, Tensor)], lead: usize, what: &str) {
-    let kind = norm.kind;
+    let weight = norm.weight;
     let get = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
     let close = |got: &[f32], want: &[f32], name: &str| {
         for (g, w) in got.iter().zip(want) {
@@ -98,11 +100,11 @@ fn assert_projected(norm: &NormConfig, vars: &[(String, Tensor)], lead: usize, w
     };
     let mut checked = 0;
     for (name, t) in vars {
-        let unit_rows = match kind {
-            NormKind::WnProjected => name.ends_with(".v"),
-            NormKind::Hyperspherical => {
+        let unit_rows = match weight {
+            WeightRule::Projected => name.ends_with(".v"),
+            WeightRule::UnitRows => {
                 let head = name.starts_with("head.");
-                name.ends_with(".weight") && (!head || norm.sphere_head == SphereHead::Scaled)
+                name.ends_with(".weight") && (!head || norm.sphere_head != SphereHead::Linear)
             }
             _ => false,
         };
@@ -111,7 +113,7 @@ fn assert_projected(norm: &NormConfig, vars: &[(String, Tensor)], lead: usize, w
             close(&n, &vec![1.0; n.len()], name);
             checked += 1;
         }
-        if kind == NormKind::Nap && name.ends_with(".rho") {
+        if weight == WeightRule::FixedNorm && name.ends_with(".rho") {
             let layer = name.trim_end_matches(".rho");
             let w = get(&format!("{layer}.weight")).unwrap();
             close(
@@ -154,9 +156,9 @@ fn every_update_ends_on_the_projection() {
         let n: usize = obs.iter().product();
         for norm in projected() {
             for opt in [OptimizerKind::Adam, OptimizerKind::Rmsprop] {
-                let (kind, head) = (norm.kind, norm.sphere_head);
+                let (method, head) = (norm.name(), norm.sphere_head);
                 let what = format!(
-                    "{kind:?} ({head:?} head) {opt:?} {:?}",
+                    "{method} ({head:?} head) {opt:?} {:?}",
                     network.architecture
                 );
                 let mut alone = agent_with(&network, &obs, &norm, opt, 1);

@@ -181,11 +181,10 @@ fn nn_case_rows(
         .iter()
         .map(|&kind| {
             let norm = NormConfig {
-                kind,
                 // Batch renormalization's steady state: its clip open from the start
                 // (during the warm-up it is batch norm).
                 brn_warmup: 0,
-                ..Default::default()
+                ..NormConfig::from(kind)
             };
             let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
             let (shape, n_actions) = (&case.obs_shape, case.n_actions);
@@ -399,7 +398,7 @@ fn population_parity(device: &Device, json: bool, failed: &mut Vec<String>) -> R
         if json {
             println!(
                 "{}",
-                serde_json::json!({"method": r.method.name(), "network": network,
+                serde_json::json!({"method": r.method, "network": network,
                     "metric_error": r.metric_error, "weight_error": r.weight_error,
                     "path": r.path, "ok": ok})
             );
@@ -407,7 +406,7 @@ fn population_parity(device: &Device, json: bool, failed: &mut Vec<String>) -> R
             let flag = if ok { "" } else { "  FAILED" };
             println!(
                 "{:<16} {:<26} {:>10.2e} {:>10.2e}  {}{flag}",
-                r.method.name(),
+                r.method,
                 network,
                 r.metric_error,
                 r.weight_error,
@@ -436,14 +435,14 @@ fn parity(device: &Device, json: bool) -> Result<()> {
         if json {
             println!(
                 "{}",
-                serde_json::json!({"method": r.method.name(), "network": r.network,
+                serde_json::json!({"method": r.method, "network": r.network,
                     "q_error": r.q_error, "grad_error": r.grad_error,
                     "worst_variable": r.worst_variable, "ok": ok})
             );
         } else {
             println!(
                 "{:<16} {:<20} {:>10.2e} {:>10.2e}  {}{}",
-                r.method.name(),
+                r.method,
                 r.network,
                 r.q_error,
                 r.grad_error,

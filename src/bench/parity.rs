@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use candle_core::{Device, Tensor};
-use normrl_agents::nn::{NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
+use normrl_agents::nn::{NormConfig, Pass, QNetwork, QNetworkConfig};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -13,7 +13,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 pub const TOLERANCE: f64 = 1e-3;
 
 pub struct Parity {
-    pub method: NormKind,
+    pub method: String,
     pub network: &'static str,
     /// Max |device - cpu| / max |cpu| over the Q-values.
     pub q_error: f64,
@@ -59,7 +59,7 @@ pub fn check(device: &Device) -> Result<Vec<Parity>> {
         ),
     ];
     let mut out = vec![];
-    for method in NormKind::ALL {
+    for method in NormConfig::every_method() {
         let norm = parity_norm(method);
         for (network, config, shape, n_actions, batch) in &cases {
             let case = Case {
@@ -70,7 +70,7 @@ pub fn check(device: &Device) -> Result<Vec<Parity>> {
             };
             let (q_error, grad_error, worst_variable) = case.compare(&norm, device)?;
             out.push(Parity {
-                method,
+                method: norm.name(),
                 network,
                 q_error,
                 grad_error,
@@ -81,13 +81,12 @@ pub fn check(device: &Device) -> Result<Vec<Parity>> {
     Ok(out)
 }
 
-/// `kind`'s settings in the parity checks: batch renormalization with its clip open (in
-/// its warm-up it is batch norm).
-fn parity_norm(kind: NormKind) -> NormConfig {
+/// A method's settings in the parity checks: batch renormalization with its clip open
+/// (in its warm-up it is batch norm).
+fn parity_norm(method: NormConfig) -> NormConfig {
     NormConfig {
-        kind,
         brn_warmup: 0,
-        ..Default::default()
+        ..method
     }
 }
 
@@ -167,7 +166,7 @@ impl Case<'_> {
 
 /// A population's step on a device against the same population's on the CPU.
 pub struct PopulationParity {
-    pub method: NormKind,
+    pub method: String,
     pub network: &'static str,
     /// Max relative difference of every agent's metrics (TD loss, mean Q, gradient
     /// norm) over the updates.
@@ -188,7 +187,7 @@ const POPULATION: (usize, usize, usize) = (3, 8, 5);
 /// the second population takes the tensor forms: a check of this check.
 pub fn population_check(device: &Device) -> Result<Vec<PopulationParity>> {
     let mut out = vec![];
-    for method in NormKind::ALL {
+    for method in NormConfig::every_method() {
         let norm = parity_norm(method);
         for net in &crate::bench::population::nets() {
             out.push(compare_populations(net, &norm, device)?);
@@ -259,7 +258,7 @@ fn compare_populations(
         metric_error = metric_error.max(relative_error(&a, &b)?);
     }
     Ok(PopulationParity {
-        method: norm.kind,
+        method: norm.name(),
         network: net.name,
         metric_error,
         weight_error: weights_apart(&reference, &tested)?,
@@ -297,12 +296,12 @@ mod tests {
     #[test]
     fn the_population_check_passes_on_the_cpu() {
         let rows = population_check(&Device::Cpu).unwrap();
-        assert_eq!(rows.len(), 2 * NormKind::ALL.len());
+        assert_eq!(rows.len(), 2 * NormConfig::every_method().len());
         for r in &rows {
             assert!(
                 r.metric_error <= TOLERANCE && r.weight_error <= TOLERANCE,
                 "{} {}: {:e} {:e}",
-                r.method.name(),
+                r.method,
                 r.network,
                 r.metric_error,
                 r.weight_error

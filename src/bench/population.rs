@@ -50,10 +50,7 @@ pub(super) fn nets() -> [Net; 2] {
 
 /// `P` single agents (seeds 0..P) of `kind` on `net`.
 fn agents(net: &Net, kind: NormKind, p: usize, device: &Device) -> Result<Vec<Dqn>> {
-    let norm = NormConfig {
-        kind,
-        ..Default::default()
-    };
+    let norm = NormConfig::from(kind);
     let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
     let (config, obs, actions) = (&net.config, &net.obs, net.actions);
     (0..p as u64)

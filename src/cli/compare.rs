@@ -268,8 +268,8 @@ fn dry_run(
     }
     let mut out = std::io::stdout().lock();
     for r in &mine {
-        let method = config.config_for(r)?.norm.kind;
-        let line = format!("{}\t{}", r.rel_dir.display(), method.name());
+        let method = config.config_for(r)?.norm.name();
+        let line = format!("{}\t{method}", r.rel_dir.display());
         // A closed pipe (`| head`) ends the listing, not the program.
         if writeln!(out, "{line}").is_err() {
             break;

@@ -114,7 +114,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     };
     eprintln!(
         "training {} on {}{why}",
-        trainer.agent().online().norm().kind,
+        trainer.agent().online().norm().name(),
         match (device.is_cpu(), asked.as_str()) {
             (true, _) => "cpu",
             (false, "auto") => "cuda:0",
@@ -158,7 +158,7 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
     eprintln!(
         "training a population of {} ({}) in {}",
         members.len(),
-        config.norm.kind,
+        config.norm.name(),
         run_dir.display()
     );
     let summaries = train_members(&members, None).map_err(|e| resumable(e, run_dir))?;

@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use normrl_agents::nn::NormKind;
+use serde::Deserialize;
 
 use super::TrainConfig;
 
@@ -98,6 +100,55 @@ fn tag_plain_values(user: &mut toml::Table, known: &toml::Table) {
     }
 }
 
+/// `norm.kind`, a preset, as its two parts: `norm.weight` and `norm.activation` filled
+/// in where the table leaves them out, and refused where it gives another (a config's
+/// `NormConfig` holds the parts; [`TrainConfig::to_toml`] writes the preset's name back
+/// beside them).
+fn resolve_preset(table: &mut toml::Table) -> Result<()> {
+    let Some(norm) = table.get_mut("norm").and_then(toml::Value::as_table_mut) else {
+        return Ok(());
+    };
+    let Some(value) = norm.remove("kind") else {
+        return Ok(());
+    };
+    let kind = NormKind::deserialize(value)
+        .map_err(|e| anyhow!("invalid value for 'norm.kind': {}", e.message().trim()))?;
+    let (weight, activation) = kind.parts();
+    for (key, part) in [("weight", weight.name()), ("activation", activation.name())] {
+        match norm.get(key) {
+            None => {
+                norm.insert(key.into(), toml::Value::String(part.into()));
+            }
+            Some(given) if given.as_str() == Some(part) => {}
+            Some(given) => bail!(
+                "norm.kind = \"{kind}\" is norm.weight = \"{weight}\" with norm.activation = \"{activation}\", but norm.{key} = {given}: give the preset or the two parts, not both"
+            ),
+        }
+    }
+    Ok(())
+}
+
+/// Before a `--set` of the method at `path`: what the table said of it gives way, the two
+/// parts to a preset (`norm.kind`), a preset to a part (its other part stays), so that
+/// a later setting wins as any other key's does.
+fn replace_method(table: &mut toml::Table, path: &str) -> Result<()> {
+    let has = |table: &toml::Table, key: &str| {
+        let norm = table.get("norm").and_then(toml::Value::as_table);
+        norm.is_some_and(|n| n.contains_key(key))
+    };
+    match path {
+        "norm.kind" => {
+            if let Some(norm) = table.get_mut("norm").and_then(toml::Value::as_table_mut) {
+                norm.remove("weight");
+                norm.remove("activation");
+            }
+            Ok(())
+        }
+        "norm.weight" | "norm.activation" if has(table, "kind") => resolve_preset(table),
+        _ => Ok(()),
+    }
+}
+
 /// The config in `table`; where values have the wrong type, every such value is named
 /// (each one found is set aside and the rest read again), not only the first.
 fn deserialize_all(table: &toml::Table) -> Result<TrainConfig> {
@@ -152,6 +203,7 @@ impl TrainConfig {
         let mut table: toml::Table =
             toml::from_str(text).context("the config is not valid TOML")?;
         for o in overrides {
+            replace_method(&mut table, &parse_assignment(o)?.0)?;
             apply_override(&mut table, o)?;
         }
         // Every key, those written only when set included.
@@ -164,8 +216,9 @@ impl TrainConfig {
             to: 0.1,
             updates: 1,
         };
-        let known = toml::Table::try_from(every_key).expect("defaults serialize");
+        let known = every_key.to_table();
         check_keys(&table, &known, "")?;
+        resolve_preset(&mut table)?;
         tag_plain_values(&mut table, &known);
         let config = deserialize_all(&table)?;
         let resolved = toml::Table::try_from(&config).expect("configs serialize");

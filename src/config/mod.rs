@@ -7,7 +7,7 @@
 //!     &["norm.kind=weight_norm".to_string()],
 //! ).unwrap();
 //! assert_eq!(config.replay.batch_size, 32);
-//! assert_eq!(config.norm.kind.name(), "weight_norm");
+//! assert_eq!(config.norm.name(), "weight_norm");
 //! ```
 
 mod device;
@@ -256,7 +256,20 @@ impl TrainConfig {
 
     /// The config as TOML, every field resolved.
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("configs serialize")
+        toml::to_string_pretty(&self.to_table()).expect("configs serialize")
+    }
+
+    /// The config as a TOML table, with `norm.kind` naming the method's preset where its
+    /// two parts are one (a reader sees the method by its name; the parts decide).
+    pub(crate) fn to_table(&self) -> toml::Table {
+        let mut table = toml::Table::try_from(self).expect("configs serialize");
+        if let (Some(kind), Some(toml::Value::Table(parts))) = (self.norm.kind(), table.get("norm")) {
+            let mut norm = toml::Table::new();
+            norm.insert("kind".into(), toml::Value::String(kind.name().into()));
+            norm.extend(parts.clone());
+            table.insert("norm".into(), toml::Value::Table(norm));
+        }
+        table
     }
 
     /// A resolved config's text as this normrl writes it (`None` if it is no config).

@@ -128,7 +128,7 @@ fn network_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
 
 /// Group norm's groups must divide every hidden layer's units or channels.
 fn group_problems(config: &TrainConfig) -> Option<String> {
-    if config.norm.kind != normrl_agents::nn::NormKind::GroupNorm {
+    if config.norm.activation != normrl_agents::nn::Activation::GroupNorm {
         return None;
     }
     let arch = &config.network.architecture;

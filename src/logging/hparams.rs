@@ -79,7 +79,7 @@ pub fn of(config: &TrainConfig) -> BTreeMap<&'static str, HValue> {
         ("target_bn_mode", mode(dqn.target_bn_mode)),
         ("acting_bn_mode", mode(dqn.acting_bn_mode)),
         ("env", text(&config.env.id)),
-        ("norm", text(config.norm.kind.name())),
+        ("norm", text(&config.norm.name())),
         ("batch_size", number(config.replay.batch_size as f64)),
         ("sampler", HValue::Text(sampler)),
         ("replay_capacity", number(config.replay.capacity as f64)),

@@ -364,7 +364,7 @@ pub fn agent_from_checkpoint(
     agent.online().store().load_map(&online).map_err(|e| {
         let cause = e.to_string();
         anyhow::anyhow!(
-            "{} does not hold a network of this run's config (network.architecture, norm.kind): {}",
+            "{} does not hold a network of this run's config (network.architecture, norm.weight, norm.activation): {}",
             ckpt.display(),
             cause.lines().next().unwrap_or_default()
         )

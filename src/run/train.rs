@@ -363,7 +363,7 @@ impl Trainer {
 
     /// The layers' statistics, and the diagnostics once learning has started.
     fn log_layer_stats(&mut self) -> Result<()> {
-        let svd = self.config.norm.kind.uses_svb();
+        let svd = self.config.norm.weight == normrl_agents::nn::WeightRule::Svb;
         for stats in self.agent.online().stats(svd)? {
             for (name, value) in stats.values {
                 let tag = format!("layers/{}/{name}", stats.layer);
@@ -601,7 +601,7 @@ impl Trainer {
         let cfg = &self.config;
         RunSummary {
             env: cfg.env.id.clone(),
-            norm: cfg.norm.kind.name().to_string(),
+            norm: cfg.norm.name(),
             seed: cfg.run.seed,
             steps: self.step,
             episodes: self.record.episodes,

@@ -105,6 +105,13 @@ fn full_key(axis: &str) -> &str {
     }
 }
 
+/// Whether keys `a` and `b` set the same thing: the same key, or the method's preset
+/// (`norm.kind`) and one of the two parts it sets.
+fn sets_same(a: &str, b: &str) -> bool {
+    let part = |k: &str| matches!(k, "norm.weight" | "norm.activation");
+    a == b || (a == "norm.kind" && part(b)) || (b == "norm.kind" && part(a))
+}
+
 /// A short, directory-safe label for one axis value.
 fn label(axis: &str, value: &toml::Value) -> String {
     let raw = match (axis, value) {
@@ -180,7 +187,8 @@ impl CompareConfig {
     fn check_variants_against_axes(&self) -> Result<()> {
         for variant in &self.variants {
             for key in variant.set.keys() {
-                let Some(axis) = self.axes.keys().find(|a| full_key(a) == full_key(key)) else {
+                let Some(axis) = self.axes.keys().find(|a| sets_same(full_key(a), full_key(key)))
+                else {
                     continue;
                 };
                 bail!(

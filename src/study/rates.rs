@@ -61,7 +61,7 @@ pub fn class_of(config: &TrainConfig) -> String {
         config.env.id,
         toml::Value::try_from(&config.network.architecture)
             .map_or(String::new(), |v| v.to_string()),
-        config.norm.kind.name(),
+        config.norm.name(),
         r.batch_size,
         r.train_frequency,
         r.gradient_steps,

@@ -121,7 +121,7 @@ fn planned_runs(root: &Path) -> Result<(String, Vec<(PathBuf, String)>)> {
             root.display()
         );
     };
-    let variant = config.norm.kind.name().to_string();
+    let variant = config.norm.name();
     let members = crate::run::population::population_members(&config, root);
     let runs = members.iter().filter_map(|m| {
         let dir = m.dir.strip_prefix(root).ok()?.to_path_buf();

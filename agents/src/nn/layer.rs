@@ -7,13 +7,11 @@ use candle_core::{Result, Tensor, Var};
 use super::init::InitRng;
 use super::linear_map::unit_moments;
 use super::norm::Norm;
-use super::normalization::{GraphLayer, Normalization};
+use super::normalization::GraphLayer;
 use super::params::StoreVersion;
-use super::registry::{AfterStep, Kernel};
+use super::parts::{AfterStep, Kernel};
 use super::{nap, wn_projected};
-use super::{
-    svb, BatchNorm, LinearMap, MeanOnlyBn, NormConfig, NormKind, ParamStore, Pass, Role, WeightNorm,
-};
+use super::{svb, BatchNorm, LinearMap, MeanOnlyBn, NormConfig, ParamStore, Pass, Role, WeightNorm};
 
 use super::weight_norm::DDI_EPS;
 
@@ -74,7 +72,7 @@ impl Layer {
         config: &NormConfig,
         rng: &mut InitRng,
     ) -> Result<Self> {
-        let method = config.kind.method();
+        let method = config.method();
         let units = kernel.units();
         let weight = match method.kernel {
             Kernel::Normed => Self::normed_weight(store, name, kernel, config, rng)?,
@@ -127,9 +125,9 @@ impl Layer {
         Ok(self)
     }
 
-    /// The output layer: plain, or weight-normalized when the method uses weight norm
-    /// and `wn_output_layer` is on (projected too with `wn_projected`), or the
-    /// method's own head (hyperspherical). No activation.
+    /// The output layer: plain, or weight-normalized when the weights are weight norm's
+    /// and `wn_output_layer` is on (projected too with `projected`), or, with `unit_rows`
+    /// weights, the head `sphere_head` names. No activation.
     pub fn output(
         store: &mut ParamStore,
         name: &str,
@@ -137,12 +135,11 @@ impl Layer {
         config: &NormConfig,
         rng: &mut InitRng,
     ) -> Result<Self> {
-        if let Some(head) = &config.kind.method().head {
-            if let Some(norm) = (head.single)(store, name, kernel.units(), config)? {
-                return Self::method_head(store, name, kernel, norm, rng);
-            }
+        if config.head_rows().is_some() {
+            let norm = config.head(store, name, kernel.units())?.unwrap_or(Norm::None);
+            return Self::method_head(store, name, kernel, norm, rng);
         }
-        let normed = config.kind.uses_weight_norm() && config.wn_output_layer;
+        let normed = config.weight.is_weight_norm() && config.wn_output_layer;
         let weight = if normed {
             Self::normed_weight(store, name, kernel, config, rng)?
         } else {
@@ -153,7 +150,7 @@ impl Layer {
         } else {
             Self::plain_bias(store, name, kernel, rng)?
         };
-        let projected = normed && config.kind.method().after_step == AfterStep::UnitRows;
+        let projected = normed && config.weight.after_step() == AfterStep::UnitRows;
         let layer = Self {
             name: name.to_string(),
             kernel,
@@ -172,7 +169,7 @@ impl Layer {
         layer.project_at_init()
     }
 
-    /// A method's own head: orthogonal unit rows, its form `norm`, a zero bias.
+    /// A head of unit rows: orthogonal, its form `norm` (a scaler, or none), a zero bias.
     fn method_head(
         store: &mut ParamStore,
         name: &str,
@@ -371,8 +368,8 @@ impl Layer {
                     self.version
                         .set(w, &svb::project(w.as_tensor(), config.svb_eps)?)?;
                 }
-                if let (Norm::Batch(bn), NormKind::Bbn) = (&self.norm, config.kind) {
-                    bn.bound_gains(config.bbn_eps)?;
+                if config.bounds_gains() {
+                    self.norm.method().bound_gains(config.bbn_eps)?;
                 }
             }
             AfterStep::UnitRows => wn_projected::project(self.weight.direction_or_weight(), 0)?,
@@ -380,10 +377,7 @@ impl Layer {
                 let Some(rho) = &self.rho else {
                     candle_core::bail!("{}: NaP's layer has no initial norm", self.name);
                 };
-                let affine = match &self.norm {
-                    Norm::Layer(ln) => Some(ln.affine()),
-                    _ => None,
-                };
+                let affine = self.norm.method().affine();
                 nap::project(self.weight.direction_or_weight(), rho, affine, 0)?;
             }
         }

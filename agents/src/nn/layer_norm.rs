@@ -68,11 +68,6 @@ impl LayerNorm {
         self.forward_then(t, false)
     }
 
-    /// The gain and offset (NaP projects them).
-    pub(crate) fn affine(&self) -> (&Var, &Var) {
-        (&self.gamma, &self.beta)
-    }
-
     /// `relu(forward(t))`, in one op on the CPU.
     pub fn forward_relu(&self, t: &Tensor) -> Result<Tensor> {
         self.forward_then(t, true)
@@ -161,6 +156,11 @@ pub(crate) fn normalized_per_sample(
 }
 
 impl Normalization for LayerNorm {
+    /// The gain and offset (NaP projects them).
+    fn affine(&self) -> Option<(&Var, &Var)> {
+        Some((&self.gamma, &self.beta))
+    }
+
     fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
         (vec![&self.gamma, &self.beta], vec![])
     }

@@ -23,6 +23,7 @@ mod linear_map;
 mod mean_only_bn;
 pub(crate) mod nap;
 mod norm;
+pub(crate) mod parts;
 pub(crate) mod normalization;
 pub(crate) mod params;
 #[cfg(test)]
@@ -47,8 +48,9 @@ pub use mean_only_bn::MeanOnlyBn;
 pub use normalization::HostGradients;
 pub use params::{Param, ParamStore, Role};
 pub use qnet::QNetwork;
-pub(crate) use registry::AfterStep;
-pub use registry::{NormConfig, NormKind, SphereHead};
+pub(crate) use parts::AfterStep;
+pub use parts::{Activation, WeightRule};
+pub use registry::{NormConfig, NormKind, SphereHead, COMBINATIONS};
 pub use rms_norm::RmsNorm;
 pub use weight_norm::{UnitNorms, WeightNorm};
 

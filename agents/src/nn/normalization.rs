@@ -250,6 +250,12 @@ pub(crate) trait Normalization: Send + Sync {
         Ok(false)
     }
 
+    /// The gain and offset that a weight held at a fixed norm (NaP's) projects jointly
+    /// with it: a layer norm's; `None` elsewhere.
+    fn affine(&self) -> Option<(&Var, &Var)> {
+        None
+    }
+
     /// BBN's bound of each agent's gains with bound `eps`, where the method has gains
     /// over running statistics (batch norm's); nothing elsewhere.
     fn bound_gains(&self, _eps: f64) -> Result<()> {

@@ -67,11 +67,10 @@ fn fused_population_batch_norm_equals_its_tensor_form() {
             (vec![3, 5, 4, 6], vec![3, 1, 4, 1]),
         ] {
             let config = NormConfig {
-                kind,
                 brn_warmup: 0,
                 brn_r_max: 1.2,
                 brn_d_max: 0.3,
-                ..Default::default()
+                ..NormConfig::from(kind)
             };
             let mut rng = Normals::new(4);
             let make = |rng: &mut Normals| {
@@ -297,7 +296,7 @@ fn bbn_answers_as_its_batch_norm() {
         |_: &str, _: Role| Var::from_tensor(&Tensor::ones((2, 1, 3), DType::F32, &Device::Cpu)?);
     let mut bbn = |renorm| {
         let bn = BatchNorm::stack(&mut take, (0.1, 1e-5), renorm).unwrap();
-        Svb::new(5, 0.05, Some((Box::new(bn) as Box<dyn Normalization>, 0.5)))
+        Svb::new(5, 0.05, Some(Box::new(bn) as Box<dyn Normalization>), Some(0.5))
     };
     let plain = bbn(None);
     assert!(plain.has_cuda_kernel() && plain.step_invariant() && !plain.passes_through());
@@ -308,6 +307,6 @@ fn bbn_answers_as_its_batch_norm() {
         warmup: 10,
     };
     assert!(!bbn(Some(warmup)).step_invariant());
-    let svb = Svb::new(5, 0.05, None);
+    let svb = Svb::new(5, 0.05, None, None);
     assert!(!svb.has_cuda_kernel() && svb.passes_through() && svb.step_invariant());
 }

@@ -160,7 +160,7 @@ impl QNetwork {
 
     /// True when weight norm's data-dependent init is due (before the first update).
     pub fn wants_data_dependent_init(&self) -> bool {
-        self.norm.kind.uses_weight_norm() && self.norm.data_dependent_init
+        self.norm.weight.is_weight_norm() && self.norm.data_dependent_init
     }
 
     /// Data-dependent init, layer by layer from input to output, on batch `x`.

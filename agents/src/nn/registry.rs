@@ -14,73 +14,30 @@ use serde::{Deserialize, Serialize};
 
 use super::norm::Norm;
 use super::normalization::{Normalization, Take};
+use super::parts::{refusal, Activation, AfterStep, Kernel, WeightRule};
 use super::svb::Svb;
 use super::{BatchNorm, GroupNorm, Hyperspherical, LayerNorm, MeanOnlyBn, ParamStore};
 use super::{RenormConfig, RmsNorm};
 use crate::check::{non_negative, positive};
 
-/// A hidden layer's kernel weight, as a method starts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kernel {
-    /// `w`, uniform in `±1/sqrt(fan_in)` (PyTorch's default).
-    Plain,
-    /// Weight norm's `w = g v / ||v||`.
-    Normed,
-    /// An orthogonal `w` (SVB's start: every singular value 1).
-    Orthogonal,
-}
-
-/// The method's work on a layer after an optimizer step, inside the update, for a
-/// single network (`Layer::after_step`) and a population (`PopulationNet`) alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AfterStep {
-    Nothing,
-    /// Every `svb_interval` steps, SVB's bound of the singular values (BBN bounds its
-    /// gains then too): `svb.rs`, on the host.
-    Svb,
-    /// Every step, each unit's incoming weights (weight norm's `v`) to norm 1
-    /// (`wn_projected.rs`); also once at init.
-    UnitRows,
-    /// Every step, the weight to its norm at init and the layer norm's gain and offset
-    /// jointly to theirs (`nap.rs`).
-    InitialNorm,
-}
-
-/// The output layer's form where a method has its own (hyperspherical layers' scaler):
-/// a single network's and a population's.
-/// Each returns `None` where the config keeps a plain head.
-pub(crate) struct HeadForm {
-    pub single: fn(&mut ParamStore, &str, usize, &NormConfig) -> Result<Option<Norm>>,
-    pub stacked: StackedForm,
-}
-
-/// What a method is, for the code that builds and steps networks of it.
+/// What a hidden layer of a method is, for the code that builds and steps networks of
+/// it: composed from the method's two parts ([`NormConfig::method`]).
 pub(crate) struct Method {
     pub kernel: Kernel,
-    /// The hidden layers keep a bias after the normalization: not where the method has a
-    /// shift of its own (batch and layer norm's `beta`) or, as RMSNorm, none at all.
+    /// See [`Activation::keeps_bias`].
     pub keeps_bias: bool,
-    /// The method's step after the optimizer's.
+    /// The weight rule's step after the optimizer's.
     pub after_step: AfterStep,
-    /// The output layer's own form, where the method has one (else a plain head, or
-    /// weight norm's with `wn_output_layer`).
-    pub head: Option<HeadForm>,
-    /// A single network's normalization of a hidden layer of `units` units whose one
-    /// sample's output has shape `out_shape` (its variables named `prefix.*`).
+    /// A single network's normalization of the layer.
     pub single: SingleForm,
-    /// The population's form of a hidden layer's normalization, its variables taken from
-    /// the agents' stacked ones; `None` for a layer without one.
-    pub stacked: StackedForm,
 }
 
-pub(crate) type SingleForm = fn(&mut ParamStore, &str, &[usize], &NormConfig) -> Result<Norm>;
-pub(crate) type StackedForm = fn(&mut Take, &NormConfig) -> Result<Option<Box<dyn Normalization>>>;
-
 /// Generates [`NormKind`] (each variant's serde name the entry's), `ALL`, `name()` and
-/// `method()` from one list of `Kind = "config_name" => METHOD` entries.
+/// `parts()` from one list of `Kind = "config_name" => (weight, activation)` entries.
 macro_rules! registry {
-    ($($(#[$doc:meta])* $kind:ident = $name:literal => $method:expr,)*) => {
-        /// The normalization methods, as configs name them.
+    ($($(#[$doc:meta])* $kind:ident = $name:literal => ($weight:ident, $activation:ident),)*) => {
+        /// The normalization methods, as configs name them (`norm.kind`): each a preset
+        /// of a weight rule and an activation normalization.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum NormKind {
             $($(#[$doc])* #[serde(rename = $name)] $kind,)*
@@ -97,10 +54,10 @@ macro_rules! registry {
                 }
             }
 
-            /// The method's entry.
-            pub(crate) fn method(self) -> &'static Method {
+            /// The method's two parts.
+            pub fn parts(self) -> (WeightRule, Activation) {
                 match self {
-                    $(NormKind::$kind => &$method,)*
+                    $(NormKind::$kind => (WeightRule::$weight, Activation::$activation),)*
                 }
             }
         }
@@ -109,36 +66,80 @@ macro_rules! registry {
 
 registry! {
     /// No normalization: a plain kernel, its bias and a ReLU.
-    None = "none" => NONE,
+    None = "none" => (Plain, None),
     /// Weight norm (Salimans & Kingma 2016), with its data-dependent init.
-    WeightNorm = "weight_norm" => WEIGHT_NORM,
+    WeightNorm = "weight_norm" => (WeightNorm, None),
     /// Weight norm with mean-only batch norm (ibid.).
-    WnMeanOnlyBn = "wn_mean_only_bn" => WN_MEAN_ONLY_BN,
-    BatchNorm = "batch_norm" => BATCH_NORM,
-    LayerNorm = "layer_norm" => LAYER_NORM,
+    WnMeanOnlyBn = "wn_mean_only_bn" => (WeightNorm, MeanOnly),
+    BatchNorm = "batch_norm" => (Plain, BatchNorm),
+    LayerNorm = "layer_norm" => (Plain, LayerNorm),
     /// Singular value bounding (Jia et al. 2017).
-    Svb = "svb" => SVB,
+    Svb = "svb" => (Svb, None),
     /// SVB with bounded batch norm.
-    Bbn = "bbn" => BBN,
-    RmsNorm = "rms_norm" => RMS_NORM,
-    GroupNorm = "group_norm" => GROUP_NORM,
+    Bbn = "bbn" => (Svb, BoundedBatchNorm),
+    RmsNorm = "rms_norm" => (Plain, RmsNorm),
+    GroupNorm = "group_norm" => (Plain, GroupNorm),
     /// Batch renormalization (Ioffe 2017).
-    BatchRenorm = "batch_renorm" => BATCH_RENORM,
+    BatchRenorm = "batch_renorm" => (Plain, BatchRenorm),
     /// Weight norm with its direction projected to unit norm after every step.
-    WnProjected = "wn_projected" => WN_PROJECTED,
+    WnProjected = "wn_projected" => (Projected, None),
     /// Normalize-and-Project (Lyle et al. 2024): layer norm, weights held at their
     /// initial norm.
-    Nap = "nap" => NAP,
+    Nap = "nap" => (FixedNorm, LayerNorm),
     /// SimbaV2's hyperspherical layers (Lee et al. 2025).
-    Hyperspherical = "hyperspherical" => HYPERSPHERICAL,
+    Hyperspherical = "hyperspherical" => (UnitRows, UnitFeatures),
+}
+
+impl NormKind {
+    /// The preset that is this pair of parts, if one is.
+    pub fn of(weight: WeightRule, activation: Activation) -> Option<NormKind> {
+        NormKind::ALL
+            .into_iter()
+            .find(|k| k.parts() == (weight, activation))
+    }
+}
+
+/// The pairs of parts that no preset names and that the methods of 2025 are made of:
+/// unit-row weights with batch norm (CrossQ with weight norm's and XQC's layers), and
+/// weight norm with layer norm. Tests and benches run them beside the presets.
+pub const COMBINATIONS: [(WeightRule, Activation); 2] = [
+    (WeightRule::UnitRows, Activation::BatchNorm),
+    (WeightRule::WeightNorm, Activation::LayerNorm),
+];
+
+impl NormConfig {
+    /// Every preset with the default settings, then each of [`COMBINATIONS`].
+    pub fn every_method() -> Vec<NormConfig> {
+        let presets = NormKind::ALL.into_iter().map(NormConfig::from);
+        let pairs = COMBINATIONS.into_iter().map(|(weight, activation)| NormConfig {
+            weight,
+            activation,
+            ..NormConfig::default()
+        });
+        presets.chain(pairs).collect()
+    }
+}
+
+impl From<NormKind> for NormConfig {
+    /// The default settings with `kind`'s two parts.
+    fn from(kind: NormKind) -> Self {
+        let (weight, activation) = kind.parts();
+        Self {
+            weight,
+            activation,
+            ..Self::default()
+        }
+    }
 }
 
 /// Normalization settings; every field has a default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NormConfig {
-    /// Which method normalizes the hidden layers.
-    pub kind: NormKind,
+    /// How the hidden layers' weights are kept (`norm.weight`).
+    pub weight: WeightRule,
+    /// What normalizes the hidden layers' activations (`norm.activation`).
+    pub activation: Activation,
     /// Learning-rate multiplier of the weight-norm gains `g` (the paper's ablation
     /// favours 10).
     pub g_lr_scale: f64,
@@ -169,18 +170,23 @@ pub struct NormConfig {
     pub brn_d_max: f64,
     /// Updates of plain batch norm before batch renormalization's clip opens.
     pub brn_warmup: u64,
-    /// Hyperspherical layers' head: a free linear layer (default), or SimbaV2's form,
-    /// unit rows times a learnable scaler plus a bias.
+    /// With `unit_rows` weights, the output layer: a free linear layer (default), unit
+    /// rows and a bias, or SimbaV2's form, unit rows times a learnable scaler plus a
+    /// bias.
     pub sphere_head: SphereHead,
 }
 
-/// The output layer of a hyperspherical Q-network.
+/// The output layer of a network whose weights are `unit_rows`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SphereHead {
-    /// A plain linear layer with its bias, free as NaP leaves its output layer: a
-    /// scalar Q-value gets its magnitude there.
+    /// A plain linear layer with its bias, free as NaP and CrossQ with weight norm leave
+    /// their output layers: a scalar Q-value gets its magnitude there.
     #[serde(rename = "linear")]
     Linear,
+    /// Unit-norm rows projected every step, as the hidden layers', and a bias (XQC's
+    /// output layer, and CrossQ with weight norm's camera-ready code).
+    #[serde(rename = "unit_rows")]
+    UnitRows,
     /// SimbaV2's head: unit-norm rows projected every step, a per-action scaler
     /// (init 1), a bias. SimbaV2's categorical head takes its magnitude from a fixed
     /// support; a scalar Q's must grow in the scaler, by about one learning rate a step.
@@ -189,6 +195,72 @@ pub enum SphereHead {
 }
 
 impl NormConfig {
+    /// The preset that is this config's pair of parts, if one is.
+    pub fn kind(&self) -> Option<NormKind> {
+        NormKind::of(self.weight, self.activation)
+    }
+
+    /// The method's name: its preset's, or its two parts' as `weight+activation`.
+    pub fn name(&self) -> String {
+        match self.kind() {
+            Some(kind) => kind.name().to_string(),
+            None => format!("{}+{}", self.weight, self.activation),
+        }
+    }
+
+    /// What a hidden layer of this method is: the weight rule's kernel and step, the
+    /// activation side's normalization and bias.
+    pub(crate) fn method(&self) -> Method {
+        Method {
+            kernel: self.weight.kernel(),
+            keeps_bias: self.activation.keeps_bias(),
+            after_step: self.weight.after_step(),
+            single: self.activation.single(),
+        }
+    }
+
+    /// A population's form of a hidden layer's normalization: the activation side's,
+    /// inside SVB's (which projects the weights at its interval and bounds a bounded
+    /// batch norm's gains) where the weight rule is SVB.
+    pub(crate) fn stacked_hidden(&self, take: &mut Take) -> Result<Option<Box<dyn Normalization>>> {
+        let inner = (self.activation.stacked())(take, self)?;
+        if self.weight != WeightRule::Svb {
+            return Ok(inner);
+        }
+        let bound = self.bounds_gains().then_some(self.bbn_eps);
+        Ok(Some(Box::new(Svb::new(self.svb_interval, self.svb_eps, inner, bound))))
+    }
+
+    /// The output layer's own form, where the weight rule has one with a normalization
+    /// of its own (SimbaV2's scaled head), for a single network.
+    pub(crate) fn head(&self, store: &mut ParamStore, prefix: &str, actions: usize) -> Result<Option<Norm>> {
+        match self.head_rows() {
+            Some(SphereHead::Scaled) => Ok(Some(Norm::Sphere(Hyperspherical::head(store, prefix, actions)?))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The same for a population, from the agents' stacked variables.
+    pub(crate) fn stacked_head(&self, take: &mut Take) -> Result<Option<Box<dyn Normalization>>> {
+        match self.head_rows() {
+            Some(SphereHead::Scaled) => Ok(Some(Box::new(Hyperspherical::stack(take, true)?))),
+            _ => Ok(None),
+        }
+    }
+
+    /// With `unit_rows` weights, a head of unit rows (plain or scaled); else `None`.
+    pub(crate) fn head_rows(&self) -> Option<SphereHead> {
+        match (self.weight, self.sphere_head) {
+            (WeightRule::UnitRows, SphereHead::UnitRows | SphereHead::Scaled) => Some(self.sphere_head),
+            _ => None,
+        }
+    }
+
+    /// SVB bounds a bounded batch norm's gains when it projects (BBN).
+    pub(crate) fn bounds_gains(&self) -> bool {
+        self.weight == WeightRule::Svb && self.activation == Activation::BoundedBatchNorm
+    }
+
     /// Batch renormalization's clip and warm-up.
     pub fn renorm(&self) -> RenormConfig {
         RenormConfig {
@@ -202,7 +274,8 @@ impl NormConfig {
 impl Default for NormConfig {
     fn default() -> Self {
         Self {
-            kind: NormKind::None,
+            weight: WeightRule::Plain,
+            activation: Activation::None,
             g_lr_scale: 1.0,
             wn_output_layer: true,
             data_dependent_init: true,
@@ -222,9 +295,18 @@ impl Default for NormConfig {
 }
 
 impl NormConfig {
-    /// Range problems, each as `(field, what is allowed)`.
+    /// Range problems and pairs that cannot train, each as `(field, what is allowed)`.
     pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
         let mut p = vec![];
+        if let Some(why) = refusal(self.weight, self.activation) {
+            p.push(("activation", why));
+        }
+        if self.sphere_head != SphereHead::Linear && self.weight != WeightRule::UnitRows {
+            p.push((
+                "sphere_head",
+                "\"linear\" unless norm.weight = \"unit_rows\" (it is the head of unit-row networks)",
+            ));
+        }
         if !positive(self.g_lr_scale) {
             p.push(("g_lr_scale", "a positive number"));
         }
@@ -259,155 +341,73 @@ impl NormConfig {
     }
 }
 
-/// The forms of a layer without an activation normalization.
-fn no_norm(_: &mut ParamStore, _: &str, _: &[usize], _: &NormConfig) -> Result<Norm> {
-    Ok(Norm::None)
-}
+/// A single network's normalization of a hidden layer whose one sample's output has
+/// shape `out_shape` (its variables named `prefix.*`).
+pub(crate) type SingleForm = fn(&mut ParamStore, &str, &[usize], &NormConfig) -> Result<Norm>;
+/// A population's, its variables taken from the agents' stacked ones; `None` for a layer
+/// without one.
+pub(crate) type StackedForm = fn(&mut Take, &NormConfig) -> Result<Option<Box<dyn Normalization>>>;
 
-fn no_stacked(_: &mut Take, _: &NormConfig) -> Result<Option<Box<dyn Normalization>>> {
-    Ok(None)
-}
-
-fn batch_norm(store: &mut ParamStore, prefix: &str, out: &[usize], c: &NormConfig) -> Result<Norm> {
-    let bn = BatchNorm::new(store, prefix, out[0], c.bn_momentum, c.bn_eps)?;
-    Ok(Norm::Batch(bn))
-}
-
-fn stacked_batch_norm(take: &mut Take, c: &NormConfig) -> Result<Option<Box<dyn Normalization>>> {
-    Ok(Some(Box::new(stacked_bn(take, c, None)?)))
-}
-
-/// A population's batch norm, renormalized with `renorm`.
-fn stacked_bn(take: &mut Take, c: &NormConfig, renorm: Option<RenormConfig>) -> Result<BatchNorm> {
-    BatchNorm::stack(take, (c.bn_momentum, c.bn_eps), renorm)
-}
-
-const NONE: Method = Method {
-    kernel: Kernel::Plain,
-    keeps_bias: true,
-    after_step: AfterStep::Nothing,
-    head: None,
-    single: no_norm,
-    stacked: no_stacked,
-};
-
-const WEIGHT_NORM: Method = Method {
-    kernel: Kernel::Normed,
-    ..NONE
-};
-
-const WN_MEAN_ONLY_BN: Method = Method {
-    kernel: Kernel::Normed,
-    single: |store, prefix, out, c| {
-        let bn = MeanOnlyBn::new(store, prefix, out[0], c.bn_momentum)?;
-        Ok(Norm::MeanOnly(bn))
-    },
-    stacked: |take, c| Ok(Some(Box::new(MeanOnlyBn::stack(take, c.bn_momentum)?))),
-    ..NONE
-};
-
-const BATCH_NORM: Method = Method {
-    keeps_bias: false,
-    single: batch_norm,
-    stacked: stacked_batch_norm,
-    ..NONE
-};
-
-const BATCH_RENORM: Method = Method {
-    single: |store, prefix, out, c| {
-        let settings = (c.bn_momentum, c.bn_eps);
-        let bn = BatchNorm::renormalized(store, prefix, out[0], settings, c.renorm())?;
-        Ok(Norm::Batch(bn))
-    },
-    stacked: |take, c| Ok(Some(Box::new(stacked_bn(take, c, Some(c.renorm()))?))),
-    ..BATCH_NORM
-};
-
-const LAYER_NORM: Method = Method {
-    keeps_bias: false,
-    single: |store, prefix, out, c| Ok(Norm::Layer(LayerNorm::new(store, prefix, out, c.ln_eps)?)),
-    stacked: |take, c| Ok(Some(Box::new(LayerNorm::stack(take, c.ln_eps)?))),
-    ..NONE
-};
-
-const GROUP_NORM: Method = Method {
-    single: |store, prefix, out, c| {
-        let gn = GroupNorm::new(store, prefix, out, c.groups, c.ln_eps)?;
-        Ok(Norm::Group(gn))
-    },
-    stacked: |take, c| Ok(Some(Box::new(GroupNorm::stack(take, c.groups, c.ln_eps)?))),
-    ..LAYER_NORM
-};
-
-const RMS_NORM: Method = Method {
-    single: |store, prefix, out, c| Ok(Norm::Rms(RmsNorm::new(store, prefix, out, c.ln_eps)?)),
-    stacked: |take, c| Ok(Some(Box::new(RmsNorm::stack(take, c.ln_eps)?))),
-    ..LAYER_NORM
-};
-
-const SVB: Method = Method {
-    kernel: Kernel::Orthogonal,
-    after_step: AfterStep::Svb,
-    single: no_norm,
-    stacked: |_, c| Ok(Some(Box::new(Svb::new(c.svb_interval, c.svb_eps, None)))),
-    ..NONE
-};
-
-const BBN: Method = Method {
-    keeps_bias: false,
-    single: batch_norm,
-    stacked: |take, c| {
-        let bbn: Box<dyn Normalization> = Box::new(stacked_bn(take, c, None)?);
-        let form = Svb::new(c.svb_interval, c.svb_eps, Some((bbn, c.bbn_eps)));
-        Ok(Some(Box::new(form)))
-    },
-    ..SVB
-};
-
-const WN_PROJECTED: Method = Method {
-    after_step: AfterStep::UnitRows,
-    ..WEIGHT_NORM
-};
-
-const NAP: Method = Method {
-    after_step: AfterStep::InitialNorm,
-    ..LAYER_NORM
-};
-
-const HYPERSPHERICAL: Method = Method {
-    kernel: Kernel::Orthogonal,
-    keeps_bias: false,
-    after_step: AfterStep::UnitRows,
-    head: Some(HeadForm {
-        single: |store, prefix, actions, c| match c.sphere_head {
-            SphereHead::Scaled => Ok(Some(Norm::Sphere(Hyperspherical::head(
-                store, prefix, actions,
-            )?))),
-            SphereHead::Linear => Ok(None),
-        },
-        stacked: |take, c| match c.sphere_head {
-            SphereHead::Scaled => Ok(Some(Box::new(Hyperspherical::stack(take, true)?))),
-            SphereHead::Linear => Ok(None),
-        },
-    }),
-    single: |store, prefix, out, _| Ok(Norm::Sphere(Hyperspherical::hidden(store, prefix, out)?)),
-    stacked: |take, _| Ok(Some(Box::new(Hyperspherical::stack(take, false)?))),
-};
-
-impl NormKind {
-    /// Hidden layers are weight-normalized.
-    pub fn uses_weight_norm(self) -> bool {
-        self.method().kernel == Kernel::Normed
+/// The activation side's forms, built here (the parts' file names no type of a
+/// method's).
+impl Activation {
+    /// A single network's form of the activation side.
+    pub(crate) fn single(self) -> SingleForm {
+        match self {
+            Activation::None => |_, _, _, _| Ok(Norm::None),
+            Activation::BatchNorm | Activation::BoundedBatchNorm => |store, prefix, out, c| {
+                let bn = BatchNorm::new(store, prefix, out[0], c.bn_momentum, c.bn_eps)?;
+                Ok(Norm::Batch(bn))
+            },
+            Activation::BatchRenorm => |store, prefix, out, c| {
+                let settings = (c.bn_momentum, c.bn_eps);
+                let bn = BatchNorm::renormalized(store, prefix, out[0], settings, c.renorm())?;
+                Ok(Norm::Batch(bn))
+            },
+            Activation::MeanOnly => |store, prefix, out, c| {
+                let bn = MeanOnlyBn::new(store, prefix, out[0], c.bn_momentum)?;
+                Ok(Norm::MeanOnly(bn))
+            },
+            Activation::LayerNorm => |store, prefix, out, c| {
+                Ok(Norm::Layer(LayerNorm::new(store, prefix, out, c.ln_eps)?))
+            },
+            Activation::GroupNorm => |store, prefix, out, c| {
+                let gn = GroupNorm::new(store, prefix, out, c.groups, c.ln_eps)?;
+                Ok(Norm::Group(gn))
+            },
+            Activation::RmsNorm => |store, prefix, out, c| {
+                Ok(Norm::Rms(RmsNorm::new(store, prefix, out, c.ln_eps)?))
+            },
+            Activation::UnitFeatures => |store, prefix, out, _| {
+                Ok(Norm::Sphere(Hyperspherical::hidden(store, prefix, out)?))
+            },
+        }
     }
 
-    /// See [`Method::keeps_bias`].
-    pub fn keeps_bias(self) -> bool {
-        self.method().keeps_bias
-    }
-
-    /// Hidden weights are projected by SVB.
-    pub fn uses_svb(self) -> bool {
-        self.method().after_step == AfterStep::Svb
+    /// A population's form of the activation side.
+    pub(crate) fn stacked(self) -> StackedForm {
+        match self {
+            Activation::None => |_, _| Ok(None),
+            Activation::BatchNorm | Activation::BoundedBatchNorm => |take, c| {
+                let bn = BatchNorm::stack(take, (c.bn_momentum, c.bn_eps), None)?;
+                Ok(Some(Box::new(bn)))
+            },
+            Activation::BatchRenorm => |take, c| {
+                let bn = BatchNorm::stack(take, (c.bn_momentum, c.bn_eps), Some(c.renorm()))?;
+                Ok(Some(Box::new(bn)))
+            },
+            Activation::MeanOnly => {
+                |take, c| Ok(Some(Box::new(MeanOnlyBn::stack(take, c.bn_momentum)?)))
+            }
+            Activation::LayerNorm => |take, c| Ok(Some(Box::new(LayerNorm::stack(take, c.ln_eps)?))),
+            Activation::GroupNorm => {
+                |take, c| Ok(Some(Box::new(GroupNorm::stack(take, c.groups, c.ln_eps)?)))
+            }
+            Activation::RmsNorm => |take, c| Ok(Some(Box::new(RmsNorm::stack(take, c.ln_eps)?))),
+            Activation::UnitFeatures => {
+                |take, _| Ok(Some(Box::new(Hyperspherical::stack(take, false)?)))
+            }
+        }
     }
 }
 

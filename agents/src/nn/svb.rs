@@ -115,28 +115,41 @@ pub fn bound_bn_gains(gamma: &[f32], sigma: &[f32], eps: f64) -> Vec<f32> {
         .collect()
 }
 
-/// SVB as a layer's normalization: the weight projected every `interval` updates, agent
-/// by agent on the host as a single network's (an SVD per agent and layer, so this work
-/// grows with P, at those updates only); BBN's batch norm with its gains bounded at the
-/// same updates. Otherwise the layer's normalization is BBN's batch norm, or none.
+/// SVB as a population layer's normalization: the weight projected every `interval`
+/// updates, agent by agent on the host as a single network's (an SVD per agent and
+/// layer, so this work grows with P, at those updates only), and a bounded batch norm's
+/// gains bounded at the same updates (BBN). Otherwise the layer's normalization is the
+/// activation side's, or none.
 pub(crate) struct Svb {
     interval: u64,
     eps: f64,
-    /// BBN's batch norm and its gains' bound.
-    bbn: Option<(Box<dyn Normalization>, f64)>,
+    /// The activation side's normalization, if the layer has one.
+    inner: Option<Box<dyn Normalization>>,
+    /// BBN's bound of the inner batch norm's gains.
+    bound: Option<f64>,
 }
 
 impl Svb {
-    /// SVB's form with its `interval` and bound `eps`, or BBN's over its batch norm
-    /// and the gains' bound.
-    pub(crate) fn new(interval: u64, eps: f64, bbn: Option<(Box<dyn Normalization>, f64)>) -> Self {
-        Self { interval, eps, bbn }
+    /// SVB's form with its `interval` and bound `eps` around the activation side's
+    /// `inner`, bounding its gains by `bound` where given (BBN).
+    pub(crate) fn new(
+        interval: u64,
+        eps: f64,
+        inner: Option<Box<dyn Normalization>>,
+        bound: Option<f64>,
+    ) -> Self {
+        Self {
+            interval,
+            eps,
+            inner,
+            bound,
+        }
     }
 
-    /// What normalizes the layer: BBN's batch norm, or nothing.
+    /// What normalizes the layer: the activation side's, or nothing.
     fn inner(&self) -> &dyn Normalization {
-        match &self.bbn {
-            Some((bn, _)) => bn.as_ref(),
+        match &self.inner {
+            Some(norm) => norm.as_ref(),
             None => &Identity,
         }
     }
@@ -148,11 +161,8 @@ impl Normalization for Svb {
     }
 
     fn copied(&self) -> Result<Box<dyn Normalization>> {
-        let bbn = match &self.bbn {
-            Some((bn, eps)) => Some((bn.copied()?, *eps)),
-            None => None,
-        };
-        Ok(Box::new(Self::new(self.interval, self.eps, bbn)))
+        let inner = self.inner.as_ref().map(|n| n.copied()).transpose()?;
+        Ok(Box::new(Self::new(self.interval, self.eps, inner, self.bound)))
     }
 
     fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
@@ -183,6 +193,10 @@ impl Normalization for Svb {
         self.inner().fused_forward(h, stats, bias)
     }
 
+    fn affine(&self) -> Option<(&Var, &Var)> {
+        self.inner().affine()
+    }
+
     // BBN's batch norm answers for itself: it has CUDA kernels, and a warm-up would
     // make its steps vary (a wrapper that kept the defaults hid both).
     fn has_cuda_kernel(&self) -> bool {
@@ -206,8 +220,9 @@ impl Normalization for Svb {
             .map(|i| project(&w.get(i)?, self.eps))
             .collect::<Result<Vec<_>>>()?;
         weight.set(&Tensor::stack(&projected, 0)?.contiguous()?)?;
-        self.inner()
-            .bound_gains(self.bbn.as_ref().map_or(0.0, |(_, eps)| *eps))?;
+        if let Some(eps) = self.bound {
+            self.inner().bound_gains(eps)?;
+        }
         Ok(true)
     }
 

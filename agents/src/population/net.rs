@@ -70,11 +70,7 @@ impl PopulationLayer {
         match (self.after, &self.rho) {
             (AfterStep::UnitRows, _) => wn_projected::project(&self.weight, 1)?,
             (AfterStep::InitialNorm, Some(rho)) => {
-                let affine = self.norm.as_ref().map(|n| n.vars().0);
-                let affine = affine.as_deref().and_then(|v| match v {
-                    [gamma, beta] => Some((*gamma, *beta)),
-                    _ => None,
-                });
+                let affine = self.norm.as_ref().and_then(|n| n.affine());
                 nap::project(&self.weight, rho, affine, 1)?
             }
             _ => return Ok(false),
@@ -263,11 +259,9 @@ fn stack_layer(
         .bias()
         .map(|_| take("bias", Role::Weight))
         .transpose()?;
-    let method = config.kind.method();
-    let norm = match (layer.relu, &method.head) {
-        (true, _) => (method.stacked)(&mut take, config)?,
-        (false, Some(head)) => (head.stacked)(&mut take, config)?,
-        (false, None) => None,
+    let norm = match layer.relu {
+        true => config.stacked_hidden(&mut take)?,
+        false => config.stacked_head(&mut take)?,
     };
     let rho = layer
         .rho

@@ -69,10 +69,7 @@ pub fn max_rel_err(a: &Tensor, b: &Tensor) -> f32 {
 }
 
 pub fn config(kind: NormKind) -> NormConfig {
-    NormConfig {
-        kind,
-        ..Default::default()
-    }
+    NormConfig::from(kind)
 }
 
 /// A loss with a fixed random upstream gradient: `L = sum(y * r)`.
