@@ -13,8 +13,12 @@ use normrl::train::{RunSummary, Trainer};
 /// A short run of `config_file` with `norm`: learning from step 500, an update every
 /// 4 steps, a checkpoint, layer statistics and diagnostics at 1000.
 fn config(config_file: &str, norm: &str, total: u64) -> TrainConfig {
+    // A method is a preset's name or its two parts as `weight+activation`.
+    let method = match norm.split_once('+') {
+        Some((w, a)) => vec![format!("norm.weight={w}"), format!("norm.activation={a}")],
+        None => vec![format!("norm.kind={norm}")],
+    };
     let overrides: Vec<String> = [
-        format!("norm.kind={norm}"),
         format!("run.total_steps={total}"),
         "replay.learning_starts=500".into(),
         "replay.train_frequency=4".into(),
@@ -28,9 +32,23 @@ fn config(config_file: &str, norm: &str, total: u64) -> TrainConfig {
         "dqn.target_update={type=\"hard\",every=100}".into(),
         "exploration.steps=1000".into(),
     ]
-    .to_vec();
+    .into_iter()
+    .chain(method)
+    .collect();
     TrainConfig::load(Path::new(config_file), &overrides).unwrap()
 }
+
+/// The methods whose members are checked against single runs: four presets and the two
+/// pairs of parts no preset names (CrossQ with weight norm's layers, weight norm with
+/// layer norm).
+const METHODS: [&str; 6] = [
+    "none",
+    "weight_norm",
+    "batch_norm",
+    "layer_norm",
+    "unit_rows+batch_norm",
+    "weight_norm+layer_norm",
+];
 
 /// Asserts that `n` lines of `out` hold `needle`.
 fn assert_lines(out: &str, needle: &str, n: usize) {
@@ -230,7 +248,7 @@ fn assert_same_diagnostics_before_updates(a: &RunSummary, b: &RunSummary, what: 
 
 #[test]
 fn members_train_as_they_would_alone_on_an_mlp() {
-    for norm in ["none", "weight_norm", "batch_norm", "layer_norm"] {
+    for norm in METHODS {
         member_equals_single("configs/cartpole.toml", norm);
         member_equals_population_of_one("configs/cartpole.toml", norm);
     }
@@ -238,7 +256,7 @@ fn members_train_as_they_would_alone_on_an_mlp() {
 
 #[test]
 fn members_train_as_they_would_alone_on_minatar_cnn() {
-    for norm in ["none", "weight_norm", "batch_norm", "layer_norm"] {
+    for norm in METHODS {
         member_equals_single("configs/minatar/breakout.toml", norm);
         member_equals_population_of_one("configs/minatar/breakout.toml", norm);
     }

@@ -10,8 +10,8 @@ mod common;
 use candle_core::{Device, Tensor};
 use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
 use normrl_agents::nn::{
-    Activation, WeightRule,
-    LinearMap, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig, SphereHead,
+    Activation, LinearMap, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig, SphereHead,
+    WeightRule,
 };
 use normrl_agents::optim::{OptimizerConfig, OptimizerKind};
 use normrl_agents::population::PopulationDqn;

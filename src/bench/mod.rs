@@ -406,11 +406,7 @@ fn population_parity(device: &Device, json: bool, failed: &mut Vec<String>) -> R
             let flag = if ok { "" } else { "  FAILED" };
             println!(
                 "{:<16} {:<26} {:>10.2e} {:>10.2e}  {}{flag}",
-                r.method,
-                network,
-                r.metric_error,
-                r.weight_error,
-                r.path
+                r.method, network, r.metric_error, r.weight_error, r.path
             );
         }
     }

@@ -263,7 +263,8 @@ impl TrainConfig {
     /// two parts are one (a reader sees the method by its name; the parts decide).
     pub(crate) fn to_table(&self) -> toml::Table {
         let mut table = toml::Table::try_from(self).expect("configs serialize");
-        if let (Some(kind), Some(toml::Value::Table(parts))) = (self.norm.kind(), table.get("norm")) {
+        if let (Some(kind), Some(toml::Value::Table(parts))) = (self.norm.kind(), table.get("norm"))
+        {
             let mut norm = toml::Table::new();
             norm.insert("kind".into(), toml::Value::String(kind.name().into()));
             norm.extend(parts.clone());

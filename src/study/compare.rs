@@ -187,7 +187,10 @@ impl CompareConfig {
     fn check_variants_against_axes(&self) -> Result<()> {
         for variant in &self.variants {
             for key in variant.set.keys() {
-                let Some(axis) = self.axes.keys().find(|a| sets_same(full_key(a), full_key(key)))
+                let Some(axis) = self
+                    .axes
+                    .keys()
+                    .find(|a| sets_same(full_key(a), full_key(key)))
                 else {
                     continue;
                 };

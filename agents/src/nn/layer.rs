@@ -11,7 +11,9 @@ use super::normalization::GraphLayer;
 use super::params::StoreVersion;
 use super::parts::{AfterStep, Kernel};
 use super::{nap, wn_projected};
-use super::{svb, BatchNorm, LinearMap, MeanOnlyBn, NormConfig, ParamStore, Pass, Role, WeightNorm};
+use super::{
+    svb, BatchNorm, LinearMap, MeanOnlyBn, NormConfig, ParamStore, Pass, Role, WeightNorm,
+};
 
 use super::weight_norm::DDI_EPS;
 
@@ -136,7 +138,9 @@ impl Layer {
         rng: &mut InitRng,
     ) -> Result<Self> {
         if config.head_rows().is_some() {
-            let norm = config.head(store, name, kernel.units())?.unwrap_or(Norm::None);
+            let norm = config
+                .head(store, name, kernel.units())?
+                .unwrap_or(Norm::None);
             return Self::method_head(store, name, kernel, norm, rng);
         }
         let normed = config.weight.is_weight_norm() && config.wn_output_layer;

@@ -296,7 +296,12 @@ fn bbn_answers_as_its_batch_norm() {
         |_: &str, _: Role| Var::from_tensor(&Tensor::ones((2, 1, 3), DType::F32, &Device::Cpu)?);
     let mut bbn = |renorm| {
         let bn = BatchNorm::stack(&mut take, (0.1, 1e-5), renorm).unwrap();
-        Svb::new(5, 0.05, Some(Box::new(bn) as Box<dyn Normalization>), Some(0.5))
+        Svb::new(
+            5,
+            0.05,
+            Some(Box::new(bn) as Box<dyn Normalization>),
+            Some(0.5),
+        )
     };
     let plain = bbn(None);
     assert!(plain.has_cuda_kernel() && plain.step_invariant() && !plain.passes_through());

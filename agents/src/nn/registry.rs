@@ -111,11 +111,13 @@ impl NormConfig {
     /// Every preset with the default settings, then each of [`COMBINATIONS`].
     pub fn every_method() -> Vec<NormConfig> {
         let presets = NormKind::ALL.into_iter().map(NormConfig::from);
-        let pairs = COMBINATIONS.into_iter().map(|(weight, activation)| NormConfig {
-            weight,
-            activation,
-            ..NormConfig::default()
-        });
+        let pairs = COMBINATIONS
+            .into_iter()
+            .map(|(weight, activation)| NormConfig {
+                weight,
+                activation,
+                ..NormConfig::default()
+            });
         presets.chain(pairs).collect()
     }
 }
@@ -228,14 +230,26 @@ impl NormConfig {
             return Ok(inner);
         }
         let bound = self.bounds_gains().then_some(self.bbn_eps);
-        Ok(Some(Box::new(Svb::new(self.svb_interval, self.svb_eps, inner, bound))))
+        Ok(Some(Box::new(Svb::new(
+            self.svb_interval,
+            self.svb_eps,
+            inner,
+            bound,
+        ))))
     }
 
     /// The output layer's own form, where the weight rule has one with a normalization
     /// of its own (SimbaV2's scaled head), for a single network.
-    pub(crate) fn head(&self, store: &mut ParamStore, prefix: &str, actions: usize) -> Result<Option<Norm>> {
+    pub(crate) fn head(
+        &self,
+        store: &mut ParamStore,
+        prefix: &str,
+        actions: usize,
+    ) -> Result<Option<Norm>> {
         match self.head_rows() {
-            Some(SphereHead::Scaled) => Ok(Some(Norm::Sphere(Hyperspherical::head(store, prefix, actions)?))),
+            Some(SphereHead::Scaled) => Ok(Some(Norm::Sphere(Hyperspherical::head(
+                store, prefix, actions,
+            )?))),
             _ => Ok(None),
         }
     }
@@ -251,7 +265,9 @@ impl NormConfig {
     /// With `unit_rows` weights, a head of unit rows (plain or scaled); else `None`.
     pub(crate) fn head_rows(&self) -> Option<SphereHead> {
         match (self.weight, self.sphere_head) {
-            (WeightRule::UnitRows, SphereHead::UnitRows | SphereHead::Scaled) => Some(self.sphere_head),
+            (WeightRule::UnitRows, SphereHead::UnitRows | SphereHead::Scaled) => {
+                Some(self.sphere_head)
+            }
             _ => None,
         }
     }
@@ -375,9 +391,9 @@ impl Activation {
                 let gn = GroupNorm::new(store, prefix, out, c.groups, c.ln_eps)?;
                 Ok(Norm::Group(gn))
             },
-            Activation::RmsNorm => |store, prefix, out, c| {
-                Ok(Norm::Rms(RmsNorm::new(store, prefix, out, c.ln_eps)?))
-            },
+            Activation::RmsNorm => {
+                |store, prefix, out, c| Ok(Norm::Rms(RmsNorm::new(store, prefix, out, c.ln_eps)?))
+            }
             Activation::UnitFeatures => |store, prefix, out, _| {
                 Ok(Norm::Sphere(Hyperspherical::hidden(store, prefix, out)?))
             },
@@ -399,7 +415,9 @@ impl Activation {
             Activation::MeanOnly => {
                 |take, c| Ok(Some(Box::new(MeanOnlyBn::stack(take, c.bn_momentum)?)))
             }
-            Activation::LayerNorm => |take, c| Ok(Some(Box::new(LayerNorm::stack(take, c.ln_eps)?))),
+            Activation::LayerNorm => {
+                |take, c| Ok(Some(Box::new(LayerNorm::stack(take, c.ln_eps)?)))
+            }
             Activation::GroupNorm => {
                 |take, c| Ok(Some(Box::new(GroupNorm::stack(take, c.groups, c.ln_eps)?)))
             }

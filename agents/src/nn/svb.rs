@@ -162,7 +162,12 @@ impl Normalization for Svb {
 
     fn copied(&self) -> Result<Box<dyn Normalization>> {
         let inner = self.inner.as_ref().map(|n| n.copied()).transpose()?;
-        Ok(Box::new(Self::new(self.interval, self.eps, inner, self.bound)))
+        Ok(Box::new(Self::new(
+            self.interval,
+            self.eps,
+            inner,
+            self.bound,
+        )))
     }
 
     fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {

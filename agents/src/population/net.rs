@@ -475,15 +475,19 @@ impl PopulationNet {
     pub fn data_dependent_init(&self, x: &Tensor) -> Result<()> {
         let mut h = x.clone();
         for layer in &self.layers {
-            if let (Some(wn), Some(b)) = (&layer.weight_norm, &layer.bias) {
+            // A layer whose normalization has a shift of its own (layer norm's) has no
+            // bias: only its gains are set.
+            if let Some(wn) = &layer.weight_norm {
                 let fused = self.path(false) != Path::TensorForms;
                 let direction = wn.weight(&layer.weight, true, false, 0)?.detach();
-                let mean_scaled =
-                    wn.initialize(&layer.product(&h, &direction, fused)?, b.shape())?;
-                b.set(&match &layer.norm {
-                    Some(norm) => norm.initial_bias(&mean_scaled)?,
-                    None => mean_scaled.neg()?,
-                })?;
+                let shape = layer.bias.as_ref().unwrap_or(&wn.g).shape().clone();
+                let mean_scaled = wn.initialize(&layer.product(&h, &direction, fused)?, &shape)?;
+                if let Some(b) = &layer.bias {
+                    b.set(&match &layer.norm {
+                        Some(norm) => norm.initial_bias(&mean_scaled)?,
+                        None => mean_scaled.neg()?,
+                    })?;
+                }
                 self.changed();
             }
             h = self.layer_output(layer, &h, BnStats::Running, false)?;
