@@ -811,8 +811,8 @@ fn the_fused_population_step_equals_the_tensor_reference() {
 /// loss, the optimizer) against the tensor forms a device runs, from the same agents on
 /// the same batches over 100 updates: the weights within 1e-5 of each other (relative,
 /// in norm), for every method and pair of parts on the MLP, the study's methods and the
-/// pairs on the CNN. This also
-/// keeps the device path's composition tested on a machine without a device.
+/// pairs on the CNN. This also keeps the device path's composition tested on a machine
+/// without a device.
 #[test]
 fn fused_population_steps_equal_the_tensor_forms() {
     let cnn_methods: Vec<NormConfig> = [
