@@ -5,7 +5,7 @@
 //! use candle_core::{Device, Tensor};
 //! use normrl_agents::nn::{NormConfig, Pass, NormKind, QNetwork, QNetworkConfig};
 //!
-//! let norm = NormConfig { kind: NormKind::WeightNorm, ..Default::default() };
+//! let norm = NormConfig::from(NormKind::WeightNorm);
 //! let config = QNetworkConfig::mlp(vec![64, 64]);
 //! let net = QNetwork::new(&config, &norm, &[4], 2, 0, &Device::Cpu).unwrap();
 //! let x = Tensor::zeros((3, 4), candle_core::DType::F32, &Device::Cpu).unwrap();

@@ -19,7 +19,7 @@
 //! use candle_core::{Device, Tensor};
 //! use normrl_agents::nn::{BnStats, HostTape, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 //!
-//! let norm = NormConfig { kind: NormKind::WeightNorm, ..Default::default() };
+//! let norm = NormConfig::from(NormKind::WeightNorm);
 //! let net = QNetwork::new(&QNetworkConfig::mlp(vec![8]), &norm, &[3], 2, 0, &Device::Cpu).unwrap();
 //! assert!(net.runs_on_host());
 //! let x = [0.5f32, -1.0, 2.0, 0.0, 1.0, -0.5];

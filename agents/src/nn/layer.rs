@@ -4,6 +4,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::after_step::{after_step, WeightStep};
 use super::init::InitRng;
 use super::linear_map::unit_moments;
 use super::norm::Norm;
@@ -359,34 +360,23 @@ impl Layer {
         self.forward(x, Pass::EVAL)
     }
 
-    /// The method's step after optimizer step `updates` (counting from 1) on this
-    /// layer, when due: SVB's projection of the weight (SVB, BBN) and BBN's bound on BN
-    /// gains every `svb_interval` steps (`svb::due`); unit rows or NaP's initial norms
-    /// every step. A population's layer takes the same steps. Whether any ran.
+    /// The weight rule's step after optimizer step `updates` (counting from 1) on this
+    /// layer, when due (`after_step.rs`, which a population's layer runs too): SVB's
+    /// projection (and a bounded batch norm's bound of its gains) every `svb_interval`
+    /// steps; unit rows or NaP's initial norms every step. Whether it ran.
     pub fn after_step(&self, updates: u64, config: &NormConfig) -> Result<bool> {
-        match self.after {
-            AfterStep::Nothing => return Ok(false),
-            AfterStep::Svb if !svb::due(updates, config.svb_interval) => return Ok(false),
-            AfterStep::Svb => {
-                if let WeightParam::Plain(w) = &self.weight {
-                    self.version
-                        .set(w, &svb::project(w.as_tensor(), config.svb_eps)?)?;
-                }
-                if config.bounds_gains() {
-                    self.norm.method().bound_gains(config.bbn_eps)?;
-                }
-            }
-            AfterStep::UnitRows => wn_projected::project(self.weight.direction_or_weight(), 0)?,
-            AfterStep::InitialNorm => {
-                let Some(rho) = &self.rho else {
-                    candle_core::bail!("{}: NaP's layer has no initial norm", self.name);
-                };
-                let affine = self.norm.method().affine();
-                nap::project(self.weight.direction_or_weight(), rho, affine, 0)?;
-            }
+        let layer = WeightStep {
+            rule: self.after,
+            weight: self.weight.direction_or_weight(),
+            rho: self.rho.as_ref(),
+            norm: self.norm.method(),
+            lead: 0,
+        };
+        let ran = after_step(&layer, updates, config)?;
+        if ran {
+            self.version.bump();
         }
-        self.version.bump();
-        Ok(true)
+        Ok(ran)
     }
 
     /// Weight norms, gains, singular-value extremes and BN statistics.

@@ -10,6 +10,7 @@
 //! fused forward, for a single network and a population alike; the CPU loops they call
 //! are in [`crate::kernels`].
 
+pub(crate) mod after_step;
 mod batch_norm;
 mod batch_renorm;
 mod config;

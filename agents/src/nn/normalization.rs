@@ -243,13 +243,6 @@ pub(crate) trait Normalization: Send + Sync {
         mean_scaled.neg()
     }
 
-    /// A population's method work after optimizer step `updates` on the layer's weight
-    /// `[P, out, in]` (SVB's projection, BBN's bound of the gains); whether it ran. (A
-    /// single network's layer takes these steps in `Layer::after_step`.)
-    fn after_step(&self, _updates: u64, _weight: &Var) -> Result<bool> {
-        Ok(false)
-    }
-
     /// The gain and offset that a weight held at a fixed norm (NaP's) projects jointly
     /// with it: a layer norm's; `None` elsewhere.
     fn affine(&self) -> Option<(&Var, &Var)> {
@@ -257,7 +250,8 @@ pub(crate) trait Normalization: Send + Sync {
     }
 
     /// BBN's bound of each agent's gains with bound `eps`, where the method has gains
-    /// over running statistics (batch norm's); nothing elsewhere.
+    /// over running statistics (batch norm's); nothing elsewhere. SVB's step calls it
+    /// (`after_step.rs`).
     fn bound_gains(&self, _eps: f64) -> Result<()> {
         Ok(())
     }

@@ -283,35 +283,3 @@ fn a_population_scaled_bias_equals_the_tensor_form() {
         }
     }
 }
-
-/// BBN's form answers for its batch norm (it once kept the trait's defaults, so that
-/// a BBN population never took batch norm's CUDA kernels); SVB's alone has nothing
-/// to normalize.
-#[test]
-fn bbn_answers_as_its_batch_norm() {
-    use crate::nn::svb::Svb;
-    use crate::nn::{BatchNorm, RenormConfig, Role};
-    use candle_core::{DType, Device, Tensor, Var};
-    let mut take =
-        |_: &str, _: Role| Var::from_tensor(&Tensor::ones((2, 1, 3), DType::F32, &Device::Cpu)?);
-    let mut bbn = |renorm| {
-        let bn = BatchNorm::stack(&mut take, (0.1, 1e-5), renorm).unwrap();
-        Svb::new(
-            5,
-            0.05,
-            Some(Box::new(bn) as Box<dyn Normalization>),
-            Some(0.5),
-        )
-    };
-    let plain = bbn(None);
-    assert!(plain.has_cuda_kernel() && plain.step_invariant() && !plain.passes_through());
-    // Batch renormalization's warm-up counts on the host: no graph replays it.
-    let warmup = RenormConfig {
-        r_max: 3.0,
-        d_max: 5.0,
-        warmup: 10,
-    };
-    assert!(!bbn(Some(warmup)).step_invariant());
-    let svb = Svb::new(5, 0.05, None, None);
-    assert!(!svb.has_cuda_kernel() && svb.passes_through() && svb.step_invariant());
-}

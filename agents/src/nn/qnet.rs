@@ -5,7 +5,7 @@
 //! use candle_core::{Device, Tensor, DType};
 //! use normrl_agents::nn::{NormConfig, Pass, NormKind, QNetwork, QNetworkConfig};
 //!
-//! let norm = NormConfig { kind: NormKind::BatchNorm, ..Default::default() };
+//! let norm = NormConfig::from(NormKind::BatchNorm);
 //! let net = QNetwork::new(&QNetworkConfig::minatar_cnn(), &norm, &[4, 10, 10], 6, 1, &Device::Cpu).unwrap();
 //! let x = Tensor::zeros((32, 4, 10, 10), DType::F32, &Device::Cpu).unwrap();
 //! assert_eq!(net.forward(&x, Pass::TRAIN).unwrap().dims(), &[32, 6]);

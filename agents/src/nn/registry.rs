@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use super::norm::Norm;
 use super::normalization::{Normalization, Take};
 use super::parts::{refusal, Activation, AfterStep, Kernel, WeightRule};
-use super::svb::Svb;
 use super::{BatchNorm, GroupNorm, Hyperspherical, LayerNorm, MeanOnlyBn, ParamStore};
 use super::{RenormConfig, RmsNorm};
 use crate::check::{non_negative, positive};
@@ -221,21 +220,9 @@ impl NormConfig {
         }
     }
 
-    /// A population's form of a hidden layer's normalization: the activation side's,
-    /// inside SVB's (which projects the weights at its interval and bounds a bounded
-    /// batch norm's gains) where the weight rule is SVB.
+    /// A population's form of a hidden layer's normalization: the activation side's.
     pub(crate) fn stacked_hidden(&self, take: &mut Take) -> Result<Option<Box<dyn Normalization>>> {
-        let inner = (self.activation.stacked())(take, self)?;
-        if self.weight != WeightRule::Svb {
-            return Ok(inner);
-        }
-        let bound = self.bounds_gains().then_some(self.bbn_eps);
-        Ok(Some(Box::new(Svb::new(
-            self.svb_interval,
-            self.svb_eps,
-            inner,
-            bound,
-        ))))
+        (self.activation.stacked())(take, self)
     }
 
     /// The output layer's own form, where the weight rule has one with a normalization

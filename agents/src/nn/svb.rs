@@ -3,9 +3,8 @@
 //! rewritten as `U S' V^T` with every singular value clamped into `[1/(1+eps), 1+eps]`.
 //! Bounded Batch Normalization bounds BN's per-channel gains the same way.
 //!
-//! The SVD runs on the host with faer (candle has none). A single network's layer takes
-//! these steps itself (`Layer::after_step`, its normalization batch norm's or none); a
-//! population's layer through its normalization, [`Svb`].
+//! The SVD runs on the host with faer (candle has none). A single network's layer and a
+//! population's take these steps through one function, `after_step.rs`'s.
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -19,12 +18,6 @@
 
 use candle_core::{Result, Tensor, Var};
 use faer::Mat;
-
-use super::normalization::{
-    Backward, Fused, GraphLayer, HostGradients, HostLayer, HostOutput, Identity, Normalization,
-    Saved,
-};
-use super::BnStats;
 
 /// `(rows, cols)` of the matrix view of a weight: `(c_out, everything else)`.
 fn matrix_dims(w: &Tensor) -> (usize, usize) {
@@ -79,6 +72,23 @@ pub fn project(w: &Tensor, eps: f64) -> Result<Tensor> {
     clamp_singular_values(w, 1.0 / (1.0 + eps), 1.0 + eps)
 }
 
+/// SVB's projection of `weight` in place: one network's (`lead` 0), or each agent's of a
+/// population's `[P, ...]` (`lead` 1), an SVD per agent on the host (so this work grows
+/// with P, at SVB's interval only).
+pub(crate) fn project_var(weight: &Var, eps: f64, lead: usize) -> Result<()> {
+    let w = weight.as_tensor();
+    let projected = match lead {
+        0 => project(w, eps)?,
+        _ => {
+            let agents = (0..w.dim(0)?)
+                .map(|i| project(&w.get(i)?, eps))
+                .collect::<Result<Vec<_>>>()?;
+            Tensor::stack(&agents, 0)?.contiguous()?
+        }
+    };
+    weight.set(&projected)
+}
+
 /// Bounded BN: with per-channel gain magnitudes `|gamma_i| / sigma_i` and `alpha` their
 /// mean, rewrites each `|gamma_i|` so that `|gamma_i| / (sigma_i * alpha)` lies in
 /// `[1/(1+eps), 1+eps]`, keeping each gamma's sign (a negative gain in front of a ReLU
@@ -113,125 +123,4 @@ pub fn bound_bn_gains(gamma: &[f32], sigma: &[f32], eps: f64) -> Vec<f32> {
             (f64::from(g).signum() * bounded * f64::from(s) * alpha) as f32
         })
         .collect()
-}
-
-/// SVB as a population layer's normalization: the weight projected every `interval`
-/// updates, agent by agent on the host as a single network's (an SVD per agent and
-/// layer, so this work grows with P, at those updates only), and a bounded batch norm's
-/// gains bounded at the same updates (BBN). Otherwise the layer's normalization is the
-/// activation side's, or none.
-pub(crate) struct Svb {
-    interval: u64,
-    eps: f64,
-    /// The activation side's normalization, if the layer has one.
-    inner: Option<Box<dyn Normalization>>,
-    /// BBN's bound of the inner batch norm's gains.
-    bound: Option<f64>,
-}
-
-impl Svb {
-    /// SVB's form with its `interval` and bound `eps` around the activation side's
-    /// `inner`, bounding its gains by `bound` where given (BBN).
-    pub(crate) fn new(
-        interval: u64,
-        eps: f64,
-        inner: Option<Box<dyn Normalization>>,
-        bound: Option<f64>,
-    ) -> Self {
-        Self {
-            interval,
-            eps,
-            inner,
-            bound,
-        }
-    }
-
-    /// What normalizes the layer: the activation side's, or nothing.
-    fn inner(&self) -> &dyn Normalization {
-        match &self.inner {
-            Some(norm) => norm.as_ref(),
-            None => &Identity,
-        }
-    }
-}
-
-impl Normalization for Svb {
-    fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-        self.inner().vars()
-    }
-
-    fn copied(&self) -> Result<Box<dyn Normalization>> {
-        let inner = self.inner.as_ref().map(|n| n.copied()).transpose()?;
-        Ok(Box::new(Self::new(
-            self.interval,
-            self.eps,
-            inner,
-            self.bound,
-        )))
-    }
-
-    fn normalize(&self, h: Tensor, stats: BnStats) -> Result<Tensor> {
-        self.inner().normalize(h, stats)
-    }
-
-    fn passes_through(&self) -> bool {
-        self.inner().passes_through()
-    }
-
-    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
-        self.inner().graph_forward(t, layer)
-    }
-
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        self.inner().runs_on_host(weight_normed)
-    }
-
-    fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput> {
-        self.inner().host_forward(layer, t, keep)
-    }
-
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward {
-        self.inner().host_backward(saved, dy, grads)
-    }
-
-    fn fused_forward(&self, h: &Tensor, stats: BnStats, bias: Option<&Var>) -> Fused {
-        self.inner().fused_forward(h, stats, bias)
-    }
-
-    fn affine(&self) -> Option<(&Var, &Var)> {
-        self.inner().affine()
-    }
-
-    // BBN's batch norm answers for itself: it has CUDA kernels, and a warm-up would
-    // make its steps vary (a wrapper that kept the defaults hid both).
-    fn has_cuda_kernel(&self) -> bool {
-        self.inner().has_cuda_kernel()
-    }
-
-    fn step_invariant(&self) -> bool {
-        self.inner().step_invariant()
-    }
-
-    fn initial_bias(&self, mean_scaled: &Tensor) -> Result<Tensor> {
-        self.inner().initial_bias(mean_scaled)
-    }
-
-    fn after_step(&self, updates: u64, weight: &Var) -> Result<bool> {
-        if !due(updates, self.interval) {
-            return Ok(false);
-        }
-        let w = weight.as_tensor();
-        let projected = (0..w.dim(0)?)
-            .map(|i| project(&w.get(i)?, self.eps))
-            .collect::<Result<Vec<_>>>()?;
-        weight.set(&Tensor::stack(&projected, 0)?.contiguous()?)?;
-        if let Some(eps) = self.bound {
-            self.inner().bound_gains(eps)?;
-        }
-        Ok(true)
-    }
-
-    fn log_stats(&self, values: &mut Vec<(&'static str, f64)>) -> Result<()> {
-        self.inner().log_stats(values)
-    }
 }

@@ -17,9 +17,10 @@ use super::conv::Im2col;
 use crate::kernels::agent_product::{self, AgentConv};
 use crate::kernels::bias_relu::{AgentBias, AgentScaledBias};
 use crate::kernels::per_agent::{Applied, PerAgent};
-use crate::nn::normalization::{copy_var, Normalization};
+use crate::nn::after_step::{after_step, WeightStep};
+use crate::nn::normalization::{copy_var, Identity, Normalization};
 use crate::nn::weight_norm::StackedWeightNorm;
-use crate::nn::{nap, wn_projected, AfterStep};
+use crate::nn::AfterStep;
 use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
 
 /// One layer: `[P, out, in]` weights (each agent's in its single network's layout, a
@@ -63,19 +64,21 @@ impl PopulationLayer {
         v
     }
 
-    /// The method's every-step projection after an optimizer step, as a single
-    /// network's `Layer::after_step` (SVB's, every `svb_interval` steps, is the
-    /// normalization's: [`Normalization::after_step`]). Whether it ran.
-    fn project(&self) -> Result<bool> {
-        match (self.after, &self.rho) {
-            (AfterStep::UnitRows, _) => wn_projected::project(&self.weight, 1)?,
-            (AfterStep::InitialNorm, Some(rho)) => {
-                let affine = self.norm.as_ref().and_then(|n| n.affine());
-                nap::project(&self.weight, rho, affine, 1)?
-            }
-            _ => return Ok(false),
+    /// The weight rule's step after optimizer step `updates`, as a single network's
+    /// layer takes it (`nn::after_step`), if it is one of `every_step` rules (or of the
+    /// interval rules). Whether it ran.
+    fn after_step(&self, updates: u64, config: &NormConfig, every_step: bool) -> Result<bool> {
+        if self.after.every_step() != every_step {
+            return Ok(false);
         }
-        Ok(true)
+        let layer = WeightStep {
+            rule: self.after,
+            weight: &self.weight,
+            rho: self.rho.as_ref(),
+            norm: self.norm.as_deref().unwrap_or(&Identity),
+            lead: 1,
+        };
+        after_step(&layer, updates, config)
     }
 
     /// The kernel's product of inputs `x` with weights `w` (`[P, out, in]`): `[P, B, out]`
@@ -153,12 +156,14 @@ pub(super) enum After {
 }
 
 /// The settings every layer shares.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Settings {
     agents: usize,
     actions: usize,
     data_dependent_init: bool,
     g_lr_scale: f64,
+    /// The agents' method, for its weight rule's steps.
+    norm: NormConfig,
     /// The methods' fused CPU ops where they have them (on the CPU); off, the tensor
     /// forms a device runs.
     fused: bool,
@@ -322,6 +327,7 @@ impl PopulationNet {
             actions: first.n_actions(),
             data_dependent_init: config.data_dependent_init,
             g_lr_scale: config.g_lr_scale,
+            norm: config.clone(),
             fused: true,
         };
         Ok(Self {
@@ -521,7 +527,7 @@ impl PopulationNet {
     pub(crate) fn project(&self) -> Result<bool> {
         let mut ran = false;
         for layer in &self.layers {
-            ran |= layer.project()?;
+            ran |= layer.after_step(0, &self.settings.norm, true)?;
         }
         if ran {
             self.changed();
@@ -535,9 +541,7 @@ impl PopulationNet {
     pub(crate) fn after_optimizer_step(&self, updates: u64) -> Result<bool> {
         let mut ran = false;
         for layer in &self.layers {
-            if let Some(norm) = &layer.norm {
-                ran |= norm.after_step(updates, &layer.weight)?;
-            }
+            ran |= layer.after_step(updates, &self.settings.norm, false)?;
         }
         if ran {
             self.changed();
@@ -683,7 +687,7 @@ impl PopulationNet {
         Ok(Self {
             layers,
             layouts: self.layouts.clone(),
-            settings: self.settings,
+            settings: self.settings.clone(),
             version: Arc::default(),
         })
     }
