@@ -3,6 +3,7 @@
 //! and the headline figure's x axis). One color per method, fixed by name, so that a
 //! method looks the same in every figure of every report.
 
+use normrl_agents::nn::NormKind;
 use serde::Serialize;
 
 /// A run's method and setting.
@@ -87,35 +88,26 @@ pub fn sampler_rank(sampler: Option<&str>) -> (bool, Option<&str>) {
     (sampler != Some(UNIFORM), sampler)
 }
 
-/// The palette: the methods' colors (Okabe-Ito's and Tol's colorblind-safe sets), the
-/// baseline in black.
-const KNOWN: [(&str, (u8, u8, u8)); 11] = [
-    ("none", (0, 0, 0)),
-    ("weight_norm", (0, 114, 178)),
-    ("batch_norm", (213, 94, 0)),
-    ("batch_renorm", (230, 159, 0)),
-    ("crossq", (204, 121, 167)),
-    ("layer_norm", (0, 158, 115)),
-    ("group_norm", (86, 180, 233)),
-    ("rms_norm", (51, 34, 136)),
-    ("wn_mean_only_bn", (136, 34, 85)),
-    ("svb", (68, 170, 153)),
-    ("bbn", (170, 68, 153)),
-];
+/// Colors of labels that name no method of the registry (whose colors are its own:
+/// `NormKind::color`): the pilot's CrossQ variant.
+const KNOWN: [(&str, (u8, u8, u8)); 1] = [("crossq", (204, 121, 167))];
 
-/// Colors for methods the palette does not name, picked by a hash of the name (the
-/// same name, the same color, in every report).
+/// Colors for methods the registry does not name (pairs of parts, other labels),
+/// picked by a hash of the name (the same name, the same color, in every report).
 const OTHERS: [(u8, u8, u8); 6] = [
     (102, 102, 102),
-    (221, 204, 119),
-    (17, 119, 51),
     (136, 204, 238),
     (204, 102, 119),
     (68, 119, 170),
+    (187, 187, 187),
+    (238, 119, 51),
 ];
 
 /// A method's color as RGB.
 pub fn color_of(method: &str) -> (u8, u8, u8) {
+    if let Some(kind) = NormKind::ALL.iter().find(|k| k.name() == method) {
+        return kind.color();
+    }
     if let Some((_, c)) = KNOWN.iter().find(|(name, _)| *name == method) {
         return *c;
     }
@@ -160,11 +152,17 @@ mod tests {
         );
     }
 
+    /// Every method of the registry has a color of its own, unlike the other labels'
+    /// and the hashed ones.
     #[test]
     fn every_method_keeps_its_color_and_known_ones_differ() {
-        let known: std::collections::BTreeSet<_> = KNOWN.iter().map(|(_, c)| *c).collect();
-        assert_eq!(known.len(), KNOWN.len());
+        let named = NormKind::ALL.iter().map(|k| color_of(k.name()));
+        let fixed = KNOWN.iter().map(|(name, _)| color_of(name));
+        let all: Vec<_> = named.chain(fixed).chain(OTHERS).collect();
+        let distinct: std::collections::BTreeSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), all.len(), "{all:?}");
         assert_eq!(color_of("weight_norm"), (0, 114, 178));
         assert_eq!(color_of("my_method"), color_of("my_method"));
+        assert!(OTHERS.contains(&color_of("unit_rows+batch_norm")));
     }
 }

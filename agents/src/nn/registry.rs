@@ -31,10 +31,11 @@ pub(crate) struct Method {
     pub single: SingleForm,
 }
 
-/// Generates [`NormKind`] (each variant's serde name the entry's), `ALL`, `name()` and
-/// `parts()` from one list of `Kind = "config_name" => (weight, activation)` entries.
+/// Generates [`NormKind`] (each variant's serde name the entry's), `ALL`, `name()`,
+/// `parts()` and `color()` from one list of
+/// `Kind = "config_name" => (weight, activation) in (r, g, b)` entries.
 macro_rules! registry {
-    ($($(#[$doc:meta])* $kind:ident = $name:literal => ($weight:ident, $activation:ident),)*) => {
+    ($($(#[$doc:meta])* $kind:ident = $name:literal => ($weight:ident, $activation:ident) in $color:expr,)*) => {
         /// The normalization methods, as configs name them (`norm.kind`): each a preset
         /// of a weight rule and an activation normalization.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -59,34 +60,42 @@ macro_rules! registry {
                     $(NormKind::$kind => (WeightRule::$weight, Activation::$activation),)*
                 }
             }
+
+            /// The method's color in every report's figures, as RGB (Okabe-Ito's and
+            /// Tol's colorblind-safe sets; the baseline, `none`, black).
+            pub fn color(self) -> (u8, u8, u8) {
+                match self {
+                    $(NormKind::$kind => $color,)*
+                }
+            }
         }
     };
 }
 
 registry! {
     /// No normalization: a plain kernel, its bias and a ReLU.
-    None = "none" => (Plain, None),
+    None = "none" => (Plain, None) in (0, 0, 0),
     /// Weight norm (Salimans & Kingma 2016), with its data-dependent init.
-    WeightNorm = "weight_norm" => (WeightNorm, None),
+    WeightNorm = "weight_norm" => (WeightNorm, None) in (0, 114, 178),
     /// Weight norm with mean-only batch norm (ibid.).
-    WnMeanOnlyBn = "wn_mean_only_bn" => (WeightNorm, MeanOnly),
-    BatchNorm = "batch_norm" => (Plain, BatchNorm),
-    LayerNorm = "layer_norm" => (Plain, LayerNorm),
+    WnMeanOnlyBn = "wn_mean_only_bn" => (WeightNorm, MeanOnly) in (136, 34, 85),
+    BatchNorm = "batch_norm" => (Plain, BatchNorm) in (213, 94, 0),
+    LayerNorm = "layer_norm" => (Plain, LayerNorm) in (0, 158, 115),
     /// Singular value bounding (Jia et al. 2017).
-    Svb = "svb" => (Svb, None),
+    Svb = "svb" => (Svb, None) in (68, 170, 153),
     /// SVB with bounded batch norm.
-    Bbn = "bbn" => (Svb, BoundedBatchNorm),
-    RmsNorm = "rms_norm" => (Plain, RmsNorm),
-    GroupNorm = "group_norm" => (Plain, GroupNorm),
+    Bbn = "bbn" => (Svb, BoundedBatchNorm) in (170, 68, 153),
+    RmsNorm = "rms_norm" => (Plain, RmsNorm) in (51, 34, 136),
+    GroupNorm = "group_norm" => (Plain, GroupNorm) in (86, 180, 233),
     /// Batch renormalization (Ioffe 2017).
-    BatchRenorm = "batch_renorm" => (Plain, BatchRenorm),
+    BatchRenorm = "batch_renorm" => (Plain, BatchRenorm) in (230, 159, 0),
     /// Weight norm with its direction projected to unit norm after every step.
-    WnProjected = "wn_projected" => (Projected, None),
+    WnProjected = "wn_projected" => (Projected, None) in (153, 153, 51),
     /// Normalize-and-Project (Lyle et al. 2024): layer norm, weights held at their
     /// initial norm.
-    Nap = "nap" => (FixedNorm, LayerNorm),
+    Nap = "nap" => (FixedNorm, LayerNorm) in (17, 119, 51),
     /// SimbaV2's hyperspherical layers (Lee et al. 2025).
-    Hyperspherical = "hyperspherical" => (UnitRows, UnitFeatures),
+    Hyperspherical = "hyperspherical" => (UnitRows, UnitFeatures) in (221, 204, 119),
 }
 
 impl NormKind {
