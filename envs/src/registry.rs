@@ -30,24 +30,57 @@ const CARTPOLE_MAX_STEPS: u64 = 500;
 /// removes it.
 const MINATAR_MAX_STEPS: u64 = 10_000;
 
-/// Every id [`make`] accepts (without options).
-pub fn known_ids() -> Vec<String> {
-    let mut ids = vec!["classic/cartpole".to_string()];
-    ids.extend(MINATAR_GAMES.iter().map(|g| format!("minatar/{g}")));
-    ids
+/// A native environment: its id, the mean return of a uniformly random policy on it
+/// (the lower end of the normalized scores in reports: CartPole's is Gymnasium's,
+/// MinAtar's those of the MinAtar paper's random agent), and its constructor, which
+/// reads its options.
+struct Native {
+    id: &'static str,
+    random_score: f64,
+    make: fn(&mut Options) -> Result<Box<dyn Env>, EnvError>,
 }
 
-const MINATAR_GAMES: [&str; 5] = [
-    Breakout::NAME,
-    Asterix::NAME,
-    Freeway::NAME,
-    Seaquest::NAME,
-    SpaceInvaders::NAME,
+/// Every native environment, one row each: adding one is its row here.
+const NATIVE: [Native; 6] = [
+    Native {
+        id: "classic/cartpole",
+        random_score: 22.0,
+        make: cartpole,
+    },
+    Native {
+        id: "minatar/breakout",
+        random_score: 0.54,
+        make: minatar::<Breakout>,
+    },
+    Native {
+        id: "minatar/asterix",
+        random_score: 0.50,
+        make: minatar::<Asterix>,
+    },
+    Native {
+        id: "minatar/freeway",
+        random_score: 0.0,
+        make: minatar::<Freeway>,
+    },
+    Native {
+        id: "minatar/seaquest",
+        random_score: 0.11,
+        make: minatar::<Seaquest>,
+    },
+    Native {
+        id: "minatar/space_invaders",
+        random_score: 2.9,
+        make: minatar::<SpaceInvaders>,
+    },
 ];
 
+/// Every id [`make`] accepts (without options).
+pub fn known_ids() -> Vec<String> {
+    NATIVE.iter().map(|n| n.id.to_string()).collect()
+}
+
 /// The mean return of a uniformly random policy on `spec`'s environment (options are
-/// ignored), where it is known: the lower end of the normalized scores in reports.
-/// CartPole's is Gymnasium's; MinAtar's are those of the MinAtar paper's random agent.
+/// ignored), where it is known.
 ///
 /// ```
 /// assert_eq!(normrl_envs::registry::random_score("minatar/breakout?sticky=0"), Some(0.54));
@@ -55,15 +88,7 @@ const MINATAR_GAMES: [&str; 5] = [
 /// ```
 pub fn random_score(spec: &str) -> Option<f64> {
     let id = spec.split('?').next().unwrap_or(spec);
-    Some(match id {
-        "classic/cartpole" => 22.0,
-        "minatar/breakout" => 0.54,
-        "minatar/asterix" => 0.50,
-        "minatar/freeway" => 0.0,
-        "minatar/seaquest" => 0.11,
-        "minatar/space_invaders" => 2.9,
-        _ => return None,
-    })
+    NATIVE.iter().find(|n| n.id == id).map(|n| n.random_score)
 }
 
 /// Builds the environment named by `spec` (`id` or `id?key=value&...`).
@@ -73,37 +98,14 @@ pub fn make(spec: &str) -> Result<Box<dyn Env>, EnvError> {
     if let Some(gym_id) = id.strip_prefix("gym:") {
         return make_gym(id, gym_id, options);
     }
-    let env: Box<dyn Env> = match id {
-        "classic/cartpole" => {
-            let max_steps = options.u64("max_steps", CARTPOLE_MAX_STEPS)?;
-            options.finish()?;
-            limit(CartPole::new(), max_steps)
-        }
-        _ => match id.strip_prefix("minatar/") {
-            Some(game) if MINATAR_GAMES.contains(&game) => {
-                let config = MinAtarConfig {
-                    sticky: options.probability("sticky", 0.1)?,
-                    ramping: options.bool("ramping", true)?,
-                    minimal_actions: options.bool("minimal_actions", false)?,
-                };
-                let max_steps = options.u64("max_steps", MINATAR_MAX_STEPS)?;
-                options.finish()?;
-                match game {
-                    Breakout::NAME => minatar::<Breakout>(config, max_steps),
-                    Asterix::NAME => minatar::<Asterix>(config, max_steps),
-                    Freeway::NAME => minatar::<Freeway>(config, max_steps),
-                    Seaquest::NAME => minatar::<Seaquest>(config, max_steps),
-                    _ => minatar::<SpaceInvaders>(config, max_steps),
-                }
-            }
-            _ => {
-                return Err(EnvError::UnknownId {
-                    id: id.to_string(),
-                    known: known_ids(),
-                })
-            }
-        },
+    let Some(native) = NATIVE.iter().find(|n| n.id == id) else {
+        return Err(EnvError::UnknownId {
+            id: id.to_string(),
+            known: known_ids(),
+        });
     };
+    let env = (native.make)(&mut options)?;
+    options.finish()?;
     Ok(env)
 }
 
@@ -203,8 +205,19 @@ fn gym_settings(
     Ok((spec, atari.then_some(config)))
 }
 
-fn minatar<G: Game>(config: MinAtarConfig, max_steps: u64) -> Box<dyn Env> {
-    limit(MinAtar::<G>::new(config), max_steps)
+fn cartpole(options: &mut Options) -> Result<Box<dyn Env>, EnvError> {
+    let max_steps = options.u64("max_steps", CARTPOLE_MAX_STEPS)?;
+    Ok(limit(CartPole::new(), max_steps))
+}
+
+fn minatar<G: Game + 'static>(options: &mut Options) -> Result<Box<dyn Env>, EnvError> {
+    let config = MinAtarConfig {
+        sticky: options.probability("sticky", 0.1)?,
+        ramping: options.bool("ramping", true)?,
+        minimal_actions: options.bool("minimal_actions", false)?,
+    };
+    let max_steps = options.u64("max_steps", MINATAR_MAX_STEPS)?;
+    Ok(limit(MinAtar::<G>::new(config), max_steps))
 }
 
 /// Wraps in a time limit (none when `max_steps` is 0) and the episode monitor.
