@@ -256,12 +256,7 @@ fn replay_rows(iters: usize) -> Result<Vec<Row>> {
             replay.start_episode(&obs);
         }
     }
-    for sampler in [
-        Sampler::Uniform,
-        Sampler::Recent { window: 1000 },
-        Sampler::Sequential,
-        Sampler::Online,
-    ] {
+    for sampler in Sampler::ALL {
         let mut batch = Batch::new(32, obs_len);
         let us = time_us(iters * 10, &Device::Cpu, || {
             replay

@@ -75,13 +75,9 @@ fn replay_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     if r.gradient_steps == 0 {
         p.push(("gradient_steps", "a positive integer"));
     }
-    if let Sampler::Recent { window: 0 } = r.sampler {
-        p.push(("sampler.window", "a positive integer"));
-    }
-    // The first update comes after `learning_starts` steps, and these samplers take a
-    // whole batch of consecutive transitions.
-    let whole_batch = matches!(r.sampler, Sampler::Sequential | Sampler::Online);
-    if whole_batch && (r.learning_starts as u128) < r.batch_size as u128 {
+    p.extend(r.sampler.problems());
+    // The first update comes after `learning_starts` steps.
+    if r.sampler.needs_whole_batch() && (r.learning_starts as u128) < r.batch_size as u128 {
         p.push((
             "learning_starts",
             "at least replay.batch_size with the sequential and online samplers (they need a whole batch of transitions for the first update)",

@@ -4,6 +4,7 @@
 //! method looks the same in every figure of every report.
 
 use normrl_agents::nn::NormKind;
+use normrl_agents::replay::Sampler;
 use serde::Serialize;
 
 /// A run's method and setting.
@@ -55,7 +56,9 @@ impl RunAxes {
             let as_batch = part.strip_prefix('b').and_then(|n| n.parse::<usize>().ok());
             if as_batch.is_some() && (batch_size.is_none() || batch_size == as_batch) {
                 batch_size = as_batch;
-            } else if SAMPLERS.contains(&part) && sampler.as_deref().is_none_or(|s| s == part) {
+            } else if Sampler::ALL.iter().any(|s| s.name() == part)
+                && sampler.as_deref().is_none_or(|s| s == part)
+            {
                 sampler = Some(part.to_string());
             } else {
                 rest.push(part);
@@ -75,12 +78,9 @@ impl RunAxes {
     }
 }
 
-/// The replay's samplers by name, as a comparison's labels write them.
-const SAMPLERS: [&str; 4] = ["uniform", "recent", "sequential", "online"];
-
 /// The sampler of i.i.d. batches: what the others (correlated batches) are compared
 /// with.
-pub const UNIFORM: &str = "uniform";
+pub const UNIFORM: &str = Sampler::IID.name();
 
 /// Where a sampler goes in a figure's lines and a table's columns: uniform, the
 /// reference, first, then the others by name.

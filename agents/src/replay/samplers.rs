@@ -21,12 +21,39 @@ pub enum Sampler {
 }
 
 impl Sampler {
-    pub fn name(&self) -> &'static str {
+    /// Every kind, `recent` with a window of 1000 (the benches').
+    pub const ALL: [Sampler; 4] = [
+        Sampler::Uniform,
+        Sampler::Recent { window: 1000 },
+        Sampler::Sequential,
+        Sampler::Online,
+    ];
+
+    /// The sampler of i.i.d. batches: what the others (correlated batches) are compared
+    /// with in reports.
+    pub const IID: Sampler = Sampler::Uniform;
+
+    /// The kind's name in configs and labels.
+    pub const fn name(&self) -> &'static str {
         match self {
             Sampler::Uniform => "uniform",
             Sampler::Recent { .. } => "recent",
             Sampler::Sequential => "sequential",
             Sampler::Online => "online",
+        }
+    }
+
+    /// The sampler takes a whole batch of consecutive transitions, so the first update
+    /// needs `batch_size` of them stored.
+    pub fn needs_whole_batch(&self) -> bool {
+        matches!(self, Sampler::Sequential | Sampler::Online)
+    }
+
+    /// Range problems of its settings, each as `(field, what is allowed)`.
+    pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Sampler::Recent { window: 0 } => vec![("sampler.window", "a positive integer")],
+            _ => vec![],
         }
     }
 }
