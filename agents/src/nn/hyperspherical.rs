@@ -137,6 +137,11 @@ impl Normalization for Hyperspherical {
         op.apply1(h, self.scaler.as_tensor()).map(Some)
     }
 
+    // The host path's loops below: without weight norm (whose scale they do not take).
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
+    }
+
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         let y = match (self.head, t.device().is_cpu()) {
             (false, true) => {

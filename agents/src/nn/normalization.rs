@@ -198,22 +198,30 @@ pub(crate) trait Normalization: Send + Sync {
     }
 
     /// `relu(norm(t) + bias)` (the ReLU only where the layer has one) through a single
-    /// network's graph: the fused op on the CPU, the tensor form elsewhere.
-    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor>;
+    /// network's graph: the fused op on the CPU, the tensor form elsewhere. By default
+    /// the tensor form, then the layer's bias and ReLU.
+    fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
+        Identity.graph_forward(&self.normalize(t.clone(), layer.stats)?, layer)
+    }
 
     /// Whether a single network's host path runs this method, with a weight-normed
-    /// kernel or not (by default: without weight norm).
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        !weight_normed
+    /// kernel or not: by default not (its network takes candle's graph, by itself). A
+    /// method with host loops says so and writes the two steps below.
+    fn runs_on_host(&self, _weight_normed: bool) -> bool {
+        false
     }
 
     /// [`Self::graph_forward`] on host values; `keep` asks for what
     /// [`Self::host_backward`] reads.
-    fn host_forward(&self, layer: &HostLayer, t: Vec<f32>, keep: bool) -> Result<HostOutput>;
+    fn host_forward(&self, _layer: &HostLayer, _t: Vec<f32>, _keep: bool) -> Result<HostOutput> {
+        candle_core::bail!("this normalization has no host path (runs_on_host is false)")
+    }
 
     /// Pushes the method's (and the bias's) gradients from `dy`, the gradient of the
     /// layer's output.
-    fn host_backward(&self, saved: &Saved, dy: Vec<f32>, grads: &mut HostGradients) -> Backward;
+    fn host_backward(&self, _saved: &Saved, _dy: Vec<f32>, _grads: &mut HostGradients) -> Backward {
+        candle_core::bail!("this normalization has no host path (runs_on_host is false)")
+    }
 
     /// A population's `relu(normalize(h) + bias)` as one fused op, where the method has
     /// one for `h`'s device and this layer (its kernel's loops run per agent:

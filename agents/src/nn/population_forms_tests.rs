@@ -283,3 +283,44 @@ fn a_population_scaled_bias_equals_the_tensor_form() {
         }
     }
 }
+
+/// A normalization that writes only what is its own (its variables, a copy, its tensor
+/// form) gets the rest from the trait: a single network's graph forward is its tensor
+/// form, the layer's bias and ReLU; no host path; no fused op; nothing after a step.
+#[test]
+fn a_method_with_only_its_tensor_form_gets_the_rest_by_default() {
+    use crate::nn::normalization::GraphLayer;
+    use candle_core::{Device, Result, Tensor};
+    struct Doubling;
+    impl Normalization for Doubling {
+        fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+            (vec![], vec![])
+        }
+        fn copied(&self) -> Result<Box<dyn Normalization>> {
+            Ok(Box::new(Doubling))
+        }
+        fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
+            h * 2.0
+        }
+    }
+    let t = Tensor::new(&[[1.0f32, -2.0, 0.5], [-0.25, 3.0, -1.0]], &Device::Cpu).unwrap();
+    let b = Tensor::new(&[0.5f32, 1.0, 0.0], &Device::Cpu).unwrap();
+    let layer = GraphLayer {
+        bias: Some(&b),
+        relu: true,
+        stats: BnStats::Batch,
+    };
+    let y: Vec<Vec<f32>> = Doubling
+        .graph_forward(&t, &layer)
+        .unwrap()
+        .to_vec2()
+        .unwrap();
+    assert_eq!(y, [[2.5, 0.0, 1.0], [0.0, 7.0, 0.0]]);
+    assert!(!Doubling.runs_on_host(false) && !Doubling.has_cuda_kernel());
+    let h = Tensor::zeros((1, 2, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
+    assert!(Doubling
+        .fused_forward(&h, BnStats::Batch, None)
+        .unwrap()
+        .is_none());
+    assert!(Doubling.affine().is_none() && Doubling.step_invariant());
+}

@@ -103,6 +103,11 @@ impl Normalization for RmsNorm {
         self.forward_reference(&h)
     }
 
+    // The host path's loops below: without weight norm (whose scale they do not take).
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
+    }
+
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward(t, layer.relu)
     }
