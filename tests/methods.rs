@@ -238,23 +238,16 @@ fn pairs_that_cannot_train_and_contradictions_are_refused() {
         assert!(err.contains(message), "{err}");
         assert!(!run.exists(), "something was written");
     }
-    let over = TrainConfig::load(
-        Path::new("configs/cartpole.toml"),
-        &[
-            "norm.kind=layer_norm".into(),
-            "norm.weight=weight_norm".into(),
-        ],
-    )
-    .unwrap();
-    assert_eq!(over.norm.name(), "weight_norm+layer_norm");
-    let back = TrainConfig::load(
-        Path::new("configs/cartpole.toml"),
-        &[
-            "norm.weight=unit_rows".into(),
-            "norm.kind=batch_norm".into(),
-        ],
-    )
-    .unwrap();
-    assert_eq!(back.norm.name(), "batch_norm");
+    let method = |sets: [&str; 2]| {
+        let sets: Vec<String> = sets.map(String::from).into();
+        let config = TrainConfig::load(Path::new("configs/cartpole.toml"), &sets).unwrap();
+        config.norm.name()
+    };
+    let over = method(["norm.kind=layer_norm", "norm.weight=weight_norm"]);
+    assert_eq!(over, "weight_norm+layer_norm");
+    assert_eq!(
+        method(["norm.weight=unit_rows", "norm.kind=batch_norm"]),
+        "batch_norm"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -34,49 +34,26 @@ const MINATAR_MAX_STEPS: u64 = 10_000;
 /// (the lower end of the normalized scores in reports: CartPole's is Gymnasium's,
 /// MinAtar's those of the MinAtar paper's random agent), and its constructor, which
 /// reads its options.
-struct Native {
-    id: &'static str,
-    random_score: f64,
-    make: fn(&mut Options) -> Result<Box<dyn Env>, EnvError>,
-}
+type Native = (
+    &'static str,
+    f64,
+    fn(&mut Options) -> Result<Box<dyn Env>, EnvError>,
+);
 
 /// Every native environment, one row each: adding one is its row here.
+#[rustfmt::skip]
 const NATIVE: [Native; 6] = [
-    Native {
-        id: "classic/cartpole",
-        random_score: 22.0,
-        make: cartpole,
-    },
-    Native {
-        id: "minatar/breakout",
-        random_score: 0.54,
-        make: minatar::<Breakout>,
-    },
-    Native {
-        id: "minatar/asterix",
-        random_score: 0.50,
-        make: minatar::<Asterix>,
-    },
-    Native {
-        id: "minatar/freeway",
-        random_score: 0.0,
-        make: minatar::<Freeway>,
-    },
-    Native {
-        id: "minatar/seaquest",
-        random_score: 0.11,
-        make: minatar::<Seaquest>,
-    },
-    Native {
-        id: "minatar/space_invaders",
-        random_score: 2.9,
-        make: minatar::<SpaceInvaders>,
-    },
+    ("classic/cartpole", 22.0, cartpole),
+    ("minatar/breakout", 0.54, minatar::<Breakout>),
+    ("minatar/asterix", 0.50, minatar::<Asterix>),
+    ("minatar/freeway", 0.0, minatar::<Freeway>),
+    ("minatar/seaquest", 0.11, minatar::<Seaquest>),
+    ("minatar/space_invaders", 2.9, minatar::<SpaceInvaders>),
 ];
 
 /// Every id [`make`] accepts (without options).
 pub fn known_ids() -> Vec<String> {
-    NATIVE.iter().map(|n| n.id.to_string()).collect()
+    NATIVE.iter().map(|n| n.0.to_string()).collect()
 }
 
 /// The mean return of a uniformly random policy on `spec`'s environment (options are
@@ -88,7 +65,7 @@ pub fn known_ids() -> Vec<String> {
 /// ```
 pub fn random_score(spec: &str) -> Option<f64> {
     let id = spec.split('?').next().unwrap_or(spec);
-    NATIVE.iter().find(|n| n.id == id).map(|n| n.random_score)
+    NATIVE.iter().find(|n| n.0 == id).map(|n| n.1)
 }
 
 /// Builds the environment named by `spec` (`id` or `id?key=value&...`).
@@ -98,13 +75,13 @@ pub fn make(spec: &str) -> Result<Box<dyn Env>, EnvError> {
     if let Some(gym_id) = id.strip_prefix("gym:") {
         return make_gym(id, gym_id, options);
     }
-    let Some(native) = NATIVE.iter().find(|n| n.id == id) else {
+    let Some((_, _, make)) = NATIVE.iter().find(|n| n.0 == id) else {
         return Err(EnvError::UnknownId {
             id: id.to_string(),
             known: known_ids(),
         });
     };
-    let env = (native.make)(&mut options)?;
+    let env = make(&mut options)?;
     options.finish()?;
     Ok(env)
 }

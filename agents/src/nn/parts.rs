@@ -38,44 +38,32 @@ macro_rules! part {
 }
 
 part! {
-    /// The weight side: how every hidden layer's kernel weight is kept (`norm.weight`).
+    /// The weight side: how every hidden layer's kernel weight is kept (`norm.weight`):
+    /// `plain`, `w` as it is, uniform in `±1/sqrt(fan_in)` at init; `weight_norm`,
+    /// `g v / ||v||` (Salimans & Kingma 2016) with its data-dependent init; `projected`,
+    /// weight norm with `v` back on the unit sphere after every step; `unit_rows`, each
+    /// unit's incoming weights at unit norm, from an orthogonal init, after init and every
+    /// step (SimbaV2's, CrossQ with weight norm's, XQC's); `fixed_norm`, held at its norm
+    /// at init after every step, with a layer norm's gain and offset jointly (NaP's);
+    /// `svb`, its singular values bounded every `svb_interval` steps (Jia et al. 2017),
+    /// from an orthogonal init.
     WeightRule {
-        /// `w` as it is, uniform in `±1/sqrt(fan_in)` at init.
-        Plain = "plain",
-        /// Weight norm's `w = g v / ||v||` (Salimans & Kingma 2016), with its
-        /// data-dependent init.
-        WeightNorm = "weight_norm",
-        /// Weight norm with `v` put back on the unit sphere after every step.
-        Projected = "projected",
-        /// Each unit's incoming weights at unit norm: orthogonal init, projected after
-        /// init and after every step (SimbaV2's, CrossQ with weight norm's, XQC's).
-        UnitRows = "unit_rows",
-        /// The weight held at its norm at init after every step (NaP's), with a layer
-        /// norm's gain and offset projected jointly.
-        FixedNorm = "fixed_norm",
-        /// Singular value bounding every `svb_interval` steps (Jia et al. 2017), from an
-        /// orthogonal init.
-        Svb = "svb",
+        Plain = "plain", WeightNorm = "weight_norm", Projected = "projected",
+        UnitRows = "unit_rows", FixedNorm = "fixed_norm", Svb = "svb",
     }
 }
 
 part! {
     /// The activation side: what normalizes a hidden layer's kernel output
-    /// (`norm.activation`).
+    /// (`norm.activation`): `none`; `batch_norm`; `mean_only`, the batch mean subtracted,
+    /// no scale (Salimans & Kingma 2016); `batch_renorm` (Ioffe 2017);
+    /// `bounded_batch_norm`, BBN's batch norm, its gains bounded when SVB projects (so
+    /// with `svb` only); `layer_norm`; `group_norm`; `rms_norm`; `unit_features`,
+    /// SimbaV2's per-unit scaler, then each sample's features put on the unit sphere.
     Activation {
-        None = "none",
-        BatchNorm = "batch_norm",
-        /// Mean-only batch norm: the batch mean subtracted, no scale (ibid.).
-        MeanOnly = "mean_only",
-        /// Batch renormalization (Ioffe 2017).
-        BatchRenorm = "batch_renorm",
-        /// BBN's batch norm: its gains bounded when SVB projects (needs `svb`).
-        BoundedBatchNorm = "bounded_batch_norm",
-        LayerNorm = "layer_norm",
-        GroupNorm = "group_norm",
-        RmsNorm = "rms_norm",
-        /// SimbaV2's features: a per-unit scaler, then each sample's features put on
-        /// the unit sphere.
+        None = "none", BatchNorm = "batch_norm", MeanOnly = "mean_only",
+        BatchRenorm = "batch_renorm", BoundedBatchNorm = "bounded_batch_norm",
+        LayerNorm = "layer_norm", GroupNorm = "group_norm", RmsNorm = "rms_norm",
         UnitFeatures = "unit_features",
     }
 }

@@ -293,14 +293,14 @@ fn a_method_with_only_its_tensor_form_gets_the_rest_by_default() {
     use candle_core::{Device, Result, Tensor};
     struct Doubling;
     impl Normalization for Doubling {
-        fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
-            (vec![], vec![])
+        fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
+            h * 2.0
         }
         fn copied(&self) -> Result<Box<dyn Normalization>> {
             Ok(Box::new(Doubling))
         }
-        fn normalize(&self, h: Tensor, _stats: BnStats) -> Result<Tensor> {
-            h * 2.0
+        fn vars(&self) -> (Vec<&Var>, Vec<&Var>) {
+            (vec![], vec![])
         }
     }
     let t = Tensor::new(&[[1.0f32, -2.0, 0.5], [-0.25, 3.0, -1.0]], &Device::Cpu).unwrap();
