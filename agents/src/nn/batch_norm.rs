@@ -380,11 +380,6 @@ impl Normalization for BatchNorm {
         self.forward_reference(&h, stats)
     }
 
-    // The host path's loops below: without weight norm (whose scale they do not take).
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        !weight_normed
-    }
-
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward_then(t, layer.stats, layer.relu)
     }
@@ -490,6 +485,11 @@ impl Normalization for BatchNorm {
         ));
         values.push(("bn_gamma_avg", mean_of(&self.gamma.as_tensor().to_vec1()?)));
         Ok(())
+    }
+
+    // Its host loops (`host_forward`, `host_backward`) take no weight norm's scale.
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
     }
 }
 

@@ -119,11 +119,6 @@ impl Normalization for GroupNorm {
         self.forward_reference(&h)
     }
 
-    // The host path's loops below: without weight norm (whose scale they do not take).
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        !weight_normed
-    }
-
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward(t, layer.relu)
     }
@@ -146,5 +141,10 @@ impl Normalization for GroupNorm {
     fn fused_forward(&self, h: &Tensor, _stats: BnStats, bias: Option<&Var>) -> Fused {
         let vars = [&self.gamma, &self.beta];
         fused_per_agent(h, vars, (self.groups, self.eps), bias)
+    }
+
+    // Its host loops (`host_forward`, `host_backward`) take no weight norm's scale.
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
     }
 }

@@ -137,11 +137,6 @@ impl Normalization for Hyperspherical {
         op.apply1(h, self.scaler.as_tensor()).map(Some)
     }
 
-    // The host path's loops below: without weight norm (whose scale they do not take).
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        !weight_normed
-    }
-
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         let y = match (self.head, t.device().is_cpu()) {
             (false, true) => {
@@ -192,6 +187,11 @@ impl Normalization for Hyperspherical {
         let s = self.scaler.as_tensor().flatten_all()?.to_vec1::<f32>()?;
         values.push(("scaler_mean", mean_of(&s)));
         Ok(())
+    }
+
+    // Its host loops (`host_forward`, `host_backward`) take no weight norm's scale.
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
     }
 }
 

@@ -178,11 +178,6 @@ impl Normalization for LayerNorm {
         self.forward_reference(&h)
     }
 
-    // The host path's loops below: without weight norm (whose scale they do not take).
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        !weight_normed
-    }
-
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward_then(t, layer.relu)
     }
@@ -202,6 +197,11 @@ impl Normalization for LayerNorm {
 
     fn fused_forward(&self, h: &Tensor, _stats: BnStats, bias: Option<&Var>) -> Fused {
         fused_per_agent(h, [&self.gamma, &self.beta], (1, self.eps), bias)
+    }
+
+    // Its host loops (`host_forward`, `host_backward`) take no weight norm's scale.
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
     }
 }
 

@@ -103,11 +103,6 @@ impl Normalization for RmsNorm {
         self.forward_reference(&h)
     }
 
-    // The host path's loops below: without weight norm (whose scale they do not take).
-    fn runs_on_host(&self, weight_normed: bool) -> bool {
-        !weight_normed
-    }
-
     fn graph_forward(&self, t: &Tensor, layer: &GraphLayer) -> Result<Tensor> {
         self.forward(t, layer.relu)
     }
@@ -155,5 +150,10 @@ impl Normalization for RmsNorm {
         };
         let op = PerAgent { kernel, agents };
         op.apply1(h, self.gamma.as_tensor()).map(Some)
+    }
+
+    // Its host loops (`host_forward`, `host_backward`) take no weight norm's scale.
+    fn runs_on_host(&self, weight_normed: bool) -> bool {
+        !weight_normed
     }
 }
