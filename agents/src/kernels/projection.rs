@@ -1,5 +1,5 @@
-//! The projections after an optimizer step, in place on the CPU (`nn/wn_projected.rs`,
-//! `nn/nap.rs`): no tensor is created, so a population's step keeps its fixed count of
+//! The projections after an optimizer step, in place on the CPU (`nn/methods/wn_projected.rs`,
+//! `nn/methods/nap.rs`): no tensor is created, so a population's step keeps its fixed count of
 //! operations. Each is tested against its tensor-op form, which a device runs.
 
 use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Result};

@@ -1,4 +1,4 @@
-//! Hyperspherical layers' CPU loops and fused op (`nn/hyperspherical.rs`): a hidden
+//! Hyperspherical layers' CPU loops and fused op (`nn/methods/hyperspherical.rs`): a hidden
 //! layer's `y = relu(s t) / max(||relu(s t)||, eps)`, the norm over the units (over the
 //! channels at each position of a feature map), and its closed-form backward.
 //!

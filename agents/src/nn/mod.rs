@@ -7,22 +7,17 @@
 //! or none, each one type implementing one trait, `normalization::Normalization`, in
 //! its own file), a bias and a ReLU. Each method's file holds its parameters, init,
 //! tensor form, graph forward, the host path's forward and backward and a population's
-//! fused forward, for a single network and a population alike; the CPU loops they call
-//! are in [`crate::kernels`].
+//! fused forward, for a single network and a population alike (the methods' files are
+//! in `methods/`, away from the network's plumbing here); the CPU loops they call are
+//! in [`crate::kernels`].
 
 pub(crate) mod after_step;
-mod batch_norm;
-mod batch_renorm;
 mod config;
-mod group_norm;
 mod host_mlp;
-pub(crate) mod hyperspherical;
 pub mod init;
 mod layer;
-mod layer_norm;
 mod linear_map;
-mod mean_only_bn;
-pub(crate) mod nap;
+mod methods;
 mod norm;
 pub(crate) mod normalization;
 pub(crate) mod params;
@@ -31,10 +26,10 @@ pub(crate) mod parts;
 mod population_forms_tests;
 mod qnet;
 mod registry;
-mod rms_norm;
-pub mod svb;
-pub(crate) mod weight_norm;
-pub(crate) mod wn_projected;
+
+pub use methods::svb;
+pub(crate) use methods::{batch_norm, batch_renorm, group_norm, layer_norm, mean_only_bn};
+pub(crate) use methods::{hyperspherical, nap, rms_norm, weight_norm, wn_projected};
 
 pub use batch_norm::BatchNorm;
 pub use batch_renorm::RenormConfig;

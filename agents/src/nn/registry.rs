@@ -1,13 +1,11 @@
-//! The registry of normalization methods: each kind's config name, its hidden layers'
-//! kernel and bias, and its normalization (one type per method, implementing
-//! `Normalization`) built for a single network (`new`) and for a population (`stack`),
-//! written once, in [`registry!`]'s one list below; and their settings, [`NormConfig`].
-//! The methods' files take plain settings, not this file's types: the registry imports
-//! them, never the other way. [`NormKind`], its config names
-//! (serde's), [`NormKind::ALL`] and every question about a kind are generated from that
-//! list; tests and benches iterate [`NormKind::ALL`]. Adding a method: its file in
-//! `nn/`, its kernels if any, one entry here, its section in `docs/methods.md`
-//! (`docs/design.md`, "Adding a method").
+//! The registry of normalization methods: the presets ([`NormKind`], each a pair of a
+//! weight rule and an activation normalization, `parts.rs`, with its report color),
+//! written once in [`registry!`]'s one list below; each activation's forms for a single
+//! network (`new`) and a population (`stack`); the settings, [`NormConfig`], and a
+//! layer's [`Method`] composed from its two parts. The methods' files
+//! (`methods/`) take plain settings, not this file's types: the registry imports them,
+//! never the other way. Tests and benches iterate [`NormKind::ALL`] and
+//! [`NormConfig::every_method`]. Adding a method: `docs/design.md`, "Adding a method".
 
 use candle_core::Result;
 use serde::{Deserialize, Serialize};

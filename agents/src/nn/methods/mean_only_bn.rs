@@ -18,13 +18,6 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::normalization::{
-    blend, copy_var, mean_of, push, unit_moments, unit_view, with_bias, Backward, Fused,
-    GraphLayer, HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization,
-    Saved, Take,
-};
-use super::params::StoreVersion;
-use super::{BnStats, ParamStore, Role};
 use crate::kernels::batch_norm as batch_norm_op;
 use crate::kernels::bias_relu;
 use crate::kernels::feature_pass::{
@@ -34,6 +27,13 @@ use crate::kernels::mean_only_bn::{self as mean_only_bn_op, batch_means, mean_sh
 use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::kernels::units::Units;
 use crate::kernels::with_values;
+use crate::nn::normalization::{
+    blend, copy_var, mean_of, push, unit_moments, unit_view, with_bias, Backward, Fused,
+    GraphLayer, HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization,
+    Saved, Take,
+};
+use crate::nn::params::StoreVersion;
+use crate::nn::{BnStats, ParamStore, Role};
 
 /// Mean-only batch norm of a layer: its running mean per unit, one network's (`lead`
 /// 0) or the agents' stacked (`lead` 1).

@@ -12,7 +12,7 @@
 //! With `r_max = 1` and `d_max = 0` this is batch norm, and so is every training
 //! forward of the first `warmup` updates (CrossQ's schedule: plain BN, then the clip
 //! opens at once). Evaluation mode and the running statistics are batch norm's, and
-//! the layer is a [`BatchNorm`](super::BatchNorm) carrying this correction: the fused
+//! the layer is a [`BatchNorm`](crate::nn::BatchNorm) carrying this correction: the fused
 //! op is batch norm's with gain `gamma r` and shift `beta + gamma d`. A population's
 //! agents share the clip and warm-up, each its own count of training forwards.
 
@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use candle_core::{Result, Tensor, Var};
 
-use super::normalization::{copy_var, Take};
-use super::params::StoreVersion;
-use super::{ParamStore, Role};
 use crate::count::read_to_host;
 use crate::kernels::batch_norm::{Renorm, RenormBounds};
+use crate::nn::normalization::{copy_var, Take};
+use crate::nn::params::StoreVersion;
+use crate::nn::{ParamStore, Role};
 
 /// The clip and warm-up of a batch-renormalized layer.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -29,9 +29,6 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
-use super::normalization::{push, HostGradients};
-use super::params::StoreVersion;
-use super::{LinearMap, ParamStore, Role};
 use crate::kernels::conv::DataConv2d;
 use crate::kernels::linear::LinearCore;
 use crate::kernels::per_agent::{Applied, PerAgent};
@@ -41,6 +38,9 @@ use crate::kernels::weight_norm::{
     NormedKernel, ScaleByGain,
 };
 use crate::kernels::with_values;
+use crate::nn::normalization::{push, HostGradients};
+use crate::nn::params::StoreVersion;
+use crate::nn::{LinearMap, ParamStore, Role};
 
 /// How many more values than the weight an output must have before forming `w` (one
 /// more graph node, about a microsecond) pays for the per-output scaling it saves.
@@ -417,7 +417,7 @@ pub(crate) fn stacked_weight_reference(v: &Tensor, g: &Tensor, direction: bool) 
 /// directions on its batch, per unit the gain `1 / (std(t) + eps)` and the scaled mean
 /// `mean(t) gain` (the bias is its negative, unless the normalization takes it).
 pub(crate) fn stacked_initial_gain(t: &Tensor) -> Result<(Tensor, Tensor)> {
-    let (mean, var) = super::normalization::unit_moments(t, 1)?;
+    let (mean, var) = crate::nn::normalization::unit_moments(t, 1)?;
     let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
     let mean_scaled = (mean * &scale)?;
     Ok((scale, mean_scaled))
@@ -450,7 +450,7 @@ impl StackedWeightNorm {
     /// The same over a copy of the gains (a target network), with no op formed.
     pub(crate) fn copied(&self) -> Result<Self> {
         Ok(Self::new(
-            super::normalization::copy_var(&self.g)?,
+            crate::nn::normalization::copy_var(&self.g)?,
             self.scaled,
         ))
     }

@@ -21,16 +21,16 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::layer_norm::{
+use crate::kernels::layer_norm::FusedLayerNorm;
+use crate::nn::layer_norm::{
     fused_per_agent, host_normalize, host_normalize_backward, normalized_per_sample, Centered,
 };
-use super::normalization::Fused;
-use super::normalization::{
+use crate::nn::normalization::Fused;
+use crate::nn::normalization::{
     affine, copy_var, fused_or_reference, unit_view, Backward, GraphLayer, HostGradients,
     HostLayer, HostOutput, Normalization, Saved, Take,
 };
-use super::{BnStats, ParamStore, Role};
-use crate::kernels::layer_norm::FusedLayerNorm;
+use crate::nn::{BnStats, ParamStore, Role};
 
 /// Group norm of a layer: `gamma` and `beta` per unit or channel, one network's (`lead`
 /// 0) or a population's stacked (`lead` 1).

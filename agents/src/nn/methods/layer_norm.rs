@@ -21,18 +21,18 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::normalization::Fused;
-use super::normalization::{
-    affine, copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer,
-    HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
-};
-use super::{BnStats, ParamStore, Role};
 use crate::kernels::has_fused_ops;
 use crate::kernels::layer_norm::{
     check_rows, normalize_rows, row_gradients, row_statistics, FusedLayerNorm,
 };
 use crate::kernels::per_agent::{Applied, PerAgent};
 use crate::kernels::with_values;
+use crate::nn::normalization::Fused;
+use crate::nn::normalization::{
+    affine, copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer,
+    HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
+};
+use crate::nn::{BnStats, ParamStore, Role};
 
 /// Layer norm of a layer: `gamma` and `beta` per feature, one network's (`lead` 0) or a
 /// population's stacked (`lead` 1).

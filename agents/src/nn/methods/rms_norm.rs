@@ -21,17 +21,17 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::layer_norm::{normalized_per_sample, Centered};
-use super::normalization::Fused;
-use super::normalization::{
-    copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
-    KernelGradient, NormTape, Normalization, Saved, Take,
-};
-use super::{BnStats, ParamStore, Role};
 use crate::kernels::layer_norm::check_rows;
 use crate::kernels::per_agent::PerAgent;
 use crate::kernels::rms_norm::{inverse_rms, rms_gradients, scale_rows, FusedRmsNorm};
 use crate::kernels::{has_fused_ops, with_values};
+use crate::nn::layer_norm::{normalized_per_sample, Centered};
+use crate::nn::normalization::Fused;
+use crate::nn::normalization::{
+    copy_var, fused_or_reference, push, Backward, GraphLayer, HostGradients, HostLayer, HostOutput,
+    KernelGradient, NormTape, Normalization, Saved, Take,
+};
+use crate::nn::{BnStats, ParamStore, Role};
 
 /// RMSNorm of a layer: `gamma` per feature, one network's (`lead` 0) or a population's
 /// stacked (`lead` 1).

@@ -30,13 +30,6 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
-use super::batch_renorm::{BatchRenorm, RenormConfig};
-use super::normalization::{
-    blend, copy_var, mean_of, push, unit_moments, unit_view, Backward, Fused, GraphLayer,
-    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
-};
-use super::params::StoreVersion;
-use super::{svb, BnStats, ParamStore, Role};
 use crate::kernels::batch_norm::{self as batch_norm_op, AgentBatchNorm, BatchNormOp};
 use crate::kernels::feature_pass::{affine_in_place, Affine};
 #[cfg(feature = "cuda")]
@@ -44,6 +37,13 @@ use crate::kernels::per_agent::Applied;
 use crate::kernels::per_agent::PerAgent;
 use crate::kernels::units::Units;
 use crate::kernels::with_values;
+use crate::nn::batch_renorm::{BatchRenorm, RenormConfig};
+use crate::nn::normalization::{
+    blend, copy_var, mean_of, push, unit_moments, unit_view, Backward, Fused, GraphLayer,
+    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Normalization, Saved, Take,
+};
+use crate::nn::params::StoreVersion;
+use crate::nn::{svb, BnStats, ParamStore, Role};
 
 /// Batch norm of a layer, one network's (`lead` 0) or the agents' stacked (`lead` 1:
 /// running statistics `[P, 1, units(, 1)]`).

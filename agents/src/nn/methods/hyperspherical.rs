@@ -23,15 +23,15 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::normalization::{copy_var, mean_of, push, Backward, GraphLayer, Normalization};
-use super::normalization::{Fused, Identity};
-use super::normalization::{
-    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Saved, Take,
-};
-use super::{BnStats, ParamStore, Role};
 use crate::kernels::per_agent::PerAgent;
 use crate::kernels::sphere::{sphere_backward, sphere_forward, AgentSphere, FusedSphere, EPS};
 use crate::kernels::with_values;
+use crate::nn::normalization::{copy_var, mean_of, push, Backward, GraphLayer, Normalization};
+use crate::nn::normalization::{Fused, Identity};
+use crate::nn::normalization::{
+    HostGradients, HostLayer, HostOutput, KernelGradient, NormTape, Saved, Take,
+};
+use crate::nn::{BnStats, ParamStore, Role};
 
 /// The scaler's start on a hidden layer of `units` units: `sqrt(2 / h)`.
 pub(crate) fn hidden_scaler_init(units: usize) -> f64 {
