@@ -1,9 +1,60 @@
-//! When the loop's periodic work is due, and its clock: the run's time, the speed
+//! The training loop of a single run and a population alike ([`train_to`] over
+//! [`Steps`]), when its periodic work is due, and its clock: the run's time, the speed
 //! between logs, the progress bar.
 
 use std::time::Instant;
 
+use anyhow::Result;
+
 use crate::config::TrainConfig;
+use crate::run::interrupt::{self, Interrupted};
+
+/// What the training loop drives: a single run (`Trainer`), or a population of runs in
+/// lockstep (`Population`); each gives the loop these steps, and the loop is written once.
+pub(crate) trait Steps {
+    /// The config of the run (of every member: the population's key makes them alike in
+    /// all the loop reads).
+    fn config(&self) -> &TrainConfig;
+
+    /// Environment steps taken.
+    fn step(&self) -> u64;
+
+    /// Whether anything still trains: not a diverged run, not a population whose every
+    /// member diverged.
+    fn training(&self) -> bool;
+
+    /// One environment step (of every member).
+    fn take_step(&mut self) -> Result<()>;
+
+    /// `task`, due after the step just taken.
+    fn periodic(&mut self, task: Periodic, clock: &mut Clock) -> Result<()>;
+
+    /// A stop request (`signal`) at this step: a checkpoint to resume from.
+    fn stop(&mut self, signal: i32, clock: &Clock) -> Result<Interrupted>;
+
+    /// After a whole step, its periodic work included, begun at `started`.
+    fn step_done(&mut self, _started: Instant) {}
+}
+
+/// Steps to `end` while anything trains, each step followed by the periodic work due
+/// after it. A stop request checkpoints and returns [`Interrupted`] as the error.
+pub(crate) fn train_to(steps: &mut impl Steps, end: u64, clock: &mut Clock) -> Result<()> {
+    while steps.step() < end && steps.training() {
+        if let Some(signal) = interrupt::requested() {
+            return Err(steps.stop(signal, clock)?.into());
+        }
+        let started = Instant::now();
+        steps.take_step()?;
+        for task in Periodic::ALL {
+            // A run that diverged evaluates and checkpoints nothing more.
+            if steps.training() && task.due(steps.config(), steps.step()) {
+                steps.periodic(task, clock)?;
+            }
+        }
+        steps.step_done(started);
+    }
+    Ok(())
+}
 
 /// The work done every so many environment steps, in this order after a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

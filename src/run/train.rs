@@ -20,8 +20,8 @@ use crate::run::diagnostics::{Diagnostics, Evaluation};
 pub use crate::run::evaluate::{evaluate, evaluate_in};
 use crate::run::files::SUMMARY_FILE;
 pub use crate::run::files::{Divergence, RunSummary};
-use crate::run::interrupt::{self, Interrupted};
-use crate::run::periodic::{Clock, Periodic};
+use crate::run::interrupt::Interrupted;
+use crate::run::periodic::{train_to, Clock, Periodic, Steps};
 use crate::run::record::Recorder;
 use crate::storage::lock::RunLock;
 
@@ -390,19 +390,7 @@ impl Trainer {
         let end = stop_at.unwrap_or(total).min(total);
         self.begin();
         let mut clock = Clock::new(&self.config, self.step);
-        while self.step < end && !self.is_diverged() {
-            if let Some(signal) = interrupt::requested() {
-                return Err(self.interrupt(signal, &clock)?.into());
-            }
-            let epsilon = self.config.exploration.at(self.step);
-            self.env_step(epsilon)?;
-            for task in Periodic::ALL {
-                // A diverged run evaluates and checkpoints nothing more.
-                if !self.is_diverged() && task.due(&self.config, self.step) {
-                    self.run_task(task, epsilon, &mut clock)?;
-                }
-            }
-        }
+        train_to(self, end, &mut clock)?;
         self.conclude(&mut clock)
     }
 
@@ -701,5 +689,35 @@ impl Trainer {
     /// The updates' mean TD loss, Q-value and gradient norm since the last log.
     pub(crate) fn log_update_means(&mut self, means: [f64; 3]) {
         self.record.log_update_means(self.step, means);
+    }
+}
+
+/// A single run's steps for the loop: an epsilon-greedy environment step, and the
+/// periodic work with that step's epsilon.
+impl Steps for Trainer {
+    fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    fn step(&self) -> u64 {
+        self.step
+    }
+
+    fn training(&self) -> bool {
+        !self.is_diverged()
+    }
+
+    fn take_step(&mut self) -> Result<()> {
+        self.env_step(self.config.exploration.at(self.step))
+    }
+
+    fn periodic(&mut self, task: Periodic, clock: &mut Clock) -> Result<()> {
+        // The epsilon the step just taken acted with.
+        let epsilon = self.config.exploration.at(self.step - 1);
+        self.run_task(task, epsilon, clock)
+    }
+
+    fn stop(&mut self, signal: i32, clock: &Clock) -> Result<Interrupted> {
+        self.interrupt(signal, clock)
     }
 }

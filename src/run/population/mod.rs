@@ -33,9 +33,10 @@ use normrl_agents::population::count::read_rows_to_host;
 use normrl_agents::population::{DeviceFrames, ShardedPopulation};
 use normrl_agents::replay::{Batch, ReplayBuffer};
 
+use crate::config::TrainConfig;
 use crate::run::checkpoint;
-use crate::run::interrupt::{self, Interrupted};
-use crate::run::periodic::{mean, Clock, Periodic};
+use crate::run::interrupt::Interrupted;
+use crate::run::periodic::{mean, train_to, Clock, Periodic, Steps};
 use crate::run::train::{RunSummary, Trainer};
 
 pub use members::{population_key, population_members, train_members, Member, SingleRun};
@@ -56,6 +57,8 @@ pub struct Population {
     /// Members whose run ended early (diverged): their summary is written, their
     /// environment no longer steps, nothing more is written for them.
     ended: Vec<bool>,
+    /// Each member's summary once it has one (a diverged member's, during the run).
+    summaries: Vec<Option<RunSummary>>,
     /// Steps the members' environments on `run.threads` threads, when more than one.
     pool: Option<rayon::ThreadPool>,
     /// The members' replay frames on the device (an accelerator's, or on request), so
@@ -122,6 +125,7 @@ impl Population {
             sums: None,
             updates_since_log: 0,
             ended,
+            summaries: vec![],
             pool,
             frames: None,
             times: HostTimes::default(),
@@ -164,35 +168,18 @@ impl Population {
         for m in &mut self.members {
             m.begin();
         }
-        let mut summaries = vec![None; self.members.len()];
+        self.summaries = vec![None; self.members.len()];
         let mut clock = Clock::new(&config, self.step);
-        let learning_starts = config.replay.learning_starts;
-        while self.step < end && self.ended.contains(&false) {
-            if let Some(signal) = interrupt::requested() {
-                return Err(self.interrupt(signal)?.into());
-            }
-            let started = Instant::now();
-            let updating = usize::from(self.step >= learning_starts);
-            self.act()?;
-            self.step += 1;
-            for task in Periodic::ALL {
-                if task.due(&config, self.step) {
-                    self.run_task(task, &mut clock)?;
-                }
-                self.end_diverged(&mut summaries)?;
-            }
-            self.times.wall[updating] += started.elapsed();
-            self.times.wall_steps[updating] += 1;
-        }
+        train_to(self, end, &mut clock)?;
         self.say_throughput();
         self.log_updates()?;
         self.export()?;
         for i in self.live() {
-            summaries[i] = self.members[i].conclude(&mut self.clocks[i])?;
+            self.summaries[i] = self.members[i].conclude(&mut self.clocks[i])?;
         }
         self.prune();
         clock.progress.finish();
-        Ok(summaries)
+        Ok(std::mem::take(&mut self.summaries))
     }
 
     /// The indices of the members still training.
@@ -317,11 +304,11 @@ impl Population {
     }
 
     /// Members that diverged end here, with the summary a single run writes.
-    fn end_diverged(&mut self, summaries: &mut [Option<RunSummary>]) -> Result<()> {
+    fn end_diverged(&mut self) -> Result<()> {
         for i in self.live() {
             if self.members[i].is_diverged() {
                 self.agents.export_agent(i, self.members[i].agent_mut())?;
-                summaries[i] = self.members[i].conclude(&mut self.clocks[i])?;
+                self.summaries[i] = self.members[i].conclude(&mut self.clocks[i])?;
                 self.ended[i] = true;
             }
         }
@@ -349,5 +336,45 @@ impl Population {
                 checkpoint::prune(m.run_dir(), keep);
             }
         }
+    }
+}
+
+/// The population's steps for the loop: every member's step at once, the periodic work
+/// for the live members (those that diverge end there), and each step's wall time.
+impl Steps for Population {
+    fn config(&self) -> &TrainConfig {
+        self.members[0].config()
+    }
+
+    fn step(&self) -> u64 {
+        self.step
+    }
+
+    fn training(&self) -> bool {
+        self.ended.contains(&false)
+    }
+
+    fn take_step(&mut self) -> Result<()> {
+        self.act()?;
+        self.step += 1;
+        Ok(())
+    }
+
+    fn periodic(&mut self, task: Periodic, clock: &mut Clock) -> Result<()> {
+        self.run_task(task, clock)?;
+        self.end_diverged()
+    }
+
+    fn stop(&mut self, signal: i32, _clock: &Clock) -> Result<Interrupted> {
+        self.interrupt(signal)
+    }
+
+    fn step_done(&mut self, started: Instant) {
+        let learning_starts = self.config().replay.learning_starts;
+        // The step taken was step `self.step - 1`, an updating one from
+        // `learning_starts` on.
+        let updating = usize::from(self.step > learning_starts);
+        self.times.wall[updating] += started.elapsed();
+        self.times.wall_steps[updating] += 1;
     }
 }
