@@ -3,6 +3,7 @@
 
 mod agent;
 mod config;
+pub mod distribution;
 mod schedule;
 pub mod td;
 mod td_loss;

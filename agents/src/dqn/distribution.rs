@@ -1,0 +1,167 @@
+//! The value as a distribution, on host values: C51's fixed atoms and its projection of
+//! a shifted target distribution onto them ([`Atoms`]), HL-Gauss's histogram of a
+//! scalar target over fixed bins ([`Bins`]), and the running return scale that SimbaV2
+//! and XQC divide rewards by ([`ReturnScale`]). The formulations are those of
+//! `docs/methods.md` ("The value as a distribution"); the losses that use them (a head
+//! of actions x atoms logits, `dqn.loss = "c51"` and `"hl_gauss"`) are issue 51's next
+//! step, and these are their tested references.
+
+use serde::{Deserialize, Serialize};
+
+/// C51's support: `atoms` values evenly spaced on `[v_min, v_max]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Atoms {
+    pub atoms: usize,
+    pub v_min: f32,
+    pub v_max: f32,
+}
+
+/// Why a support cannot be built.
+pub fn support_problem(atoms: usize, v_min: f32, v_max: f32) -> Option<&'static str> {
+    if atoms < 2 {
+        return Some("at least 2 atoms or bins");
+    }
+    (!(v_min.is_finite() && v_max.is_finite() && v_min < v_max))
+        .then_some("finite bounds with v_min < v_max")
+}
+
+impl Atoms {
+    /// The spacing between neighbouring atoms.
+    pub fn delta(&self) -> f32 {
+        (self.v_max - self.v_min) / (self.atoms - 1) as f32
+    }
+
+    /// Atom `j`'s value, `z_j`.
+    pub fn atom(&self, j: usize) -> f32 {
+        self.v_min + j as f32 * self.delta()
+    }
+
+    /// The expectation `sum_j p_j z_j` of a distribution over the atoms (a Q-value).
+    pub fn mean(&self, p: &[f32]) -> f32 {
+        p.iter().enumerate().map(|(j, &pj)| pj * self.atom(j)).sum()
+    }
+
+    /// C51's target: distribution `p` over the atoms moved to `reward + discount z_j`
+    /// (`discount` is `gamma^n (1 - done)`), each shifted atom clipped to the support,
+    /// and its mass split between the two atoms around it in proportion to nearness
+    /// (all of it to the atom it lands on). `out` receives the projected distribution.
+    pub fn project(&self, p: &[f32], reward: f32, discount: f32, out: &mut [f32]) {
+        out.fill(0.0);
+        let (dz, last) = (self.delta(), (self.atoms - 1) as f32);
+        for (j, &pj) in p.iter().enumerate() {
+            let tz = (reward + discount * self.atom(j)).clamp(self.v_min, self.v_max);
+            // Rounding may put a clipped atom a hair beyond the last index.
+            let b = ((tz - self.v_min) / dz).clamp(0.0, last);
+            let (l, u) = (b.floor(), b.ceil());
+            if l == u {
+                out[l as usize] += pj;
+            } else {
+                out[l as usize] += pj * (u - b);
+                out[u as usize] += pj * (b - l);
+            }
+        }
+    }
+}
+
+/// HL-Gauss's support: `bins` bins of equal width on `[v_min, v_max]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bins {
+    pub bins: usize,
+    pub v_min: f32,
+    pub v_max: f32,
+}
+
+/// The Gaussian's spread in bin widths (Farebrother et al. 2024's recommended ratio).
+pub const SIGMA_BINS: f64 = 0.75;
+
+impl Bins {
+    /// A bin's width.
+    pub fn width(&self) -> f32 {
+        (self.v_max - self.v_min) / self.bins as f32
+    }
+
+    /// Bin `i`'s centre.
+    pub fn centre(&self, i: usize) -> f32 {
+        self.v_min + (i as f32 + 0.5) * self.width()
+    }
+
+    /// The probability each bin holds of `N(y, sigma^2)`, `sigma` 0.75 bin widths, with
+    /// `y` clipped to the support and the mass outside it left out (renormalized):
+    /// the cross-entropy target of a scalar TD target `y`. Without the clip a target
+    /// far outside the support leaves no mass to normalize.
+    pub fn histogram(&self, y: f32, out: &mut [f32]) {
+        let (lo, width) = (f64::from(self.v_min), f64::from(self.width()));
+        let y = f64::from(y.clamp(self.v_min, self.v_max));
+        let sigma = SIGMA_BINS * width;
+        let cdf =
+            |edge: f64| 0.5 * (1.0 + libm::erf((edge - y) / (sigma * std::f64::consts::SQRT_2)));
+        let edges: Vec<f64> = (0..=self.bins)
+            .map(|i| cdf(lo + i as f64 * width))
+            .collect();
+        let total = edges[self.bins] - edges[0];
+        for (i, o) in out.iter_mut().enumerate().take(self.bins) {
+            *o = ((edges[i + 1] - edges[i]) / total) as f32;
+        }
+    }
+}
+
+/// The running discounted return `G <- gamma (1 - done) G + r` and its running
+/// variance (Welford's), which SimbaV2 and XQC divide rewards by. Kept in checkpoints,
+/// so that a resumed run scales as the uninterrupted one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReturnScale {
+    gamma: f64,
+    running: f64,
+    count: u64,
+    mean: f64,
+    m2: f64,
+    max_abs: f64,
+}
+
+impl ReturnScale {
+    pub fn new(gamma: f64) -> Self {
+        Self {
+            gamma,
+            running: 0.0,
+            count: 0,
+            mean: 0.0,
+            m2: 0.0,
+            max_abs: 0.0,
+        }
+    }
+
+    /// One environment step's reward; `done` ends the return after it.
+    pub fn push(&mut self, reward: f64, done: bool) {
+        self.running = self.gamma * self.running + reward;
+        self.count += 1;
+        let delta = self.running - self.mean;
+        self.mean += delta / self.count as f64;
+        self.m2 += delta * (self.running - self.mean);
+        self.max_abs = self.max_abs.max(self.running.abs());
+        if done {
+            self.running = 0.0;
+        }
+    }
+
+    /// The returns' variance so far (population variance; 0 before two returns).
+    pub fn variance(&self) -> f64 {
+        match self.count {
+            0 | 1 => 0.0,
+            n => self.m2 / n as f64,
+        }
+    }
+
+    /// SimbaV2's divisor: `max(sqrt(Var[G] + 1e-8), max|G| / v_max)`.
+    pub fn simbav2_divisor(&self, v_max: f64) -> f64 {
+        (self.variance() + 1e-8).sqrt().max(self.max_abs / v_max)
+    }
+
+    /// XQC's divisor: `sqrt(Var[G]) + 1e-8`.
+    pub fn xqc_divisor(&self) -> f64 {
+        self.variance().sqrt() + 1e-8
+    }
+}
+
+#[cfg(test)]
+#[path = "distribution_tests.rs"]
+mod tests;

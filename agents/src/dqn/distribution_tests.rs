@@ -1,0 +1,126 @@
+//! The distributional pieces against values worked by hand and the properties their
+//! sources state.
+
+use super::*;
+
+fn close(a: f32, b: f32, tol: f32) -> bool {
+    (a - b).abs() <= tol
+}
+
+/// Three atoms on [-1, 1]: all mass on 0 moved by 0.5 lands halfway between 0 and 1;
+/// moved by 5 it is clipped onto the last atom; with `discount` 0 (a terminal step) the
+/// whole distribution becomes the reward's, split around it.
+#[test]
+fn c51_projects_by_hand_worked_cases() {
+    let s = Atoms {
+        atoms: 3,
+        v_min: -1.0,
+        v_max: 1.0,
+    };
+    let mut out = [0f32; 3];
+    s.project(&[0.0, 1.0, 0.0], 0.5, 1.0, &mut out);
+    assert_eq!(out, [0.0, 0.5, 0.5]);
+    s.project(&[0.2, 0.3, 0.5], 5.0, 0.99, &mut out);
+    assert_eq!(out, [0.0, 0.0, 1.0]);
+    s.project(&[0.2, 0.3, 0.5], -0.25, 0.0, &mut out);
+    assert!(
+        close(out[0], 0.25, 1e-6) && close(out[1], 0.75, 1e-6) && out[2] == 0.0,
+        "{out:?}"
+    );
+    // An atom that lands exactly on another keeps all its mass there.
+    s.project(&[1.0, 0.0, 0.0], 1.0, 1.0, &mut out);
+    assert_eq!(out, [0.0, 1.0, 0.0]);
+}
+
+/// 51 atoms on [-10, 10], random distributions: the projection keeps the mass, and
+/// where nothing is clipped its mean is the shifted mean (the split is linear
+/// interpolation between neighbouring atoms).
+#[test]
+fn c51_keeps_mass_and_the_shifted_mean() {
+    let s = Atoms {
+        atoms: 51,
+        v_min: -10.0,
+        v_max: 10.0,
+    };
+    let mut seed = 7u64;
+    let mut next = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32) / (1u64 << 24) as f32
+    };
+    for _ in 0..50 {
+        // Mass only on the middle atoms, so that the shift below clips none.
+        let mut p: Vec<f32> = (0..51)
+            .map(|j| if (15..36).contains(&j) { next() } else { 0.0 })
+            .collect();
+        let sum: f32 = p.iter().sum();
+        p.iter_mut().for_each(|x| *x /= sum);
+        let (reward, discount) = (next() * 2.0 - 1.0, 0.99);
+        let mut out = vec![0f32; 51];
+        s.project(&p, reward, discount, &mut out);
+        assert!(close(out.iter().sum(), 1.0, 1e-5));
+        let want = reward + discount * s.mean(&p);
+        assert!(
+            close(s.mean(&out), want, 1e-4),
+            "{} against {want}",
+            s.mean(&out)
+        );
+    }
+}
+
+/// HL-Gauss on 101 bins over [-5, 5]: a histogram sums to 1, its mean is the target
+/// where the Gaussian lies inside the support, it peaks at the target's bin and is
+/// symmetric about a bin's centre; a target far outside is clipped, not NaN.
+#[test]
+fn hl_gauss_histograms_hold_their_target() {
+    let b = Bins {
+        bins: 101,
+        v_min: -5.0,
+        v_max: 5.0,
+    };
+    let mut out = vec![0f32; 101];
+    for y in [-3.3f32, -0.01, 0.0, 1.234, 4.0] {
+        b.histogram(y, &mut out);
+        assert!(close(out.iter().sum(), 1.0, 1e-5));
+        let mean: f32 = out.iter().enumerate().map(|(i, p)| p * b.centre(i)).sum();
+        assert!(close(mean, y, 1e-4), "{y}: mean {mean}");
+        let peak = (0..101).max_by(|&i, &j| out[i].total_cmp(&out[j])).unwrap();
+        assert!(
+            (b.centre(peak) - y).abs() <= b.width() / 2.0 + 1e-6,
+            "{y}: peak {peak}"
+        );
+    }
+    b.histogram(b.centre(50), &mut out);
+    for k in 1..10 {
+        assert!(close(out[50 - k], out[50 + k], 1e-6));
+    }
+    // sigma = 0.75 widths: the centre bin holds erf(0.5 / (0.75 sqrt 2)) of the mass.
+    let centre = libm::erf(0.5 / (0.75 * std::f64::consts::SQRT_2)) as f32;
+    assert!(close(out[50], centre, 1e-5), "{} against {centre}", out[50]);
+    b.histogram(1e6, &mut out);
+    assert!(out.iter().all(|p| p.is_finite()));
+    let mean: f32 = out.iter().enumerate().map(|(i, p)| p * b.centre(i)).sum();
+    assert!(mean > 4.5, "{mean}");
+}
+
+/// Rewards of 1 with gamma 0.5 give returns 1, 1.5, 1.75, then an episode's end starts
+/// again at 1: their variance and largest magnitude by hand, and both divisors.
+#[test]
+fn the_return_scale_follows_the_running_return() {
+    let mut r = ReturnScale::new(0.5);
+    for done in [false, false, true, false] {
+        r.push(1.0, done);
+    }
+    let returns = [1.0, 1.5, 1.75, 1.0];
+    let mean = returns.iter().sum::<f64>() / 4.0;
+    let var = returns.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / 4.0;
+    assert!((r.variance() - var).abs() < 1e-12);
+    assert!((r.xqc_divisor() - (var.sqrt() + 1e-8)).abs() < 1e-12);
+    // max|G| / v_max = 1.75 / 1 is larger than the deviation.
+    assert!((r.simbav2_divisor(1.0) - 1.75).abs() < 1e-12);
+    assert!((r.simbav2_divisor(100.0) - (var + 1e-8).sqrt()).abs() < 1e-12);
+    assert_eq!(ReturnScale::new(0.9).variance(), 0.0);
+    assert!(support_problem(1, 0.0, 1.0).is_some() && support_problem(51, 1.0, -1.0).is_some());
+    assert!(support_problem(51, -10.0, 10.0).is_none());
+}
