@@ -118,22 +118,27 @@ fn nn_cases() -> [NnCase; 4] {
     ]
 }
 
-/// The method `--method` names, checked.
-fn method_filter(args: &BenchArgs) -> Result<Option<NormKind>> {
+/// The method `--method` names (a preset, or a pair of parts `weight+activation`),
+/// checked.
+fn method_filter(args: &BenchArgs) -> Result<Option<NormConfig>> {
     let Some(m) = &args.method else {
         return Ok(None);
     };
-    match NormKind::ALL.iter().find(|k| k.name() == m) {
-        Some(&kind) => Ok(Some(kind)),
-        None => {
-            let known: Vec<_> = NormKind::ALL.iter().map(|k| k.name()).collect();
-            anyhow::bail!("unknown method '{m}': expected one of {}", known.join(", "));
-        }
-    }
+    NormConfig::from_name(m)
+        .map(Some)
+        .map_err(anyhow::Error::msg)
+}
+
+/// The methods a benchmark measures: `--method`'s, else every preset.
+fn methods(args: &BenchArgs) -> Result<Vec<NormConfig>> {
+    Ok(match method_filter(args)? {
+        Some(method) => vec![method],
+        None => NormKind::ALL.map(NormConfig::from).into(),
+    })
 }
 
 fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
-    method_filter(args)?;
+    let kinds = methods(args)?;
     let all = nn_cases();
     let cases: Vec<&NnCase> = all
         .iter()
@@ -143,10 +148,6 @@ fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
         let names: Vec<&str> = all.iter().map(|c| c.name).collect();
         anyhow::bail!("no case matches --case; cases are {}", names.join(", "));
     }
-    let kinds: Vec<NormKind> = NormKind::ALL
-        .into_iter()
-        .filter(|k| args.method.as_deref().is_none_or(|m| m == k.name()))
-        .collect();
     // One list of rows per method, filled case by case: every case times all methods
     // interleaved, so that their ratios survive a noisy machine.
     let mut by_kind: Vec<Vec<Row>> = kinds.iter().map(|_| vec![]).collect();
@@ -164,7 +165,7 @@ fn nn_rows(args: &BenchArgs, device: &Device) -> Result<Vec<Row>> {
 /// Each method's update (and, at batch 32, acting) times on one case, interleaved.
 fn nn_case_rows(
     case: &NnCase,
-    kinds: &[NormKind],
+    kinds: &[NormConfig],
     iters: usize,
     device: &Device,
 ) -> Result<Vec<Vec<Row>>> {
@@ -179,12 +180,12 @@ fn nn_case_rows(
     );
     let mut dqns = kinds
         .iter()
-        .map(|&kind| {
+        .map(|kind| {
             let norm = NormConfig {
                 // Batch renormalization's steady state: its clip open from the start
                 // (during the warm-up it is batch norm).
                 brn_warmup: 0,
-                ..NormConfig::from(kind)
+                ..kind.clone()
             };
             let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
             let (shape, n_actions) = (&case.obs_shape, case.n_actions);
@@ -221,7 +222,13 @@ fn nn_case_rows(
     let mut rows: Vec<Vec<Row>> = kinds
         .iter()
         .zip(&timings)
-        .map(|(kind, us)| vec![row(format!("update {kind}"), case.name.to_string(), us)])
+        .map(|(kind, us)| {
+            vec![row(
+                format!("update {}", kind.name()),
+                case.name.to_string(),
+                us,
+            )]
+        })
         .collect();
     if case.batch_size == 32 {
         let obs = &batch.obs[..obs_len];
@@ -234,7 +241,7 @@ fn nn_case_rows(
         let timings = time_interleaved(iters * 10, device, &mut acts)?;
         for ((rows, kind), us) in rows.iter_mut().zip(kinds).zip(&timings) {
             let case = case.name.replace(" b32", " b1");
-            rows.push(row(format!("act {kind}"), case, us));
+            rows.push(row(format!("act {}", kind.name()), case, us));
         }
     }
     Ok(rows)

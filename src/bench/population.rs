@@ -49,8 +49,7 @@ pub(super) fn nets() -> [Net; 2] {
 }
 
 /// `P` single agents (seeds 0..P) of `kind` on `net`.
-fn agents(net: &Net, kind: NormKind, p: usize, device: &Device) -> Result<Vec<Dqn>> {
-    let norm = NormConfig::from(kind);
+fn agents(net: &Net, norm: &NormConfig, p: usize, device: &Device) -> Result<Vec<Dqn>> {
     let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
     let (config, obs, actions) = (&net.config, &net.obs, net.actions);
     (0..p as u64)
@@ -58,7 +57,7 @@ fn agents(net: &Net, kind: NormKind, p: usize, device: &Device) -> Result<Vec<Dq
             Dqn::new(
                 AgentConfig {
                     network: config,
-                    norm: &norm,
+                    norm,
                     optimizer: &optimizer,
                     dqn: &dqn,
                 },
@@ -95,7 +94,7 @@ fn device_variants(
 /// Every row for one network, method, batch size and population size.
 fn case_rows(
     net: &Net,
-    (kind, batch, p): (NormKind, usize, usize),
+    (kind, batch, p): (&NormConfig, usize, usize),
     iters: usize,
     device: &Device,
 ) -> Result<Vec<Row>> {
@@ -151,7 +150,7 @@ fn case_rows(
 /// counts.
 fn rows_of(
     case: &str,
-    kind: NormKind,
+    kind: &NormConfig,
     p: usize,
     timings: &[Timing],
     counted: &[(&str, f64, &'static str)],
@@ -163,7 +162,7 @@ fn rows_of(
         .zip(timings)
     {
         rows.push(Row {
-            bench: format!("{name} update {kind}"),
+            bench: format!("{name} update {}", kind.name()),
             case: case.clone(),
             value: t.median,
             min: Some(t.min),
@@ -179,7 +178,7 @@ fn rows_of(
     }
     for &(what, value, unit) in counted {
         rows.push(Row {
-            bench: format!("population {what} {kind}"),
+            bench: format!("population {what} {}", kind.name()),
             case: case.clone(),
             value,
             min: None,
@@ -218,15 +217,15 @@ pub fn rows(iters: usize, device: &Device, filter: Filter) -> Result<Vec<Row>> {
         true => POPULATIONS_CPU,
         false => POPULATIONS_GPU,
     };
-    let kinds = match filter.method {
+    let kinds: Vec<NormConfig> = match filter.method {
         Some(kind) => vec![kind],
-        None => NormKind::ALL.to_vec(),
+        None => NormKind::ALL.map(NormConfig::from).into(),
     };
     let mut rows = vec![];
     for net in nets() {
         for (kind, batch, p) in kinds
             .iter()
-            .flat_map(|&k| [4, 32].into_iter().map(move |b| (k, b)))
+            .flat_map(|k| [4, 32].into_iter().map(move |b| (k, b)))
             .flat_map(|(k, b)| populations.into_iter().map(move |p| (k, b, p)))
         {
             let case = format!("{} b{batch} P={p}", net.name);
@@ -242,9 +241,9 @@ pub fn rows(iters: usize, device: &Device, filter: Filter) -> Result<Vec<Row>> {
 }
 
 /// Which rows of [`rows`] to measure: one method's (else every method's), cases whose name holds `case` (`"cnn b32 P=64"`).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub struct Filter<'a> {
-    pub method: Option<NormKind>,
+    pub method: Option<NormConfig>,
     pub case: Option<&'a str>,
 }
 

@@ -128,6 +128,38 @@ impl NormConfig {
     }
 }
 
+impl NormConfig {
+    /// The method `name` names, with the default settings: a preset's name, or two
+    /// parts as `weight+activation` (as reports and `--dry-run` write a pair); a pair
+    /// that cannot train is refused with the reason.
+    pub fn from_name(name: &str) -> std::result::Result<NormConfig, String> {
+        if let Some(kind) = NormKind::ALL.into_iter().find(|k| k.name() == name) {
+            return Ok(kind.into());
+        }
+        let presets: Vec<&str> = NormKind::ALL.iter().map(|k| k.name()).collect();
+        let unknown = || {
+            format!(
+                "unknown method '{name}': expected a preset ({}) or weight+activation",
+                presets.join(", ")
+            )
+        };
+        let (w, a) = name.split_once('+').ok_or_else(unknown)?;
+        let weight = WeightRule::ALL.into_iter().find(|p| p.name() == w);
+        let activation = Activation::ALL.into_iter().find(|p| p.name() == a);
+        let (Some(weight), Some(activation)) = (weight, activation) else {
+            return Err(unknown());
+        };
+        if let Some(why) = refusal(weight, activation) {
+            return Err(format!("{name}: norm.activation must be {why}"));
+        }
+        Ok(NormConfig {
+            weight,
+            activation,
+            ..NormConfig::default()
+        })
+    }
+}
+
 impl From<NormKind> for NormConfig {
     /// The default settings with `kind`'s two parts.
     fn from(kind: NormKind) -> Self {
@@ -448,5 +480,25 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), NormKind::ALL.len());
+    }
+
+    /// A method's name reads back as the method: every preset's, a pair's as
+    /// `weight+activation`; a pair that cannot train and an unknown name are refused.
+    #[test]
+    fn every_method_reads_back_from_its_name() {
+        use super::NormConfig;
+        for method in NormConfig::every_method() {
+            assert_eq!(NormConfig::from_name(&method.name()), Ok(method.clone()));
+        }
+        let pair = NormConfig::from_name("projected+layer_norm").unwrap();
+        assert_eq!(pair.name(), "projected+layer_norm");
+        assert!(NormConfig::from_name("plain+bounded_batch_norm").is_err());
+        assert!(
+            NormConfig::from_name("svb+bounded_batch_norm")
+                .unwrap()
+                .kind()
+                == Some(NormKind::Bbn)
+        );
+        assert!(NormConfig::from_name("plain+sideways").is_err());
     }
 }
