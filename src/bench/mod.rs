@@ -51,8 +51,8 @@ pub struct BenchArgs {
     pub device: String,
     #[arg(long)]
     pub json: bool,
-    /// With `nn` and `population`: only this normalization method (e.g. `none`,
-    /// `batch_norm`).
+    /// With `nn` and `population`: only this normalization method, a preset (e.g.
+    /// `none`, `batch_norm`) or a pair of parts (e.g. `unit_rows+batch_norm`).
     #[arg(long)]
     pub method: Option<String>,
     /// With `nn` and `population`: only cases whose name contains this text (e.g.
