@@ -180,28 +180,7 @@ fn nn_case_rows(
     );
     let mut dqns = kinds
         .iter()
-        .map(|kind| {
-            let norm = NormConfig {
-                // Batch renormalization's steady state: its clip open from the start
-                // (during the warm-up it is batch norm).
-                brn_warmup: 0,
-                ..kind.clone()
-            };
-            let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
-            let (shape, n_actions) = (&case.obs_shape, case.n_actions);
-            Dqn::new(
-                AgentConfig {
-                    network: &case.network,
-                    norm: &norm,
-                    optimizer: &optimizer,
-                    dqn: &dqn,
-                },
-                shape,
-                n_actions,
-                0,
-                device,
-            )
-        })
+        .map(|kind| case_agent(case, kind, device))
         .collect::<candle_core::Result<Vec<Dqn>>>()?;
     let row = |bench: String, case: String, us: &Timing| Row {
         bench,
@@ -245,6 +224,24 @@ fn nn_case_rows(
         }
     }
     Ok(rows)
+}
+
+/// An agent of method `kind` on `case`'s network, with the trainer's defaults.
+fn case_agent(case: &NnCase, kind: &NormConfig, device: &Device) -> candle_core::Result<Dqn> {
+    let norm = NormConfig {
+        // Batch renormalization's steady state: its clip open from the start (during
+        // the warm-up it is batch norm).
+        brn_warmup: 0,
+        ..kind.clone()
+    };
+    let (optimizer, dqn) = (OptimizerConfig::default(), DqnConfig::default());
+    let config = AgentConfig {
+        network: &case.network,
+        norm: &norm,
+        optimizer: &optimizer,
+        dqn: &dqn,
+    };
+    Dqn::new(config, &case.obs_shape, case.n_actions, 0, device)
 }
 
 fn replay_rows(iters: usize) -> Result<Vec<Row>> {
