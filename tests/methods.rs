@@ -251,3 +251,33 @@ fn pairs_that_cannot_train_and_contradictions_are_refused() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run of a pair of parts stopped midway and resumed from its checkpoint (its
+/// `config.toml` names no preset) ends as the uninterrupted run: the unit rows'
+/// projection and batch norm's running statistics travel in the checkpoint.
+#[test]
+fn a_pair_of_parts_resumes_exactly() {
+    let dir = common::fresh_dir("pair-resume");
+    let config = short(
+        "configs/cartpole.toml",
+        &method_sets("unit_rows+batch_norm"),
+    );
+    let (full, cut) = (dir.join("full"), dir.join("cut"));
+    let whole = Trainer::new(config.clone(), &full)
+        .unwrap()
+        .run(None)
+        .unwrap()
+        .unwrap();
+    let stopped = Trainer::new(config, &cut).unwrap().run(Some(700)).unwrap();
+    assert!(stopped.is_none());
+    let text = std::fs::read_to_string(cut.join("config.toml")).unwrap();
+    assert!(text.contains("weight = \"unit_rows\"") && !text.contains("[norm]\nkind"));
+    let resumed = Trainer::resume(&cut).unwrap().run(None).unwrap().unwrap();
+    assert_eq!(resumed.train_curve, whole.train_curve);
+    assert_eq!(resumed.eval_curve, whole.eval_curve);
+    assert_eq!(
+        common::checkpoint_weights(&cut),
+        common::checkpoint_weights(&full)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
