@@ -203,7 +203,6 @@ fn compare_populations(
     norm: &NormConfig,
     device: &Device,
 ) -> Result<PopulationParity> {
-    use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
     use normrl_agents::optim::OptimizerConfig;
     use normrl_agents::population::PopulationDqn;
     let (agents, batch, updates) = POPULATION;
@@ -211,26 +210,8 @@ fn compare_populations(
         max_grad_norm: 1.0,
         ..Default::default()
     };
-    let (config, obs, actions) = (&net.config, &net.obs, net.actions);
-    let make = |dev: &Device| -> Result<Vec<Dqn>> {
-        let dqn = DqnConfig::default();
-        (0..agents as u64)
-            .map(|s| {
-                Ok(Dqn::new(
-                    AgentConfig {
-                        network: config,
-                        norm,
-                        optimizer: &optimizer,
-                        dqn: &dqn,
-                    },
-                    obs,
-                    actions,
-                    s,
-                    dev,
-                )?)
-            })
-            .collect()
-    };
+    let make =
+        |dev: &Device| crate::bench::population::agents_with(net, norm, &optimizer, agents, dev);
     let (cpu, other) = (make(&Device::Cpu)?, make(device)?);
     for (a, b) in cpu.iter().zip(&other) {
         b.online().store().load_map(&a.online().store().to_map()?)?;
@@ -245,7 +226,7 @@ fn compare_populations(
         false => "tensor-forms",
     };
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(2);
-    let obs_len = obs.iter().product();
+    let (obs_len, actions) = (net.obs.iter().product(), net.actions);
     let mut metric_error = 0f64;
     for _ in 0..updates {
         let batches: Vec<_> = (0..agents)
