@@ -65,7 +65,7 @@ pub struct Trainer {
     eval_env: Option<Box<dyn Env>>,
     diagnostics: Diagnostics,
     /// A population member keeps its older checkpoints until every member has written
-    /// its new one (see `population.rs`).
+    /// its new one (see `population/`).
     defer_pruning: bool,
     /// One writer per run directory, for as long as this trainer lives.
     _lock: RunLock,
@@ -621,7 +621,7 @@ impl Trainer {
     }
 }
 
-/// What a population (`population.rs`) asks of its members: their observations and
+/// What a population (`run/population/`) asks of its members: their observations and
 /// replays, each step's action from outside, the update's numbers from outside, and
 /// their single agent, into which the population writes the member's agent before
 /// anything reads it (evaluations, diagnostics, checkpoints).

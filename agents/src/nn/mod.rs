@@ -1,11 +1,12 @@
 //! Q-networks and the normalization methods (`docs/methods.md`), on candle, for
 //! Linear and Conv2d layers alike.
 //!
-//! A layer ([`Layer`]) is a kernel, plain or weight-normed ([`WeightNorm`]), an
-//! activation normalization ([`BatchNorm`] with or without batch renormalization,
-//! [`MeanOnlyBn`], [`LayerNorm`], [`GroupNorm`], [`RmsNorm`], [`Hyperspherical`], SVB's
-//! or none, each one type implementing one trait, `normalization::Normalization`, in
-//! its own file), a bias and a ReLU. Each method's file holds its parameters, init,
+//! A layer ([`Layer`]) is a kernel whose weight a weight rule keeps (plain, weight-normed
+//! ([`WeightNorm`]), projected, unit rows, held at its initial norm, or SVB's: `parts.rs`,
+//! its steps in `after_step.rs`), an activation normalization ([`BatchNorm`] with or
+//! without batch renormalization, [`MeanOnlyBn`], [`LayerNorm`], [`GroupNorm`],
+//! [`RmsNorm`], [`Hyperspherical`]'s unit features, or none, each one type implementing
+//! one trait, `normalization::Normalization`, in its own file), a bias and a ReLU. Each method's file holds its parameters, init,
 //! tensor form, graph forward, the host path's forward and backward and a population's
 //! fused forward, for a single network and a population alike (the methods' files are
 //! in `methods/`, away from the network's plumbing here); the CPU loops they call are

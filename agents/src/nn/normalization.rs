@@ -1,10 +1,10 @@
 //! The one trait every normalization method implements, [`Normalization`]: the part
 //! of a hidden layer between its kernel (`t = W x`, or weight norm's `v x` scaled) and
 //! its output `relu(norm(t) + b)`, for a single network and for a population alike.
-//! Each method is one type in its own file (batch norm with batch renormalization's
-//! correction, mean-only BN, layer norm, group norm, RMSNorm, hyperspherical features,
-//! SVB with BBN); [`Identity`], here, is the layer without one (`none`, weight norm,
-//! SVB's single network, every output layer).
+//! Each activation normalization is one type in its own file under `methods/` (batch
+//! norm, with batch renormalization's correction and BBN's bounded gains; mean-only BN,
+//! layer norm, group norm, RMSNorm, hyperspherical features); [`Identity`], here, is the
+//! layer without one (activation `none`, whatever its weights, and every output layer).
 //!
 //! One value of a method's type normalizes one network's layer: its variables shaped for
 //! one agent (`lead` = 0 leading axes, built by the method's `new`), or stacked along a
