@@ -137,14 +137,14 @@ fn pairs_no_preset_names_train_from_the_command_line() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A grid with `norm.weight` and `norm.activation` as axes trains every pair of its
-/// values (its plan naming each method by its preset or its parts), labels each run by
-/// both, and reports them.
+/// A grid with `norm.weight` (by its short name, `weight`) and `norm.activation` as
+/// axes trains every pair of its values (its plan naming each method by its preset or
+/// its parts), labels each run by both, and reports them.
 #[test]
 fn the_two_parts_are_axes_of_a_comparison() {
     let dir = common::fresh_dir("parts-grid");
     let body = format!(
-        "seeds = [1]\n[set]\n{}\"run.total_steps\" = 1000\n[axes]\n\"norm.weight\" = [\"plain\", \"unit_rows\"]\n\"norm.activation\" = [\"batch_norm\", \"layer_norm\"]\n",
+        "seeds = [1]\n[set]\n{}\"run.total_steps\" = 1000\n[axes]\nweight = [\"plain\", \"unit_rows\"]\n\"norm.activation\" = [\"batch_norm\", \"layer_norm\"]\n",
         common::SHORT_RUNS
     );
     let config = common::cartpole_comparison(&dir, "parts", &body);

@@ -60,8 +60,8 @@ pub struct CompareConfig {
     /// Overrides applied to every run (`"key.path" = value`).
     #[serde(default)]
     pub set: BTreeMap<String, toml::Value>,
-    /// Values to sweep. Short names: `norm`, `batch_size`, `sampler`, `env`; any
-    /// dotted config key works too.
+    /// Values to sweep. Short names: `norm`, `weight`, `activation`, `batch_size`,
+    /// `sampler`, `env`; any dotted config key works too.
     #[serde(default)]
     pub axes: toml::Table,
     #[serde(default)]
@@ -98,6 +98,8 @@ fn default_seeds() -> Seeds {
 fn full_key(axis: &str) -> &str {
     match axis {
         "norm" => "norm.kind",
+        "weight" => "norm.weight",
+        "activation" => "norm.activation",
         "batch_size" => "replay.batch_size",
         "sampler" => "replay.sampler",
         "env" => "env.id",
