@@ -388,7 +388,16 @@ fn the_resolved_config_holds_every_key_and_older_forms_read_the_same() {
     let older = toml::to_string_pretty(&older).unwrap();
     assert_ne!(older, default);
     assert_eq!(TrainConfig::canonical_toml(&older), Some(default.clone()));
-    assert_eq!(TrainConfig::canonical_toml(&default), Some(default));
+    assert_eq!(TrainConfig::canonical_toml(&default), Some(default.clone()));
+    // A config.toml written before methods had parts names the method by `kind` alone
+    // (the pilot's and the study's results hold such texts): the same run.
+    let mut kind_only: toml::Table = toml::from_str(&default).unwrap();
+    let norm = kind_only["norm"].as_table_mut().unwrap();
+    norm.remove("weight").unwrap();
+    norm.remove("activation").unwrap();
+    assert_eq!(norm["kind"].as_str(), Some("none"));
+    let kind_only = toml::to_string_pretty(&kind_only).unwrap();
+    assert_eq!(TrainConfig::canonical_toml(&kind_only), Some(default));
     assert_eq!(
         TrainConfig::canonical_toml("[replay]\nbatch_size = -1\n"),
         None
