@@ -444,15 +444,17 @@ impl Trainer {
 
     /// One environment step with `action`, into the replay.
     pub(crate) fn apply_action(&mut self, action: usize) -> Result<()> {
+        // An environment that fails (a bridged worker that died) stops the run, saying
+        // so the same way whether it failed stepping or resetting.
+        let stopped = |step: u64| {
+            format!(
+                "training stopped at step {step}; the last checkpoint is intact (resume with --resume)"
+            )
+        };
         let (outcome, game_over) = self
             .env
             .step_game(action, &mut self.next_obs)
-            .with_context(|| {
-                format!(
-                    "training stopped at step {}; the last checkpoint is intact (resume with --resume)",
-                    self.step
-                )
-            })?;
+            .with_context(|| stopped(self.step))?;
         self.replay.push(
             action,
             outcome.reward,
@@ -467,7 +469,10 @@ impl Trainer {
             self.log_game();
         }
         if outcome.done() {
-            self.env.reset(None, &mut self.obs)?;
+            let step = self.step;
+            self.env
+                .reset(None, &mut self.obs)
+                .with_context(|| stopped(step))?;
             self.replay.start_episode(&self.obs);
         } else {
             std::mem::swap(&mut self.obs, &mut self.next_obs);
