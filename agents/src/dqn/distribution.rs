@@ -1,11 +1,13 @@
 //! The value as a distribution, on host values: C51's fixed atoms and its projection of
 //! a shifted target distribution onto them ([`Atoms`]), HL-Gauss's histogram of a
 //! scalar target over fixed bins ([`Bins`]), and the running return scale that SimbaV2
-//! and XQC divide rewards by ([`ReturnScale`]). The formulations are those of
-//! `docs/methods.md` ("The value as a distribution"); the losses that use them (a head
-//! of actions x atoms logits, `dqn.loss = "c51"` and `"hl_gauss"`) are issue 51's next
-//! step, and these are their tested references.
+//! and XQC divide rewards by ([`ReturnScale`]); and in tensor ops, a distributional
+//! head's Q-values ([`expected_q`]) and its loss ([`cross_entropy`]). The formulations
+//! are those of `docs/methods.md` ("The value as a distribution"); wiring them into the
+//! agent (a head of actions x atoms logits, `dqn.loss = "c51"` and `"hl_gauss"`) is
+//! issue 51's next step, and these are its tested parts.
 
+use candle_core::{Result, Tensor, D};
 use serde::{Deserialize, Serialize};
 
 /// C51's support: `atoms` values evenly spaced on `[v_min, v_max]`.
@@ -160,6 +162,29 @@ impl ReturnScale {
     pub fn xqc_divisor(&self) -> f64 {
         self.variance().sqrt() + 1e-8
     }
+}
+
+/// Q-values `[.., A]` from a distributional head's logits `[.., A, K]`: each action's
+/// expectation of `values` `[K]` (C51's atoms, HL-Gauss's bin centres) under the
+/// softmax of its logits. Differentiable, in tensor ops (any device).
+pub fn expected_q(logits: &Tensor, values: &Tensor) -> Result<Tensor> {
+    let p = candle_nn::ops::softmax_last_dim(logits)?;
+    p.broadcast_mul(values)?.sum(D::Minus1)
+}
+
+/// The distributional loss: the cross-entropy of each row's taken action's distribution
+/// (`logits` `[B, A, K]`, `actions` `[B]`) against its target distribution `targets`
+/// `[B, K]` (C51's projection or HL-Gauss's histogram, no gradient), `-sum_k m_k log
+/// p_k`, averaged over the batch. Its gradient with respect to the taken action's
+/// logits is `(p - m) / B`, and 0 for the other actions.
+pub fn cross_entropy(logits: &Tensor, actions: &[u32], targets: &Tensor) -> Result<Tensor> {
+    let (b, _, k) = logits.dims3()?;
+    let index = Tensor::from_slice(actions, (b, 1, 1), logits.device())?
+        .broadcast_as((b, 1, k))?
+        .contiguous()?;
+    let taken = logits.gather(&index, 1)?.squeeze(1)?;
+    let log_p = candle_nn::ops::log_softmax(&taken, D::Minus1)?;
+    (targets.detach() * log_p)?.sum(1)?.mean(0)?.neg()
 }
 
 #[cfg(test)]
