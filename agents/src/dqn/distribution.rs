@@ -10,6 +10,8 @@
 use candle_core::{Result, Tensor, D};
 use serde::{Deserialize, Serialize};
 
+use super::td::first_argmax;
+
 /// C51's support: `atoms` values evenly spaced on `[v_min, v_max]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Atoms {
@@ -65,6 +67,37 @@ impl Atoms {
     }
 }
 
+/// The rows of a batch's bootstrap: rewards and terminations `[B]`, and the discount.
+pub struct Bootstrap<'a> {
+    pub rewards: &'a [f32],
+    pub terminated: &'a [f32],
+    pub gamma: f32,
+}
+
+impl Atoms {
+    /// C51's targets `[B, K]`: each row's next distribution under the target network
+    /// (`next_p`, probabilities `[B, A, K]`) at `a*`, the action of the largest
+    /// expected value (or, with Double DQN, of the online network's Q-values
+    /// `online_q` `[B, A]`), moved by the reward and `gamma (1 - terminated)` and
+    /// projected onto the atoms. A terminal row's target is the reward's alone.
+    pub fn targets(&self, next_p: &[f32], online_q: Option<&[f32]>, rows: &Bootstrap) -> Vec<f32> {
+        let k = self.atoms;
+        let b = rows.rewards.len();
+        let a = next_p.len() / (b * k).max(1);
+        let mut out = vec![0f32; b * k];
+        for (row, target) in out.chunks_exact_mut(k).enumerate() {
+            let dists: Vec<&[f32]> = next_p[row * a * k..][..a * k].chunks_exact(k).collect();
+            let best = match online_q {
+                Some(q) => first_argmax(&q[row * a..][..a]),
+                None => first_argmax(&dists.iter().map(|p| self.mean(p)).collect::<Vec<_>>()),
+            };
+            let discount = rows.gamma * (1.0 - rows.terminated[row]);
+            self.project(dists[best], rows.rewards[row], discount, target);
+        }
+        out
+    }
+}
+
 /// HL-Gauss's support: `bins` bins of equal width on `[v_min, v_max]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bins {
@@ -104,6 +137,15 @@ impl Bins {
         for (i, o) in out.iter_mut().enumerate().take(self.bins) {
             *o = ((edges[i + 1] - edges[i]) / total) as f32;
         }
+    }
+
+    /// HL-Gauss's targets `[B, bins]`: each scalar TD target's histogram.
+    pub fn targets(&self, scalar: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; scalar.len() * self.bins];
+        for (y, row) in scalar.iter().zip(out.chunks_exact_mut(self.bins)) {
+            self.histogram(*y, row);
+        }
+        out
     }
 }
 

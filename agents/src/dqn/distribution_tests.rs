@@ -192,3 +192,40 @@ fn the_cross_entropy_and_its_gradient_match_the_closed_form() {
     let got = loss.to_scalar::<f32>().unwrap();
     assert!(close(got, want_loss, 1e-5), "{got} against {want_loss}");
 }
+
+/// C51's batch targets: a row bootstraps from the distribution of its best next action
+/// (by expected value, or by the online Q-values with Double DQN), a terminal row is its
+/// reward's alone; HL-Gauss's are each scalar target's histogram.
+#[test]
+fn batch_targets_bootstrap_from_the_chosen_action() {
+    let s = Atoms {
+        atoms: 3,
+        v_min: -1.0,
+        v_max: 1.0,
+    };
+    // Two rows, two actions: action 1 has the larger expected value in row 0.
+    let next_p = [0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+    let rows = Bootstrap {
+        rewards: &[0.0, 0.5],
+        terminated: &[0.0, 1.0],
+        gamma: 0.5,
+    };
+    let t = s.targets(&next_p, None, &rows);
+    // Row 0: atom 1 (value 1) moved to 0.5 is halfway between atoms 1 and 2.
+    assert_eq!(&t[..3], &[0.0, 0.5, 0.5]);
+    // Row 1 is terminal: the reward 0.5 alone.
+    assert_eq!(&t[3..], &[0.0, 0.5, 0.5]);
+    // Double DQN picks row 0's action 0 (value 0, moved to 0: atom 1).
+    let t = s.targets(&next_p, Some(&[1.0, 0.0, 0.0, 0.0]), &rows);
+    assert_eq!(&t[..3], &[0.0, 1.0, 0.0]);
+    let b = Bins {
+        bins: 11,
+        v_min: -5.5,
+        v_max: 5.5,
+    };
+    let h = b.targets(&[0.0, 2.0]);
+    let mut one = vec![0f32; 11];
+    b.histogram(2.0, &mut one);
+    assert_eq!(&h[11..], &one[..]);
+    assert!(close(h[..11].iter().sum(), 1.0, 1e-6));
+}
