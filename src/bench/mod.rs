@@ -118,21 +118,11 @@ fn nn_cases() -> [NnCase; 4] {
     ]
 }
 
-/// The method `--method` names (a preset, or a pair of parts `weight+activation`),
-/// checked.
-fn method_filter(args: &BenchArgs) -> Result<Option<NormConfig>> {
-    let Some(m) = &args.method else {
-        return Ok(None);
-    };
-    NormConfig::from_name(m)
-        .map(Some)
-        .map_err(anyhow::Error::msg)
-}
-
-/// The methods a benchmark measures: `--method`'s, else every preset.
+/// The methods a benchmark measures: the one `--method` names (a preset, or a pair of
+/// parts `weight+activation`), checked; else every preset.
 fn methods(args: &BenchArgs) -> Result<Vec<NormConfig>> {
-    Ok(match method_filter(args)? {
-        Some(method) => vec![method],
+    Ok(match &args.method {
+        Some(m) => vec![NormConfig::from_name(m).map_err(anyhow::Error::msg)?],
         None => NormKind::ALL.map(NormConfig::from).into(),
     })
 }
@@ -342,7 +332,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     if what == Bench::Population {
         let filter = population::Filter {
-            method: method_filter(args)?,
+            methods: methods(args)?,
             case: args.case.as_deref(),
         };
         rows.extend(population::rows(args.iters, &device, filter)?);

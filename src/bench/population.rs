@@ -5,7 +5,7 @@
 use anyhow::Result;
 use candle_core::Device;
 use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig};
-use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
+use normrl_agents::nn::{NormConfig, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::population::count::{device_reads, tensors_created};
 use normrl_agents::population::{PopulationDqn, PopulationNet, ShardedPopulation};
@@ -220,10 +220,7 @@ pub fn rows(iters: usize, device: &Device, filter: Filter) -> Result<Vec<Row>> {
         true => POPULATIONS_CPU,
         false => POPULATIONS_GPU,
     };
-    let kinds: Vec<NormConfig> = match filter.method {
-        Some(kind) => vec![kind],
-        None => NormKind::ALL.map(NormConfig::from).into(),
-    };
+    let kinds = &filter.methods;
     let mut rows = vec![];
     for net in nets() {
         for (kind, batch, p) in kinds
@@ -243,10 +240,11 @@ pub fn rows(iters: usize, device: &Device, filter: Filter) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Which rows of [`rows`] to measure: one method's (else every method's), cases whose name holds `case` (`"cnn b32 P=64"`).
-#[derive(Clone, Default)]
+/// Which rows of [`rows`] to measure: those of `methods`, cases whose name holds `case`
+/// (`"cnn b32 P=64"`).
+#[derive(Clone)]
 pub struct Filter<'a> {
-    pub method: Option<NormConfig>,
+    pub methods: Vec<NormConfig>,
     pub case: Option<&'a str>,
 }
 
