@@ -160,9 +160,7 @@ pub(super) enum After {
 struct Settings {
     agents: usize,
     actions: usize,
-    data_dependent_init: bool,
-    g_lr_scale: f64,
-    /// The agents' method, for its weight rule's steps.
+    /// The agents' method: its weight rule's steps, weight norm's settings.
     norm: NormConfig,
     /// The methods' fused CPU ops where they have them (on the CPU); off, the tensor
     /// forms a device runs.
@@ -325,8 +323,6 @@ impl PopulationNet {
         let settings = Settings {
             agents: nets.len(),
             actions: first.n_actions(),
-            data_dependent_init: config.data_dependent_init,
-            g_lr_scale: config.g_lr_scale,
             norm: config.clone(),
             fused: true,
         };
@@ -503,12 +499,13 @@ impl PopulationNet {
 
     /// The learning-rate factor of weight norm's gains.
     pub(crate) fn g_lr_scale(&self) -> f64 {
-        self.settings.g_lr_scale
+        self.settings.norm.g_lr_scale
     }
 
     /// Whether the agents' networks ask for weight norm's data-dependent init.
     pub(crate) fn wants_data_dependent_init(&self) -> bool {
-        self.settings.data_dependent_init && self.layers.iter().any(|l| l.weight_norm.is_some())
+        self.settings.norm.data_dependent_init
+            && self.layers.iter().any(|l| l.weight_norm.is_some())
     }
 
     /// `self = other` (a target network's sync, buffers included), every agent alike.
@@ -527,6 +524,7 @@ impl PopulationNet {
     pub(crate) fn project(&self) -> Result<bool> {
         let mut ran = false;
         for layer in &self.layers {
+            // The every-step rules read no step count.
             ran |= layer.after_step(0, &self.settings.norm, true)?;
         }
         if ran {
