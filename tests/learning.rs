@@ -11,6 +11,8 @@
 //! rounding anywhere (the order of a sum) can flip the test, while a learner that is
 //! broken misses on every seed.
 
+mod common;
+
 use std::path::Path;
 
 use normrl::config::TrainConfig;
@@ -19,11 +21,7 @@ use normrl::train::Trainer;
 const SEEDS: [u64; 3] = [1, 2, 3];
 
 fn best_eval(norm: &str, seed: u64) -> (f64, Vec<(u64, f64)>) {
-    // A preset's name, or a pair of parts as `weight+activation`.
-    let mut overrides = match norm.split_once('+') {
-        Some((w, a)) => vec![format!("norm.weight={w}"), format!("norm.activation={a}")],
-        None => vec![format!("norm.kind={norm}")],
-    };
+    let mut overrides = common::method_sets(norm);
     overrides.extend([
         format!("run.seed={seed}"),
         "logging.progress=false".to_string(),

@@ -7,17 +7,10 @@ mod common;
 
 use std::path::Path;
 
+use common::method_sets;
 use normrl::config::TrainConfig;
 use normrl::train::Trainer;
 use normrl_agents::nn::{NormKind, COMBINATIONS};
-
-/// `--set`s of a method written as `weight+activation`, or of a preset's name.
-fn method_sets(method: &str) -> Vec<String> {
-    match method.split_once('+') {
-        Some((w, a)) => vec![format!("norm.weight={w}"), format!("norm.activation={a}")],
-        None => vec![format!("norm.kind={method}")],
-    }
-}
 
 fn short(config_file: &str, method: &[String]) -> TrainConfig {
     let mut sets: Vec<String> = method.to_vec();
@@ -54,17 +47,16 @@ fn a_preset_and_its_parts_spelled_out_train_the_same_run() {
         assert!(by_parts.to_toml().contains(&format!("kind = \"{kind}\"")));
     }
     let cases = [
-        ("configs/cartpole.toml", "wn_mean_only_bn"),
-        ("configs/cartpole.toml", "bbn"),
-        ("configs/minatar/breakout.toml", "nap"),
+        ("configs/cartpole.toml", NormKind::WnMeanOnlyBn),
+        ("configs/cartpole.toml", NormKind::Bbn),
+        ("configs/minatar/breakout.toml", NormKind::Nap),
     ];
     for (file, kind) in cases {
-        let k: NormKind = serde_json::from_str(&format!("\"{kind}\"")).unwrap();
-        let (w, a) = k.parts();
+        let (w, a) = kind.parts();
         let dir = common::fresh_dir(&format!("preset-{kind}"));
         let mut summaries = vec![];
         for (name, sets) in [
-            ("kind", method_sets(kind)),
+            ("kind", method_sets(kind.name())),
             ("parts", method_sets(&format!("{w}+{a}"))),
         ] {
             let run = dir.join(name);

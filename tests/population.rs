@@ -13,11 +13,7 @@ use normrl::train::{RunSummary, Trainer};
 /// A short run of `config_file` with `norm`: learning from step 500, an update every
 /// 4 steps, a checkpoint, layer statistics and diagnostics at 1000.
 fn config(config_file: &str, norm: &str, total: u64) -> TrainConfig {
-    // A method is a preset's name or its two parts as `weight+activation`.
-    let method = match norm.split_once('+') {
-        Some((w, a)) => vec![format!("norm.weight={w}"), format!("norm.activation={a}")],
-        None => vec![format!("norm.kind={norm}")],
-    };
+    let method = common::method_sets(norm);
     let overrides: Vec<String> = [
         format!("run.total_steps={total}"),
         "replay.learning_starts=500".into(),

@@ -55,6 +55,15 @@ pub fn train_config(path: &str, overrides: &[&str]) -> normrl::config::TrainConf
     normrl::config::TrainConfig::load(Path::new(path), &overrides).unwrap()
 }
 
+/// The `--set`s that name a method: a preset's name (`norm.kind`), or a pair of parts
+/// written `weight+activation` (`norm.weight`, `norm.activation`).
+pub fn method_sets(method: &str) -> Vec<String> {
+    match method.split_once('+') {
+        Some((w, a)) => vec![format!("norm.weight={w}"), format!("norm.activation={a}")],
+        None => vec![format!("norm.kind={method}")],
+    }
+}
+
 /// The number in `text` right after the first `marker`, up to the next `end`; panics
 /// naming `text` where there is none.
 pub fn number_after<T: std::str::FromStr>(text: &str, marker: &str, end: char) -> T {
