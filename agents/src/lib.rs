@@ -25,6 +25,7 @@ pub mod replay;
 #[cfg(test)]
 mod test_support;
 
+pub use kernels::dense::product_kernels;
 pub use metric::Metric;
 
 pub use candle_core;

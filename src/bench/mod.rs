@@ -350,7 +350,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             println!("{}", serde_json::to_string(row)?);
         }
     } else {
-        println!("threads: {}, device: {:?}", args.threads, device);
+        println!(
+            "threads: {}, device: {:?}, product kernels: {}",
+            args.threads,
+            device,
+            normrl_agents::product_kernels()
+        );
         println!(
             "{:<26} {:<30} {:>12} {:>12}",
             "benchmark", "case", "median", "min"

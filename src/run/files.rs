@@ -52,6 +52,11 @@ pub struct Divergence {
 pub struct RunResult {
     pub normrl_version: String,
     pub host: String,
+    /// The matrix products' kernel family on the machine that trained the run
+    /// (`normrl_agents::product_kernels`): `avx512`, `avx2`, ... A run retrains bit for
+    /// bit where its family is the same; empty in results written before it was kept.
+    #[serde(default)]
+    pub product_kernels: String,
     /// The comparison's label of the run (`b32-uniform-none`), if it had one.
     pub variant: Option<String>,
     /// The resolved training config, as TOML.
@@ -64,6 +69,7 @@ impl RunResult {
         Self {
             normrl_version: env!("CARGO_PKG_VERSION").to_string(),
             host: host_name(),
+            product_kernels: normrl_agents::product_kernels().to_string(),
             variant,
             config: config.to_toml(),
             summary,

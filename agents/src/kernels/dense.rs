@@ -115,6 +115,27 @@ pub(crate) fn written_by_agents(
     out
 }
 
+/// Which of gemm's kernel families this CPU runs the matrix products on: `avx512`,
+/// `avx2`, `neon` or `scalar`. The families sum in different orders, so two CPUs
+/// taking different ones train the same config and seed to different roundings (each
+/// bit for bit on its own); gemm chooses by the same tests, once per process.
+pub fn product_kernels() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f") {
+            return "avx512";
+        }
+        if std::is_x86_feature_detected!("fma") {
+            return "avx2";
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("neon") {
+        return "neon";
+    }
+    "scalar"
+}
+
 /// `dst = a * b`, `dst` dense in `order`, single-threaded. Never reads `dst`.
 ///
 /// # Safety
