@@ -478,6 +478,10 @@ fn a_comparison_trains_its_seeds_as_populations() {
                 serde_json::from_slice(&std::fs::read(run.join("result.json")).unwrap()).unwrap();
             assert_eq!(result["variant"], variant, "{}", run.display());
             assert_eq!(result["summary"]["steps"], 1500, "{}", run.display());
+            // Which products' rounding the run took, so that it can be retrained bit
+            // for bit on a CPU of the same family.
+            let kernels = normrl_agents::product_kernels();
+            assert_eq!(result["product_kernels"], kernels, "{}", run.display());
         }
     }
     assert_eq!(csv_rows(&runs.join("report/runs.csv")), 6);
