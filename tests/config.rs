@@ -103,7 +103,7 @@ fn every_shipped_config_parses_and_every_comparison_plans() {
 
 #[test]
 fn errors_name_the_key_and_what_is_allowed() {
-    let cases: [(&str, &[&str], &[&str]); 9] = [
+    let cases: [(&str, &[&str], &[&str]); 14] = [
         ("[dqn]\ngama = 0.9\n", &[], &["dqn.gama", "gamma"]),
         (
             "[replay]\nbatch_size = \"big\"\n",
@@ -136,6 +136,31 @@ fn errors_name_the_key_and_what_is_allowed() {
             "verbose = true\n",
             &[],
             &["unknown config key 'verbose'", "replay"],
+        ),
+        (
+            "[dqn]\nloss = \"quantile\"\n",
+            &[],
+            &["quantile", "huber", "mse", "c51", "hl_gauss"],
+        ),
+        (
+            "[dqn]\nloss = \"c51\"\n[dqn.support]\natoms = 1\n",
+            &[],
+            &["dqn.support must be at least 2 atoms or bins"],
+        ),
+        (
+            "[dqn]\nloss = \"hl_gauss\"\n",
+            &["dqn.support.v_min=5", "dqn.support.v_max=5"],
+            &["dqn.support must be finite bounds with v_min < v_max"],
+        ),
+        (
+            "[dqn]\nloss = \"c51\"\n",
+            &["run.population=4"],
+            &["dqn.loss must be \"huber\" or \"mse\" with run.population > 1"],
+        ),
+        (
+            "[dqn]\nloss = \"c51\"\njoint_forward = true\n[dqn.target_update]\ntype = \"none\"\n",
+            &[],
+            &["dqn.joint_forward must be false with loss = \"c51\""],
         ),
     ];
     for (text, overrides, needles) in cases {

@@ -1,7 +1,7 @@
 //! The DQN update: TD targets, target syncs, data-dependent init.
 
 use candle_core::{Device, Tensor};
-use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Engine, Loss, TargetUpdate};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Engine, TargetUpdate, ValueLoss};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{unit_moments, NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
@@ -149,7 +149,7 @@ fn check_targets(
 fn updates_fit_rewards_with_gamma_zero() {
     let config = DqnConfig {
         gamma: 0.0,
-        loss: Loss::Mse,
+        loss: ValueLoss::Mse,
         ..Default::default()
     };
     let mut dqn = agent(NormKind::WeightNorm, config);

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 
 use candle_core::Tensor;
-use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Engine, Loss, TargetUpdate};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Engine, TargetUpdate, ValueLoss};
 use normrl_agents::kernels::avx2::{on_path, paths};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{
@@ -229,7 +229,7 @@ fn host_updates_equal_graph_updates() {
             },
             DqnConfig {
                 double_dqn: true,
-                loss: Loss::Mse,
+                loss: ValueLoss::Mse,
                 target_update: TargetUpdate::Polyak { tau: 0.1 },
                 target_bn_mode: BnStats::Batch,
                 ..Default::default()

@@ -6,7 +6,7 @@
 use normrl_agents::nn::Architecture;
 use normrl_agents::replay::Sampler;
 
-use crate::config::{parse_device_spec, TrainConfig};
+use crate::config::{parse_device_spec, DeviceSpec, TrainConfig};
 
 /// Every problem of `config`, each a line naming its key; empty when it is valid.
 pub fn problems(config: &TrainConfig) -> Vec<String> {
@@ -19,6 +19,7 @@ pub fn problems(config: &TrainConfig) -> Vec<String> {
     add("norm", config.norm.problems());
     add("optimizer", config.optimizer.problems());
     add("dqn", config.dqn.problems());
+    add("dqn", loss_problems(config));
     add("replay", replay_problems(config));
     add("run", run_problems(config));
     add("network", network_problems(config));
@@ -108,6 +109,32 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
         p.push((
             "name",
             "a plain name (not empty, no '/', '\\', '.' or '..'): it names a directory under runs/",
+        ));
+    }
+    p
+}
+
+/// Where a distributional loss cannot run yet: it has forms for a single agent on the
+/// CPU's graph only.
+fn loss_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
+    if !config.dqn.loss.is_distributional() {
+        return vec![];
+    }
+    let mut p = vec![];
+    if config.run.population > 1 {
+        p.push((
+            "loss",
+            "\"huber\" or \"mse\" with run.population > 1 (a population has no distributional loss yet)",
+        ));
+    }
+    // `auto` on a machine with a GPU is refused when the agent is built.
+    if matches!(
+        parse_device_spec(&config.run.device),
+        Ok(DeviceSpec::Cuda(_))
+    ) {
+        p.push((
+            "loss",
+            "\"huber\" or \"mse\" with run.device other than \"cpu\" (a distributional loss trains on the CPU for now)",
         ));
     }
     p

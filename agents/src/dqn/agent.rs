@@ -25,9 +25,12 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 
+use candle_nn::ops::softmax_last_dim;
+
+use super::distribution::{distribution_loss, Atoms, Bins, Bootstrap};
 use super::td::{self, TargetSync};
 use super::td_loss::{device_loss, graph_loss, host_loss, LossInfo};
-use super::{AgentConfig, DqnConfig};
+use super::{AgentConfig, DqnConfig, Loss, ValueLoss};
 use crate::nn::{BnStats, HostTape, Pass, QNetwork};
 use crate::optim::{Gradients, Optimizer};
 use crate::replay::Batch;
@@ -96,12 +99,16 @@ enum UpdateForward {
         tape: HostTape,
     },
     Graph(Tensor),
+    /// A distributional head's logits `[B, A, K]`.
+    Logits(Tensor),
 }
 
 /// TD targets where the loss reads them.
 enum Targets {
     Host(Vec<f32>),
     Device(Tensor),
+    /// Target distributions over the support, `[B, K]` row-major.
+    Distribution(Vec<f32>),
 }
 
 impl Dqn {
@@ -139,8 +146,21 @@ impl Dqn {
             optimizer,
             dqn: config,
         } = config;
-        let online = QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?;
-        let target = QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?;
+        let (online, target) = match config.loss.is_distributional() {
+            false => (
+                QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?,
+                QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?,
+            ),
+            true => {
+                distributional_problem(config, device)?;
+                let values = config.support_values();
+                let net = || {
+                    let shape = (obs_shape, n_actions);
+                    QNetwork::distributional(network, norm, shape, &values, seed, device)
+                };
+                (net()?, net()?)
+            }
+        };
         target.copy_from(&online)?;
         let optimizer = Optimizer::new(online.store(), optimizer, norm.g_lr_scale);
         let engine = Engine::of(&online);
@@ -291,9 +311,10 @@ impl Dqn {
     /// argmax, or the online network's with Double DQN. Truncated transitions
     /// bootstrap from their final observation like any other.
     pub fn td_targets(&self, batch: &Batch) -> Result<Vec<f32>> {
-        match self.targets(batch)? {
+        match self.regression_targets(batch)? {
             Targets::Host(values) => Ok(values),
             Targets::Device(t) => t.to_vec1(),
+            Targets::Distribution(_) => candle_core::bail!("scalar targets were asked"),
         }
     }
 
@@ -306,7 +327,53 @@ impl Dqn {
         }
     }
 
+    /// The targets the loss reads: scalar TD targets for a regression, target
+    /// distributions for a distributional loss.
     fn targets(&self, batch: &Batch) -> Result<Targets> {
+        match self.config.loss.is_distributional() {
+            true => self.distribution_targets(batch).map(Targets::Distribution),
+            false => self.regression_targets(batch),
+        }
+    }
+
+    /// C51's projected distributions, or HL-Gauss's histograms of the scalar TD
+    /// targets (whose Q-values are the target head's expectations), `[B, K]`.
+    fn distribution_targets(&self, batch: &Batch) -> Result<Vec<f32>> {
+        let b = batch.size;
+        let support = &self.config.support;
+        let (k, v_min, v_max) = (support.atoms, support.v_min as f32, support.v_max as f32);
+        if self.config.loss == ValueLoss::HlGauss {
+            let y = self.td_targets(batch)?;
+            return Ok(Bins {
+                bins: k,
+                v_min,
+                v_max,
+            }
+            .targets(&y));
+        }
+        let next_obs = self.batch_tensor(&batch.next_obs, b)?;
+        let pass = Pass::gradient_free(self.config.target_bn_mode);
+        let logits = self.target_network().forward_logits(&next_obs, pass)?;
+        let next_p = softmax_last_dim(&logits)?.flatten_all()?.to_vec1()?;
+        let online_q = match self.config.double_dqn {
+            true => Some(self.q_of(&self.online, &batch.next_obs, b, BnStats::Running)?),
+            false => None,
+        };
+        let rows = Bootstrap {
+            rewards: &batch.rewards,
+            terminated: &batch.terminated,
+            gamma: self.config.gamma as f32,
+        };
+        let atoms = Atoms {
+            atoms: k,
+            v_min,
+            v_max,
+        };
+        Ok(atoms.targets(&next_p, online_q.as_deref(), &rows))
+    }
+
+    /// Scalar TD targets: on the host, or on an accelerator's device.
+    fn regression_targets(&self, batch: &Batch) -> Result<Targets> {
         if self.engine == Engine::Device {
             return self.device_targets(batch).map(Targets::Device);
         }
@@ -395,6 +462,13 @@ impl Dqn {
     /// the batch-norm statistics of `dqn.online_bn_mode`.
     fn q_for_update(&self, batch: &Batch) -> Result<UpdateForward> {
         let stats = self.config.online_bn_mode;
+        if self.config.loss.is_distributional() {
+            let obs = self.batch_tensor(&batch.obs, batch.size)?;
+            let logits = self
+                .online
+                .forward_logits(&obs, Pass::differentiable(stats))?;
+            return Ok(UpdateForward::Logits(logits));
+        }
         if self.engine == Engine::Host {
             let mut tape = HostTape::default();
             let q = self
@@ -416,7 +490,9 @@ impl Dqn {
         batch: &Batch,
         targets: &Targets,
     ) -> Result<(LossInfo, Gradients)> {
-        let (actions, kind) = (&batch.actions, self.config.loss);
+        let actions = &batch.actions;
+        // The config's checks keep a distributional loss off these arms.
+        let kind = self.config.loss.regression().unwrap_or(Loss::Huber);
         match (q, targets) {
             (UpdateForward::Host { q, rows, tape }, Targets::Host(targets)) => {
                 let n_actions = self.online.n_actions();
@@ -436,9 +512,12 @@ impl Dqn {
                 let (loss, tensor) = device_loss(&q, actions, targets, kind)?;
                 Ok((loss, Gradients::Graph(tensor.backward()?)))
             }
-            (UpdateForward::Host { .. }, Targets::Device(_)) => {
-                candle_core::bail!("the host path takes host targets")
+            (UpdateForward::Logits(logits), Targets::Distribution(targets)) => {
+                let values = self.online.support().expect("a distributional head");
+                let (loss, tensor) = distribution_loss(&logits, values, actions, targets)?;
+                Ok((loss, Gradients::Graph(tensor.backward()?)))
             }
+            _ => candle_core::bail!("the update's forward and its targets do not match"),
         }
     }
 
@@ -467,6 +546,21 @@ impl Dqn {
             synced,
         })
     }
+}
+
+/// Why an agent cannot train with its distributional loss here: a distributional loss
+/// runs on the CPU's graph, and not with CrossQ's joint forward, for now.
+fn distributional_problem(config: &DqnConfig, device: &Device) -> Result<()> {
+    if !device.is_cpu() {
+        candle_core::bail!(
+            "dqn.loss = {:?} trains on the CPU for now (run.device = \"cpu\")",
+            config.loss
+        );
+    }
+    if config.joint_forward {
+        candle_core::bail!("dqn.joint_forward takes a regression loss (huber or mse) for now");
+    }
+    Ok(())
 }
 
 /// Epsilon-greedy among `n` actions: one uniform draw decides, a second picks the random

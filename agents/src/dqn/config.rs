@@ -2,15 +2,68 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::distribution::{support_problem, Atoms, Bins};
 use crate::check::positive;
 use crate::nn::BnStats;
 
+/// A regression of the taken action's Q-value on its TD target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Loss {
     /// Smooth L1 with threshold 1 (the DQN paper's error clipping).
     Huber,
     Mse,
+}
+
+/// `dqn.loss`: a regression of Q on the TD target, or the cross-entropy of a
+/// distribution over fixed values (`dqn.support`) against a target distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueLoss {
+    Huber,
+    Mse,
+    /// C51 (Bellemare et al. 2017): the target network's distribution at the best next
+    /// action, moved by the reward and the discount and projected onto the atoms.
+    C51,
+    /// HL-Gauss (Farebrother et al. 2024): the scalar TD target as a Gaussian histogram
+    /// over the bins, sigma 0.75 bin widths.
+    HlGauss,
+}
+
+impl ValueLoss {
+    /// The regression loss, or `None` for a distributional one.
+    pub fn regression(self) -> Option<Loss> {
+        match self {
+            ValueLoss::Huber => Some(Loss::Huber),
+            ValueLoss::Mse => Some(Loss::Mse),
+            ValueLoss::C51 | ValueLoss::HlGauss => None,
+        }
+    }
+
+    pub fn is_distributional(self) -> bool {
+        self.regression().is_none()
+    }
+}
+
+/// `dqn.support`: the fixed values a distributional head puts its probability on: C51's
+/// `atoms` atoms from `v_min` to `v_max`, or HL-Gauss's `atoms` bins of equal width
+/// covering `[v_min, v_max]`. Defaults: 51 on [-10, 10], Bellemare et al.'s on Atari.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Support {
+    pub atoms: usize,
+    pub v_min: f64,
+    pub v_max: f64,
+}
+
+impl Default for Support {
+    fn default() -> Self {
+        Self {
+            atoms: 51,
+            v_min: -10.0,
+            v_max: 10.0,
+        }
+    }
 }
 
 /// How the target network follows the online one.
@@ -32,7 +85,9 @@ pub struct DqnConfig {
     /// Discount factor.
     pub gamma: f64,
     pub double_dqn: bool,
-    pub loss: Loss,
+    pub loss: ValueLoss,
+    /// The values of a distributional loss's head (unused by `huber` and `mse`).
+    pub support: Support,
     pub target_update: TargetUpdate,
     /// Batch-norm mode of the target network in the update (`eval`: running
     /// statistics; `train`: statistics of the next-observation batch).
@@ -52,7 +107,8 @@ impl Default for DqnConfig {
         Self {
             gamma: 0.99,
             double_dqn: false,
-            loss: Loss::Huber,
+            loss: ValueLoss::Huber,
+            support: Support::default(),
             target_update: TargetUpdate::Hard { every: 1000 },
             target_bn_mode: BnStats::Running,
             online_bn_mode: BnStats::Batch,
@@ -85,6 +141,9 @@ impl DqnConfig {
                 "used with target_update = { type = \"none\" } (the targets come from the joint forward)",
             ));
         }
+        if self.loss.is_distributional() {
+            p.extend(self.distributional_problems());
+        }
         if self.double_dqn && target_free {
             p.push((
                 "double_dqn",
@@ -92,6 +151,47 @@ impl DqnConfig {
             ));
         }
         p
+    }
+}
+
+impl DqnConfig {
+    fn distributional_problems(&self) -> Vec<(&'static str, &'static str)> {
+        let mut p = vec![];
+        let s = &self.support;
+        if let Some(why) = support_problem(s.atoms, s.v_min as f32, s.v_max as f32) {
+            p.push(("support", why));
+        }
+        if self.joint_forward {
+            p.push((
+                "joint_forward",
+                "false with loss = \"c51\" or \"hl_gauss\" (the joint forward takes regression losses only, for now)",
+            ));
+        }
+        p
+    }
+
+    /// The support's values: C51's atoms, or HL-Gauss's bin centres.
+    pub fn support_values(&self) -> Vec<f32> {
+        let (k, v_min, v_max) = (self.support.atoms, self.support.v_min, self.support.v_max);
+        let (v_min, v_max) = (v_min as f32, v_max as f32);
+        match self.loss {
+            ValueLoss::HlGauss => {
+                let bins = Bins {
+                    bins: k,
+                    v_min,
+                    v_max,
+                };
+                (0..k).map(|i| bins.centre(i)).collect()
+            }
+            _ => {
+                let atoms = Atoms {
+                    atoms: k,
+                    v_min,
+                    v_max,
+                };
+                (0..k).map(|j| atoms.atom(j)).collect()
+            }
+        }
     }
 }
 

@@ -3,14 +3,17 @@
 //! scalar target over fixed bins ([`Bins`]), and the running return scale that SimbaV2
 //! and XQC divide rewards by ([`ReturnScale`]); and in tensor ops, a distributional
 //! head's Q-values ([`expected_q`]) and its loss ([`cross_entropy`]). The formulations
-//! are those of `docs/methods.md` ("The value as a distribution"); wiring them into the
-//! agent (a head of actions x atoms logits, `dqn.loss = "c51"` and `"hl_gauss"`) is
-//! issue 51's next step, and these are its tested parts.
+//! are those of `docs/methods.md` ("The value as a distribution"). The agent
+//! (`dqn.loss = "c51"`, `"hl_gauss"`) builds its targets and loss from these.
 
 use candle_core::{Result, Tensor, D};
 use serde::{Deserialize, Serialize};
 
+pub use crate::nn::expected_q;
+
 use super::td::first_argmax;
+use super::td_loss::{mean_taken, LossInfo};
+use crate::Metric;
 
 /// C51's support: `atoms` values evenly spaced on `[v_min, v_max]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -206,14 +209,6 @@ impl ReturnScale {
     }
 }
 
-/// Q-values `[.., A]` from a distributional head's logits `[.., A, K]`: each action's
-/// expectation of `values` `[K]` (C51's atoms, HL-Gauss's bin centres) under the
-/// softmax of its logits. Differentiable, in tensor ops (any device).
-pub fn expected_q(logits: &Tensor, values: &Tensor) -> Result<Tensor> {
-    let p = candle_nn::ops::softmax_last_dim(logits)?;
-    p.broadcast_mul(values)?.sum(D::Minus1)
-}
-
 /// The distributional loss: the cross-entropy of each row's taken action's distribution
 /// (`logits` `[B, A, K]`, `actions` `[B]`) against its target distribution `targets`
 /// `[B, K]` (C51's projection or HL-Gauss's histogram, no gradient), `-sum_k m_k log
@@ -227,6 +222,27 @@ pub fn cross_entropy(logits: &Tensor, actions: &[u32], targets: &Tensor) -> Resu
     let taken = logits.gather(&index, 1)?.squeeze(1)?;
     let log_p = candle_nn::ops::log_softmax(&taken, D::Minus1)?;
     (targets.detach() * log_p)?.sum(1)?.mean(0)?.neg()
+}
+
+/// The distributional loss of a head's `logits` `[B, A, K]` over `values` `[K]`
+/// against host target distributions `targets` `[B, K]`: the loss tensor to
+/// differentiate, and what is logged (the loss, and the mean expected Q of the taken
+/// actions).
+pub(crate) fn distribution_loss(
+    logits: &Tensor,
+    values: &Tensor,
+    actions: &[u32],
+    targets: &[f32],
+) -> Result<(LossInfo, Tensor)> {
+    let (b, _, k) = logits.dims3()?;
+    let targets = Tensor::from_slice(targets, (b, k), logits.device())?;
+    let loss = cross_entropy(logits, actions, &targets)?;
+    let q = expected_q(&logits.detach(), values)?;
+    let info = LossInfo {
+        value: Metric::of(&loss)?,
+        q_mean: Metric::Host(mean_taken(&q, actions)?),
+    };
+    Ok((info, loss))
 }
 
 #[cfg(test)]

@@ -66,6 +66,7 @@ impl QNetwork {
     /// [`super::NormKind::WnMeanOnlyBn`] builds it).
     pub fn runs_on_host(&self) -> bool {
         self.store().device().is_cpu()
+            && self.support().is_none()
             && self.convs.is_empty()
             && self.dense.iter().all(Layer::runs_on_host)
     }

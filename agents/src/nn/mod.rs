@@ -46,7 +46,7 @@ pub use normalization::HostGradients;
 pub use params::{Param, ParamStore, Role};
 pub(crate) use parts::AfterStep;
 pub use parts::{Activation, WeightRule};
-pub use qnet::QNetwork;
+pub use qnet::{expected_q, QNetwork};
 pub use registry::{NormConfig, NormKind, SphereHead, COMBINATIONS};
 pub use rms_norm::RmsNorm;
 pub use weight_norm::{UnitNorms, WeightNorm};

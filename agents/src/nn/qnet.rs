@@ -11,7 +11,7 @@
 //! assert_eq!(net.forward(&x, Pass::TRAIN).unwrap().dims(), &[32, 6]);
 //! ```
 
-use candle_core::{Device, Result, Tensor};
+use candle_core::{Device, Result, Tensor, D};
 
 use super::init::InitRng;
 use super::{Layer, LayerStats, LinearMap, NormConfig, ParamStore, Pass, QNetworkConfig};
@@ -25,6 +25,9 @@ pub struct QNetwork {
     norm: NormConfig,
     obs_shape: Vec<usize>,
     n_actions: usize,
+    /// A distributional head's values `[K]` (C51's atoms, HL-Gauss's bin centres): the
+    /// head gives `n_actions x K` logits, and Q is each action's expectation of them.
+    support: Option<Tensor>,
 }
 
 impl QNetwork {
@@ -35,6 +38,34 @@ impl QNetwork {
         norm: &NormConfig,
         obs_shape: &[usize],
         n_actions: usize,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::build(config, norm, (obs_shape, n_actions, &[]), seed, device)
+    }
+
+    /// A network whose head gives, for each action, logits over the fixed `values`
+    /// (`[K]`): [`Self::forward`] returns each action's expected value under their
+    /// softmax, and [`Self::forward_logits`] the logits for a distributional loss.
+    pub fn distributional(
+        config: &QNetworkConfig,
+        norm: &NormConfig,
+        (obs_shape, n_actions): (&[usize], usize),
+        values: &[f32],
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        if values.len() < 2 {
+            candle_core::bail!("a distributional head needs at least 2 values");
+        }
+        Self::build(config, norm, (obs_shape, n_actions, values), seed, device)
+    }
+
+    /// The network, with a distributional head where `values` is not empty.
+    fn build(
+        config: &QNetworkConfig,
+        norm: &NormConfig,
+        (obs_shape, n_actions, values): (&[usize], usize, &[f32]),
         seed: u64,
         device: &Device,
     ) -> Result<Self> {
@@ -89,7 +120,7 @@ impl QNetwork {
         }
         let head = LinearMap::Linear {
             n_in: width,
-            n_out: n_actions,
+            n_out: n_actions * values.len().max(1),
         };
         dense.push(Layer::output(&mut store, "head", head, norm, &mut rng)?);
         Ok(Self {
@@ -99,6 +130,10 @@ impl QNetwork {
             norm: norm.clone(),
             obs_shape: obs_shape.to_vec(),
             n_actions,
+            support: match values.is_empty() {
+                true => None,
+                false => Some(Tensor::from_slice(values, values.len(), device)?),
+            },
         })
     }
 
@@ -124,8 +159,36 @@ impl QNetwork {
     }
 
     /// Q-values `[B, n_actions]` for observations `[B, obs_shape...]` through candle's
-    /// graph, with the batch-norm statistics and the gradients that `pass` says.
+    /// graph, with the batch-norm statistics and the gradients that `pass` says; with a
+    /// distributional head, each action's expected value.
     pub fn forward(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
+        let out = self.head_output(x, pass)?;
+        match &self.support {
+            None => Ok(out),
+            Some(values) => expected_q(&self.as_logits(out)?, values),
+        }
+    }
+
+    /// A distributional head's logits `[B, n_actions, K]`.
+    pub fn forward_logits(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
+        if self.support.is_none() {
+            candle_core::bail!("forward_logits needs a distributional head");
+        }
+        self.as_logits(self.head_output(x, pass)?)
+    }
+
+    /// A distributional head's values `[K]`, if it has one.
+    pub fn support(&self) -> Option<&Tensor> {
+        self.support.as_ref()
+    }
+
+    fn as_logits(&self, out: Tensor) -> Result<Tensor> {
+        let b = out.dim(0)?;
+        out.reshape((b, self.n_actions, ()))
+    }
+
+    /// The head's output `[B, n_actions x K]` (`K` = 1 for a scalar head).
+    fn head_output(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
         let mut h = x.clone();
         for layer in &self.convs {
             h = layer.forward(&h, pass)?;
@@ -199,4 +262,12 @@ impl QNetwork {
     pub fn stats(&self, singular_values: bool) -> Result<Vec<LayerStats>> {
         self.layers().map(|l| l.stats(singular_values)).collect()
     }
+}
+
+/// Q-values `[.., A]` from a distributional head's logits `[.., A, K]`: each action's
+/// expectation of `values` `[K]` (C51's atoms, HL-Gauss's bin centres) under the
+/// softmax of its logits. Differentiable, in tensor ops (any device).
+pub fn expected_q(logits: &Tensor, values: &Tensor) -> Result<Tensor> {
+    let p = candle_nn::ops::softmax_last_dim(logits)?;
+    p.broadcast_mul(values)?.sum(D::Minus1)
 }

@@ -19,7 +19,7 @@ use super::graph::StepGraph;
 use super::inputs::{self, Inputs, Stacked};
 use super::{DeviceFrames, PopulationNet};
 use crate::dqn::td::{self, TargetSync};
-use crate::dqn::{epsilon_greedy, Dqn, DqnConfig};
+use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, Loss};
 use crate::dqn::{population_mean_taken, population_td_gradient, population_td_stats};
 use crate::dqn::{population_td_loss, population_td_loss_tensor_ops};
 use crate::nn::{BnStats, ParamStore};
@@ -91,12 +91,22 @@ impl PopulationDqn {
         Self::with_target(online, target, config, optimizer)
     }
 
+    /// The regression loss: [`Self::with_target`] refuses a distributional one.
+    fn regression(&self) -> Loss {
+        self.config.loss.regression().unwrap_or(Loss::Huber)
+    }
+
     fn with_target(
         online: PopulationNet,
         target: PopulationNet,
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
+        if config.loss.is_distributional() {
+            candle_core::bail!(
+                "a population trains with dqn.loss = \"huber\" or \"mse\" (a distributional loss has no population form yet)"
+            );
+        }
         let max_grad_norm = optimizer.max_grad_norm;
         let unclipped = OptimizerConfig {
             max_grad_norm: 0.0,
@@ -582,7 +592,7 @@ impl PopulationDqn {
         let Some((q, tape)) = self.online.forward_with_tape(&stacked.obs, stats)? else {
             return Ok(None);
         };
-        let (actions, loss) = (&stacked.actions, self.config.loss);
+        let (actions, loss) = (&stacked.actions, self.regression());
         let metrics = population_td_stats(&q, actions, &targets, loss)?;
         let dq = population_td_gradient(&q, actions, &targets, loss)?;
         let grads = self.online.backward(tape, &dq)?;
@@ -601,10 +611,10 @@ impl PopulationDqn {
             true => self.joint_forward(stacked)?,
         };
         // Each agent's mean over its own batch: `[P]`.
-        let (actions, fused) = (&stacked.actions, self.online.is_fused());
+        let (actions, fused, loss) = (&stacked.actions, self.online.is_fused(), self.regression());
         let losses = match fused {
-            true => population_td_loss(&q, actions, &targets, self.config.loss)?,
-            false => population_td_loss_tensor_ops(&q, actions, &targets, self.config.loss)?,
+            true => population_td_loss(&q, actions, &targets, loss)?,
+            false => population_td_loss_tensor_ops(&q, actions, &targets, loss)?,
         };
         let q_mean = match fused {
             true => population_mean_taken(&q, actions)?,

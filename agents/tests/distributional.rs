@@ -1,0 +1,118 @@
+//! A distributional value: the head's Q-values are its expectations, and C51's and
+//! HL-Gauss's updates fit the value they are given.
+
+use candle_core::{Device, Tensor};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Support, TargetUpdate, ValueLoss};
+use normrl_agents::nn::{NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
+use normrl_agents::optim::OptimizerConfig;
+use normrl_agents::replay::Batch;
+
+fn agent(kind: NormKind, dqn: &DqnConfig) -> candle_core::Result<Dqn> {
+    let norm = NormConfig::from(kind);
+    let config = AgentConfig {
+        network: &QNetworkConfig::mlp(vec![32, 32]),
+        norm: &norm,
+        optimizer: &OptimizerConfig::default(),
+        dqn,
+    };
+    Dqn::new(config, &[3], 2, 7, &Device::Cpu)
+}
+
+#[test]
+fn a_distributional_head_gives_each_actions_expected_value() {
+    let values = [-1.0f32, 0.0, 0.5, 2.0, 4.0];
+    let config = QNetworkConfig::mlp(vec![8]);
+    let norm = NormConfig::from(NormKind::LayerNorm);
+    let shape = (&[3][..], 2);
+    let net = QNetwork::distributional(&config, &norm, shape, &values, 3, &Device::Cpu).unwrap();
+    let x = Tensor::new(&[[0.3f32, -1.0, 2.0], [1.5, 0.2, -0.7]], &Device::Cpu).unwrap();
+    let logits = net.forward_logits(&x, Pass::EVAL).unwrap();
+    assert_eq!(logits.dims(), &[2, 2, 5]);
+    let q = net
+        .forward(&x, Pass::EVAL)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let logits = logits.to_vec3::<f32>().unwrap();
+    for (row, q_row) in logits.iter().zip(&q) {
+        for (l, &q) in row.iter().zip(q_row) {
+            let top = l.iter().cloned().fold(f32::MIN, f32::max);
+            let w: Vec<f64> = l.iter().map(|&v| f64::from(v - top).exp()).collect();
+            let total: f64 = w.iter().sum();
+            let mean: f64 = w.iter().zip(values).map(|(w, z)| w * f64::from(z)).sum();
+            assert!(
+                (mean / total - f64::from(q)).abs() < 1e-5,
+                "{q} vs {}",
+                mean / total
+            );
+        }
+    }
+    // A scalar network has no logits to give.
+    let scalar = QNetwork::new(&config, &norm, &[3], 2, 3, &Device::Cpu).unwrap();
+    assert!(scalar.forward_logits(&x, Pass::EVAL).is_err());
+}
+
+/// 16 transitions, each ending its episode with reward `0.1 i`: with `gamma = 0` the
+/// target is the reward itself, so a distribution fitted to it has the reward as its
+/// expected value.
+fn terminal_batch() -> Batch {
+    let mut batch = Batch::new(16, 3);
+    for i in 0..16 {
+        let x = i as f32 / 8.0 - 1.0;
+        batch.obs[i * 3..][..3].copy_from_slice(&[x, x * x, 1.0 - x]);
+        batch.next_obs[i * 3..][..3].copy_from_slice(&[-x, 0.5, x]);
+        batch.actions[i] = (i % 2) as u32;
+        batch.rewards[i] = 0.1 * i as f32;
+        batch.terminated[i] = 1.0;
+    }
+    batch
+}
+
+#[test]
+fn c51_and_hl_gauss_fit_terminal_rewards() {
+    for loss in [ValueLoss::C51, ValueLoss::HlGauss] {
+        let config = DqnConfig {
+            loss,
+            support: Support {
+                atoms: 41,
+                v_min: -1.0,
+                v_max: 3.0,
+            },
+            ..Default::default()
+        };
+        let mut dqn = agent(NormKind::None, &config).unwrap();
+        assert_eq!(dqn.engine(), normrl_agents::dqn::Engine::CpuGraph);
+        let batch = terminal_batch();
+        let first = dqn.update(&batch).unwrap().td_loss.value().unwrap();
+        let mut last = first;
+        for _ in 0..1500 {
+            last = dqn.update(&batch).unwrap().td_loss.value().unwrap();
+        }
+        assert!(last < first, "{loss:?}: loss {first} -> {last}");
+        for i in 0..16 {
+            let q = dqn.q_values(&batch.obs[i * 3..][..3]).unwrap();
+            let taken = q[batch.actions[i] as usize];
+            let reward = batch.rewards[i];
+            assert!(
+                (taken - reward).abs() < 0.05,
+                "{loss:?}: transition {i}: Q {taken} against reward {reward}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_distributional_loss_is_refused_where_it_has_no_form() {
+    let config = DqnConfig {
+        loss: ValueLoss::C51,
+        joint_forward: true,
+        target_update: TargetUpdate::None,
+        ..Default::default()
+    };
+    let err = agent(NormKind::BatchNorm, &config).err().unwrap();
+    assert!(err.to_string().contains("joint_forward"), "{err}");
+    assert!(config
+        .problems()
+        .iter()
+        .any(|(field, _)| *field == "joint_forward"));
+}
