@@ -19,7 +19,7 @@ pub fn problems(config: &TrainConfig) -> Vec<String> {
     add("norm", config.norm.problems());
     add("optimizer", config.optimizer.problems());
     add("dqn", config.dqn.problems());
-    add("dqn", loss_problems(config));
+    add("dqn", update_problems(config));
     add("replay", replay_problems(config));
     add("run", run_problems(config));
     add("network", network_problems(config));
@@ -114,13 +114,21 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     p
 }
 
-/// Where a distributional loss cannot run yet: it has forms for a single agent on the
-/// CPU's graph only.
-fn loss_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
-    if !config.dqn.loss.is_distributional() {
-        return vec![];
-    }
+/// What the update cannot do yet: a population's joint forward with a target network,
+/// and a distributional loss anywhere but a single agent on the CPU's graph.
+fn update_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     let mut p = vec![];
+    let dqn = &config.dqn;
+    let with_target = dqn.target_update != normrl_agents::dqn::TargetUpdate::None;
+    if dqn.joint_forward && with_target && config.run.population > 1 {
+        p.push((
+            "joint_forward",
+            "used with target_update = { type = \"none\" } in a population (run.population > 1); a single agent's joint forward also takes a target network",
+        ));
+    }
+    if !dqn.loss.is_distributional() {
+        return p;
+    }
     if config.run.population > 1 {
         p.push((
             "loss",

@@ -431,29 +431,54 @@ impl Dqn {
 
     /// CrossQ's joint forward: one differentiable forward over the observations and the
     /// next observations (2B rows), so batch statistics come from both halves; the
-    /// first half's Q-values enter the loss, the second half's make the targets,
-    /// detached (no gradient reaches them).
+    /// first half's Q-values enter the loss. The targets come from the second half:
+    /// of the online network's forward, detached, without a target network (CrossQ);
+    /// with one (CrossQ with weight norm, XQC), of the target network's own forward over
+    /// the same 2B rows in `target_bn_mode`, the online half choosing with Double DQN.
     fn joint_forward(&self, batch: &Batch) -> Result<(UpdateForward, Targets)> {
         let (b, n_actions) = (batch.size, self.online.n_actions());
         let both = [&batch.obs[..], &batch.next_obs[..]].concat();
         let stats = self.config.online_bn_mode;
+        let from_target = !self.config.target_update.bootstraps_from_online();
+        let target_stats = self.config.target_bn_mode;
         if self.engine == Engine::Host {
             let mut tape = HostTape::default();
             let q = self
                 .online
                 .host_forward(&both, 2 * b, stats, Some(&mut tape))?;
-            let targets = self.bootstrap(batch, &q[b * n_actions..], None);
+            let online_next = &q[b * n_actions..];
+            let targets = match from_target {
+                false => self.bootstrap(batch, online_next, None),
+                true => {
+                    let t = self.target.host_forward(&both, 2 * b, target_stats, None)?;
+                    let chooser = self.config.double_dqn.then_some(online_next);
+                    self.bootstrap(batch, &t[b * n_actions..], chooser)
+                }
+            };
             let forward = UpdateForward::Host { q, rows: b, tape };
             return Ok((forward, Targets::Host(targets)));
         }
         let x = self.batch_tensor(&both, 2 * b)?;
         let q_all = self.online.forward(&x, Pass::differentiable(stats))?;
-        let (q, next_q) = td::split_joint(&q_all, 0, b)?;
+        let (q, online_next) = td::split_joint(&q_all, 0, b)?;
+        let (next_q, chooser) = match from_target {
+            false => (online_next, None),
+            true => {
+                let t = self.target.forward(&x, Pass::gradient_free(target_stats))?;
+                let chooser = self.config.double_dqn.then_some(online_next);
+                (t.narrow(0, b, b)?.contiguous()?, chooser)
+            }
+        };
         let targets = match self.engine {
             Engine::Device => {
-                Targets::Device(self.device_bootstrap(batch, &td::best_next(&next_q, None)?)?)
+                let best = td::best_next(&next_q, chooser.as_ref())?;
+                Targets::Device(self.device_bootstrap(batch, &best)?)
             }
-            _ => Targets::Host(self.bootstrap(batch, &next_q.flatten_all()?.to_vec1()?, None)),
+            _ => {
+                let chooser = chooser.map(|c| c.flatten_all()?.to_vec1()).transpose()?;
+                let next = next_q.flatten_all()?.to_vec1()?;
+                Targets::Host(self.bootstrap(batch, &next, chooser.as_deref()))
+            }
         };
         Ok((UpdateForward::Graph(q), targets))
     }

@@ -97,8 +97,10 @@ pub struct DqnConfig {
     /// Batch-norm mode when choosing actions.
     pub acting_bn_mode: BnStats,
     /// CrossQ's joint forward: one training forward over the observations and the next
-    /// observations together (2B rows, so batch statistics come from both); the second
-    /// half's Q-values, detached, make the targets. Needs `target_update = "none"`.
+    /// observations together (2B rows, so batch statistics come from both). Without a
+    /// target network the second half's Q-values, detached, make the targets (CrossQ);
+    /// with one, the target network's forward over the same 2B rows does (CrossQ with
+    /// weight norm, XQC).
     pub joint_forward: bool,
 }
 
@@ -135,12 +137,6 @@ impl DqnConfig {
             _ => {}
         }
         let target_free = self.target_update == TargetUpdate::None;
-        if self.joint_forward && !target_free {
-            p.push((
-                "joint_forward",
-                "used with target_update = { type = \"none\" } (the targets come from the joint forward)",
-            ));
-        }
         if self.loss.is_distributional() {
             p.extend(self.distributional_problems());
         }

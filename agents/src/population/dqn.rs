@@ -19,7 +19,7 @@ use super::graph::StepGraph;
 use super::inputs::{self, Inputs, Stacked};
 use super::{DeviceFrames, PopulationNet};
 use crate::dqn::td::{self, TargetSync};
-use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, Loss};
+use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, Loss, TargetUpdate};
 use crate::dqn::{population_mean_taken, population_td_gradient, population_td_stats};
 use crate::dqn::{population_td_loss, population_td_loss_tensor_ops};
 use crate::nn::{BnStats, ParamStore};
@@ -102,6 +102,11 @@ impl PopulationDqn {
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
+        if config.joint_forward && config.target_update != TargetUpdate::None {
+            candle_core::bail!(
+                "a population's joint forward runs without a target network (dqn.target_update = {{ type = \"none\" }})"
+            );
+        }
         if config.loss.is_distributional() {
             candle_core::bail!(
                 "a population trains with dqn.loss = \"huber\" or \"mse\" (a distributional loss has no population form yet)"
