@@ -158,9 +158,9 @@ fn errors_name_the_key_and_what_is_allowed() {
             &["dqn.loss must be \"huber\" or \"mse\" with run.population > 1"],
         ),
         (
-            "[dqn]\nloss = \"c51\"\njoint_forward = true\n[dqn.target_update]\ntype = \"none\"\n",
-            &[],
-            &["dqn.joint_forward must be false with loss = \"c51\""],
+            "[dqn]\njoint_forward = true\n",
+            &["run.population=3"],
+            &["dqn.joint_forward must be used with target_update = { type = \"none\" } in a population"],
         ),
     ];
     for (text, overrides, needles) in cases {

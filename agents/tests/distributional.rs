@@ -101,18 +101,49 @@ fn c51_and_hl_gauss_fit_terminal_rewards() {
     }
 }
 
+/// XQC's joint forward of a distributional head with a target network: with
+/// row-independent layers it is the plain update (the same weights after 6 updates),
+/// for both losses, with and without Double DQN; without a target network the targets
+/// come from the online network's own second half, another update.
 #[test]
-fn a_distributional_loss_is_refused_where_it_has_no_form() {
-    let config = DqnConfig {
-        loss: ValueLoss::C51,
-        joint_forward: true,
-        target_update: TargetUpdate::None,
-        ..Default::default()
+fn a_joint_forward_of_a_distributional_head_bootstraps_from_the_target() {
+    let mut batch = terminal_batch();
+    batch
+        .terminated
+        .iter_mut()
+        .step_by(2)
+        .for_each(|t| *t = 0.0);
+    let train = |loss, double_dqn, joint_forward, target_update| {
+        let config = DqnConfig {
+            loss,
+            double_dqn,
+            joint_forward,
+            target_update,
+            gamma: 0.9,
+            ..Default::default()
+        };
+        let mut dqn = agent(NormKind::LayerNorm, &config).unwrap();
+        for _ in 0..6 {
+            dqn.update(&batch).unwrap();
+        }
+        let head = dqn.online().store().get("head.weight").unwrap();
+        let head = head.var.as_tensor().flatten_all().unwrap();
+        head.to_vec1::<f32>().unwrap()
     };
-    let err = agent(NormKind::BatchNorm, &config).err().unwrap();
-    assert!(err.to_string().contains("joint_forward"), "{err}");
-    assert!(config
-        .problems()
-        .iter()
-        .any(|(field, _)| *field == "joint_forward"));
+    let largest = |a: &[f32], b: &[f32]| {
+        let d = a.iter().zip(b).map(|(x, y)| (x - y).abs());
+        d.fold(0f32, f32::max)
+    };
+    let hard = TargetUpdate::Hard { every: 100 };
+    for loss in [ValueLoss::C51, ValueLoss::HlGauss] {
+        for double in [false, true] {
+            let joint = train(loss, double, true, hard);
+            let plain = train(loss, double, false, hard);
+            let d = largest(&joint, &plain);
+            assert!(d < 1e-5, "{loss:?} double={double}: {d}");
+        }
+        let own = train(loss, false, true, TargetUpdate::None);
+        let d = largest(&own, &train(loss, false, true, hard));
+        assert!(d > 1e-4, "{loss:?}: {d}");
+    }
 }

@@ -329,18 +329,25 @@ fn a_joint_forward_with_a_target_network_bootstraps_from_the_target() {
         ..Default::default()
     };
     let mut dqn = agent(NormKind::LayerNorm, own);
-    let mut with_target = agent(NormKind::LayerNorm, DqnConfig {
-        joint_forward: true,
-        target_update: TargetUpdate::Hard { every: 100 },
-        ..Default::default()
-    });
+    let mut with_target = agent(
+        NormKind::LayerNorm,
+        DqnConfig {
+            joint_forward: true,
+            target_update: TargetUpdate::Hard { every: 100 },
+            ..Default::default()
+        },
+    );
     for _ in 0..6 {
         dqn.update(&batch).unwrap();
         with_target.update(&batch).unwrap();
     }
     let a = param(dqn.online(), "head.weight");
     let b = param(with_target.online(), "head.weight");
-    let apart = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let apart = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
     assert!(apart > 1e-4, "{apart}");
 }
 

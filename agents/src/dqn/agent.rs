@@ -27,7 +27,7 @@ use rand::Rng;
 
 use candle_nn::ops::softmax_last_dim;
 
-use super::distribution::{distribution_loss, Atoms, Bins, Bootstrap};
+use super::distribution::{distribution_loss, expected_q, Atoms, Bins, Bootstrap};
 use super::td::{self, TargetSync};
 use super::td_loss::{device_loss, graph_loss, host_loss, LossInfo};
 use super::{AgentConfig, DqnConfig, Loss, ValueLoss};
@@ -336,14 +336,35 @@ impl Dqn {
         }
     }
 
-    /// C51's projected distributions, or HL-Gauss's histograms of the scalar TD
-    /// targets (whose Q-values are the target head's expectations), `[B, K]`.
+    /// The target distributions `[B, K]` from the target network's logits of the next
+    /// observations (the online network's without a target network), the online
+    /// network's Q-values choosing the next action with Double DQN.
     fn distribution_targets(&self, batch: &Batch) -> Result<Vec<f32>> {
-        let b = batch.size;
+        let next_obs = self.batch_tensor(&batch.next_obs, batch.size)?;
+        let pass = Pass::gradient_free(self.config.target_bn_mode);
+        let next_logits = self.target_network().forward_logits(&next_obs, pass)?;
+        let chooser = match self.config.double_dqn {
+            true => Some(self.q_of(&self.online, &batch.next_obs, batch.size, BnStats::Running)?),
+            false => None,
+        };
+        self.distributions_from(batch, &next_logits, chooser.as_deref())
+    }
+
+    /// C51's projections of the next distributions (`next_logits` `[B, A, K]`, at the
+    /// action of the largest expected value or `chooser`'s), or HL-Gauss's histograms
+    /// of the scalar TD targets whose next Q-values are their expectations.
+    fn distributions_from(
+        &self,
+        batch: &Batch,
+        next_logits: &Tensor,
+        chooser: Option<&[f32]>,
+    ) -> Result<Vec<f32>> {
         let support = &self.config.support;
         let (k, v_min, v_max) = (support.atoms, support.v_min as f32, support.v_max as f32);
         if self.config.loss == ValueLoss::HlGauss {
-            let y = self.td_targets(batch)?;
+            let values = self.online.support().expect("a distributional head");
+            let next_q = expected_q(next_logits, values)?.flatten_all()?.to_vec1()?;
+            let y = self.bootstrap(batch, &next_q, chooser);
             return Ok(Bins {
                 bins: k,
                 v_min,
@@ -351,25 +372,46 @@ impl Dqn {
             }
             .targets(&y));
         }
-        let next_obs = self.batch_tensor(&batch.next_obs, b)?;
-        let pass = Pass::gradient_free(self.config.target_bn_mode);
-        let logits = self.target_network().forward_logits(&next_obs, pass)?;
-        let next_p = softmax_last_dim(&logits)?.flatten_all()?.to_vec1()?;
-        let online_q = match self.config.double_dqn {
-            true => Some(self.q_of(&self.online, &batch.next_obs, b, BnStats::Running)?),
-            false => None,
-        };
+        let next_p = softmax_last_dim(next_logits)?.flatten_all()?.to_vec1()?;
         let rows = Bootstrap {
             rewards: &batch.rewards,
             terminated: &batch.terminated,
             gamma: self.config.gamma as f32,
         };
-        let atoms = Atoms {
+        Ok(Atoms {
             atoms: k,
             v_min,
             v_max,
+        }
+        .targets(&next_p, chooser, &rows))
+    }
+
+    /// [`Self::joint_forward`] of a distributional head: the online logits of both
+    /// halves, the first half's for the loss, the targets from the target network's
+    /// logits over the same rows (or the online second half's, detached).
+    fn joint_distributions(&self, batch: &Batch) -> Result<(UpdateForward, Targets)> {
+        let b = batch.size;
+        let both = [&batch.obs[..], &batch.next_obs[..]].concat();
+        let x = self.batch_tensor(&both, 2 * b)?;
+        let stats = Pass::differentiable(self.config.online_bn_mode);
+        let all = self.online.forward_logits(&x, stats)?;
+        let online_next = all.narrow(0, b, b)?.detach();
+        let values = self.online.support().expect("a distributional head");
+        let (next_logits, chooser) = match self.config.target_update.bootstraps_from_online() {
+            true => (online_next, None),
+            false => {
+                let pass = Pass::gradient_free(self.config.target_bn_mode);
+                let t = self.target.forward_logits(&x, pass)?.narrow(0, b, b)?;
+                let q = expected_q(&online_next, values)?.flatten_all()?.to_vec1()?;
+                (t, self.config.double_dqn.then_some(q))
+            }
         };
-        Ok(atoms.targets(&next_p, online_q.as_deref(), &rows))
+        let targets = self.distributions_from(batch, &next_logits, chooser.as_deref())?;
+        let logits = all.narrow(0, 0, b)?;
+        Ok((
+            UpdateForward::Logits(logits),
+            Targets::Distribution(targets),
+        ))
     }
 
     /// Scalar TD targets: on the host, or on an accelerator's device.
@@ -436,6 +478,9 @@ impl Dqn {
     /// with one (CrossQ with weight norm, XQC), of the target network's own forward over
     /// the same 2B rows in `target_bn_mode`, the online half choosing with Double DQN.
     fn joint_forward(&self, batch: &Batch) -> Result<(UpdateForward, Targets)> {
+        if self.config.loss.is_distributional() {
+            return self.joint_distributions(batch);
+        }
         let (b, n_actions) = (batch.size, self.online.n_actions());
         let both = [&batch.obs[..], &batch.next_obs[..]].concat();
         let stats = self.config.online_bn_mode;
@@ -574,16 +619,13 @@ impl Dqn {
 }
 
 /// Why an agent cannot train with its distributional loss here: a distributional loss
-/// runs on the CPU's graph, and not with CrossQ's joint forward, for now.
+/// runs on the CPU's graph for now.
 fn distributional_problem(config: &DqnConfig, device: &Device) -> Result<()> {
     if !device.is_cpu() {
         candle_core::bail!(
             "dqn.loss = {:?} trains on the CPU for now (run.device = \"cpu\")",
             config.loss
         );
-    }
-    if config.joint_forward {
-        candle_core::bail!("dqn.joint_forward takes a regression loss (huber or mse) for now");
     }
     Ok(())
 }

@@ -157,12 +157,6 @@ impl DqnConfig {
         if let Some(why) = support_problem(s.atoms, s.v_min as f32, s.v_max as f32) {
             p.push(("support", why));
         }
-        if self.joint_forward {
-            p.push((
-                "joint_forward",
-                "false with loss = \"c51\" or \"hl_gauss\" (the joint forward takes regression losses only, for now)",
-            ));
-        }
         p
     }
 
