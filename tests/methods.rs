@@ -273,3 +273,46 @@ fn a_pair_of_parts_resumes_exactly() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// XQC's update (unit rows with batch norm, a C51 head, the joint forward with a Polyak
+/// target, rewards divided by the running return's spread) stopped midway and resumed
+/// ends as the uninterrupted run: the running return travels in the checkpoint (a
+/// resume that started it afresh would divide by another number). Without the scaling
+/// the run is another one, so the scaling is applied.
+#[test]
+fn a_distributional_run_with_scaled_rewards_resumes_exactly() {
+    let dir = common::fresh_dir("xqc-resume");
+    let mut sets = method_sets("unit_rows+batch_norm");
+    sets.extend(
+        [
+            "dqn.loss=\"c51\"",
+            "dqn.joint_forward=true",
+            "dqn.online_bn_mode=\"train\"",
+            "dqn.target_bn_mode=\"train\"",
+            "dqn.support={atoms=21,v_min=-5,v_max=5}",
+        ]
+        .map(String::from),
+    );
+    let unscaled = short("configs/cartpole.toml", &sets);
+    sets.push("dqn.reward_scale=\"running_return\"".into());
+    let mut config = short("configs/cartpole.toml", &sets);
+    config.dqn.target_update = normrl_agents::dqn::TargetUpdate::Polyak { tau: 0.005 };
+    let (full, cut, plain) = (dir.join("full"), dir.join("cut"), dir.join("plain"));
+    let whole = Trainer::new(config.clone(), &full)
+        .unwrap()
+        .run(None)
+        .unwrap()
+        .unwrap();
+    let stopped = Trainer::new(config, &cut).unwrap().run(Some(700)).unwrap();
+    assert!(stopped.is_none());
+    let resumed = Trainer::resume(&cut).unwrap().run(None).unwrap().unwrap();
+    assert_eq!(resumed.train_curve, whole.train_curve);
+    assert_eq!(resumed.eval_curve, whole.eval_curve);
+    let weights = common::checkpoint_weights(&full);
+    assert_eq!(common::checkpoint_weights(&cut), weights);
+    let mut other = unscaled;
+    other.dqn.target_update = normrl_agents::dqn::TargetUpdate::Polyak { tau: 0.005 };
+    Trainer::new(other, &plain).unwrap().run(None).unwrap();
+    assert_ne!(common::checkpoint_weights(&plain), weights);
+    let _ = std::fs::remove_dir_all(&dir);
+}

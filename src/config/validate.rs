@@ -114,8 +114,9 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     p
 }
 
-/// What the update cannot do yet: a population's joint forward with a target network,
-/// and a distributional loss anywhere but a single agent on the CPU's graph.
+/// What the update cannot do yet: a population's joint forward with a target network
+/// or scaled rewards, and a distributional loss anywhere but a single agent on the CPU's
+/// graph.
 fn update_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     let mut p = vec![];
     let dqn = &config.dqn;
@@ -124,6 +125,13 @@ fn update_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
         p.push((
             "joint_forward",
             "used with target_update = { type = \"none\" } in a population (run.population > 1); a single agent's joint forward also takes a target network",
+        ));
+    }
+    let scaled = dqn.reward_scale != normrl_agents::dqn::RewardScale::None;
+    if scaled && config.run.population > 1 {
+        p.push((
+            "reward_scale",
+            "\"none\" with run.population > 1 (a population does not scale rewards yet)",
         ));
     }
     if !dqn.loss.is_distributional() {

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use normrl_agents::dqn::{epsilon_greedy, Dqn};
+use normrl_agents::dqn::distribution::ReturnScale;
+use normrl_agents::dqn::{epsilon_greedy, Dqn, RewardScale};
 use normrl_agents::replay::{Batch, FrameEncoding, ReplayBuffer};
 use normrl_envs::{make, Env};
 use rand::SeedableRng;
@@ -64,6 +65,9 @@ pub struct Trainer {
     /// Kept between evaluations: outside environments are costly to start.
     eval_env: Option<Box<dyn Env>>,
     diagnostics: Diagnostics,
+    /// The running return that `dqn.reward_scale = "running_return"` divides the
+    /// batches' rewards by.
+    return_scale: Option<ReturnScale>,
     /// A population member keeps its older checkpoints until every member has written
     /// its new one (see `population/`).
     defer_pruning: bool,
@@ -159,6 +163,8 @@ impl Trainer {
             }
         };
         let record = Recorder::new(run_dir)?;
+        let return_scale = (config.dqn.reward_scale == RewardScale::RunningReturn)
+            .then(|| ReturnScale::new(config.dqn.gamma));
         Ok(Self {
             batch: Batch::new(config.replay.batch_size, space.len()),
             next_obs: obs.clone(),
@@ -175,6 +181,7 @@ impl Trainer {
             record,
             eval_env,
             diagnostics: Diagnostics::default(),
+            return_scale,
             defer_pruning: false,
             _lock: lock,
         })
@@ -202,7 +209,14 @@ impl Trainer {
         let config = TrainConfig::load(&config_path, &[])?;
         let bytes = std::fs::read(dir.join("state.bin"))?;
         let corrupt = || format!("checkpoint {} is corrupt", dir.join("state.bin").display());
-        let state: LoopState = postcard::from_bytes(&bytes).with_context(corrupt)?;
+        // The loop state, then, where the run scales its rewards, the running return
+        // (after the state, so that checkpoints written before it was kept still read).
+        let (state, rest): (LoopState, _) =
+            postcard::take_from_bytes(&bytes).with_context(corrupt)?;
+        let return_scale: Option<ReturnScale> = match rest.is_empty() {
+            true => None,
+            false => Some(postcard::from_bytes(rest).with_context(corrupt)?),
+        };
         // A zeroed or truncated file can still decode: its config is then no TOML.
         if toml::from_str::<toml::Table>(&state.config_toml).map_or(true, |t| t.is_empty()) {
             bail!("{}", corrupt());
@@ -261,6 +275,9 @@ impl Trainer {
         t.record.train_curve = state.train_curve;
         t.wall_before = state.wall_seconds;
         t.diagnostics = state.diagnostics.into_owned();
+        if t.return_scale.is_some() {
+            t.return_scale = Some(return_scale.with_context(corrupt)?);
+        }
         match state.replay {
             Some(r) => t.replay = r.into_owned(),
             None => bail!("the checkpoint holds no replay buffer (checkpoint.replay = false): cannot resume exactly"),
@@ -315,6 +332,7 @@ impl Trainer {
             wall_seconds: self.wall_before + elapsed,
             diagnostics: Cow::Borrowed(&self.diagnostics),
         };
+        let return_scale = self.return_scale.clone();
         let files = CheckpointFiles {
             tensors: vec![
                 ("online", self.agent.online().store().to_map()?),
@@ -322,7 +340,10 @@ impl Trainer {
                 ("optimizer", self.agent.optimizer().state_tensors()?),
             ],
             state: Box::new(move |out: &mut dyn std::io::Write| {
-                postcard::to_io(&state, out)?;
+                postcard::to_io(&state, &mut *out)?;
+                if let Some(scale) = &return_scale {
+                    postcard::to_io(&scale, out)?;
+                }
                 Ok(())
             }),
         };
@@ -462,6 +483,9 @@ impl Trainer {
             outcome.truncated,
             &self.next_obs,
         );
+        if let Some(scale) = &mut self.return_scale {
+            scale.push(f64::from(outcome.reward), outcome.done());
+        }
         self.step += 1;
         // With a lost life as the end of an episode (Atari) the learner's episode ends
         // but the game goes on: only whole games are logged.
@@ -521,6 +545,7 @@ impl Trainer {
     fn train(&mut self) -> Result<()> {
         for _ in 0..self.config.replay.gradient_steps {
             self.sample()?;
+            self.scale_rewards();
             let info = self.agent.update(&self.batch)?;
             self.record.update(self.step, &info)?;
             self.after_update()?;
@@ -660,6 +685,17 @@ impl Trainer {
         self.replay
             .sample(sampler, &mut self.batch, &mut self.replay_rng)?;
         Ok(())
+    }
+
+    /// The batch's rewards divided by the running return's spread, with
+    /// `dqn.reward_scale = "running_return"`.
+    fn scale_rewards(&mut self) {
+        if let Some(scale) = &self.return_scale {
+            let divisor = scale.simbav2_divisor(self.config.dqn.support.v_max) as f32;
+            for r in &mut self.batch.rewards {
+                *r /= divisor;
+            }
+        }
     }
 
     /// From now on, batches take only their transitions' slots (a population reads

@@ -45,6 +45,19 @@ impl ValueLoss {
     }
 }
 
+/// `dqn.reward_scale`: what the rewards of a batch are divided by before the update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardScale {
+    /// The rewards as the environment gives them.
+    #[default]
+    None,
+    /// SimbaV2's: the running discounted return's spread,
+    /// `max(sqrt(Var[G] + 1e-8), max|G| / v_max)` with `v_max` the support's
+    /// ([`super::distribution::ReturnScale`]), over every step so far.
+    RunningReturn,
+}
+
 /// `dqn.support`: the fixed values a distributional head puts its probability on: C51's
 /// `atoms` atoms from `v_min` to `v_max`, or HL-Gauss's `atoms` bins of equal width
 /// covering `[v_min, v_max]`. Defaults: 51 on [-10, 10], Bellemare et al.'s on Atari.
@@ -88,6 +101,7 @@ pub struct DqnConfig {
     pub loss: ValueLoss,
     /// The values of a distributional loss's head (unused by `huber` and `mse`).
     pub support: Support,
+    pub reward_scale: RewardScale,
     pub target_update: TargetUpdate,
     /// Batch-norm mode of the target network in the update (`eval`: running
     /// statistics; `train`: statistics of the next-observation batch).
@@ -111,6 +125,7 @@ impl Default for DqnConfig {
             double_dqn: false,
             loss: ValueLoss::Huber,
             support: Support::default(),
+            reward_scale: RewardScale::None,
             target_update: TargetUpdate::Hard { every: 1000 },
             target_bn_mode: BnStats::Running,
             online_bn_mode: BnStats::Batch,

@@ -9,7 +9,7 @@ pub mod td;
 mod td_loss;
 
 pub use agent::{epsilon_greedy, Dqn, Engine, UpdateInfo};
-pub use config::{AgentConfig, DqnConfig, Loss, Support, TargetUpdate, ValueLoss};
+pub use config::{AgentConfig, DqnConfig, Loss, RewardScale, Support, TargetUpdate, ValueLoss};
 pub use schedule::LinearSchedule;
 pub use td_loss::{
     mean_taken, population_mean_taken, population_td_gradient, population_td_loss,
