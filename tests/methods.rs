@@ -316,3 +316,56 @@ fn a_distributional_run_with_scaled_rewards_resumes_exactly() {
     assert_ne!(common::checkpoint_weights(&plain), weights);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A method preset (`preset = "xqc"`) is its keys: the same config as the keys
+/// spelled out. In a file, the file's own keys win over its preset's; a later
+/// `--set preset=...` wins over the file; an unknown preset is refused naming the
+/// presets there are.
+#[test]
+fn a_method_preset_is_its_keys_and_later_settings_win() {
+    for (name, keys) in normrl::config::presets::PRESETS {
+        let sets: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        let spelled = TrainConfig::from_toml_str("", &sets).unwrap();
+        let from_file = TrainConfig::from_toml_str(&format!("preset = \"{name}\"\n"), &[]);
+        assert_eq!(from_file.unwrap(), spelled, "{name}");
+        let from_set = TrainConfig::from_toml_str("", &[format!("preset={name}")]);
+        assert_eq!(from_set.unwrap(), spelled, "{name}");
+    }
+    let file = "preset = \"xqc\"\n[dqn]\nloss = \"hl_gauss\"\n[norm]\nkind = \"batch_norm\"\n";
+    let config = TrainConfig::from_toml_str(file, &[]).unwrap();
+    assert_eq!(config.dqn.loss, normrl_agents::dqn::ValueLoss::HlGauss);
+    assert_eq!(config.norm.name(), "batch_norm");
+    assert!(config.dqn.joint_forward);
+    let file = "[dqn]\nloss = \"mse\"\n";
+    let config = TrainConfig::from_toml_str(file, &["preset=xqc".into()]).unwrap();
+    assert_eq!(config.dqn.loss, normrl_agents::dqn::ValueLoss::C51);
+    assert_eq!(config.norm.name(), "unit_rows+batch_norm");
+    let err = TrainConfig::from_toml_str("preset = \"xqx\"\n", &[]).unwrap_err();
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("'preset'") && err.contains("crossq_wn, xqc, simbav2"),
+        "{err}"
+    );
+}
+
+/// Each method preset trains (a short CartPole run on every path it takes: the joint
+/// forward with a Polyak target, C51 with scaled rewards, the scaled head).
+#[test]
+fn every_method_preset_trains() {
+    let dir = common::fresh_dir("presets");
+    for (name, _) in normrl::config::presets::PRESETS {
+        let config = short("configs/cartpole.toml", &[format!("preset={name}")]);
+        let run = dir.join(name);
+        let summary = Trainer::new(config, &run)
+            .unwrap()
+            .run(None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(summary.steps, 1500, "{name}");
+        assert!(
+            summary.eval_curve.iter().all(|(_, r)| r.is_finite()),
+            "{name}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -131,7 +131,7 @@ fn resolve_preset(table: &mut toml::Table) -> Result<()> {
 /// Before a `--set` of the method at `path`: what the table said of it gives way, the two
 /// parts to a preset (`norm.kind`), a preset to a part (its other part stays), so that
 /// a later setting wins as any other key's does.
-fn replace_method(table: &mut toml::Table, path: &str) -> Result<()> {
+pub(super) fn replace_method(table: &mut toml::Table, path: &str) -> Result<()> {
     let has = |table: &toml::Table, key: &str| {
         let norm = table.get("norm").and_then(toml::Value::as_table);
         norm.is_some_and(|n| n.contains_key(key))
@@ -202,8 +202,14 @@ impl TrainConfig {
     pub fn from_toml_str(text: &str, overrides: &[String]) -> Result<Self> {
         let mut table: toml::Table =
             toml::from_str(text).context("the config is not valid TOML")?;
+        super::presets::resolve_in_file(&mut table)?;
         for o in overrides {
-            replace_method(&mut table, &parse_assignment(o)?.0)?;
+            let (path, value) = parse_assignment(o)?;
+            if path == "preset" {
+                super::presets::apply_set(&mut table, &value)?;
+                continue;
+            }
+            replace_method(&mut table, &path)?;
             apply_override(&mut table, o)?;
         }
         // Every key, those written only when set included.

@@ -13,6 +13,7 @@
 mod device;
 pub mod device_memory;
 mod load;
+pub mod presets;
 pub mod validate;
 
 pub use device::{parse_device_spec, select_device, DeviceSpec};

@@ -163,7 +163,7 @@ impl Trainer {
             }
         };
         let record = Recorder::new(run_dir)?;
-        let return_scale = (config.dqn.reward_scale == RewardScale::RunningReturn)
+        let return_scale = (config.dqn.reward_scale != RewardScale::None)
             .then(|| ReturnScale::new(config.dqn.gamma));
         Ok(Self {
             batch: Batch::new(config.replay.batch_size, space.len()),
@@ -687,11 +687,14 @@ impl Trainer {
         Ok(())
     }
 
-    /// The batch's rewards divided by the running return's spread, with
-    /// `dqn.reward_scale = "running_return"`.
+    /// The batch's rewards divided by the running return's spread, SimbaV2's or XQC's
+    /// (`dqn.reward_scale`).
     fn scale_rewards(&mut self) {
         if let Some(scale) = &self.return_scale {
-            let divisor = scale.simbav2_divisor(self.config.dqn.support.v_max) as f32;
+            let divisor = match self.config.dqn.reward_scale {
+                RewardScale::ReturnStd => scale.xqc_divisor(),
+                _ => scale.simbav2_divisor(self.config.dqn.support.v_max),
+            } as f32;
             for r in &mut self.batch.rewards {
                 *r /= divisor;
             }

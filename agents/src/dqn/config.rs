@@ -56,6 +56,8 @@ pub enum RewardScale {
     /// `max(sqrt(Var[G] + 1e-8), max|G| / v_max)` with `v_max` the support's
     /// ([`super::distribution::ReturnScale`]), over every step so far.
     RunningReturn,
+    /// XQC's: the running discounted return's standard deviation, `sqrt(Var[G]) + 1e-8`.
+    ReturnStd,
 }
 
 /// `dqn.support`: the fixed values a distributional head puts its probability on: C51's
