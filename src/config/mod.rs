@@ -14,10 +14,11 @@ mod device;
 pub mod device_memory;
 mod load;
 pub mod presets;
+mod table;
 pub mod validate;
 
 pub use device::{parse_device_spec, select_device, DeviceSpec};
-pub use load::{apply_override, parse_assignment};
+pub use table::{apply_override, parse_assignment};
 
 use normrl_agents::dqn::{DqnConfig, LinearSchedule};
 use normrl_agents::nn::{NormConfig, QNetworkConfig};

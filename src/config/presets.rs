@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Result};
 
-use super::load::{apply_override, parse_assignment, replace_method};
+use super::table::{apply_override, parse_assignment, replace_method};
 
 /// Each preset and its keys, as `--set` assignments.
 pub const PRESETS: &[(&str, &[&str])] = &[
