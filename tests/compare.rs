@@ -584,6 +584,18 @@ fn a_variant_setting_an_axis_key_is_refused() {
         ["none", "none", "weight_norm", "weight_norm"],
         "{out}"
     );
+    // A method preset sets the normalization (and the loss, the target network...):
+    // beside an axis over the method it is refused the same way.
+    rewrite(
+        &config,
+        &[("\"norm.g_lr_scale\" = 10.0", "preset = \"xqc\"")],
+    );
+    let (code, out, err) = normrl(&compare_args(&config, &runs, &["--dry-run"]));
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("variant 'wn-g10' sets 'preset', which the axis 'norm' also sets"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

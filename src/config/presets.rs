@@ -60,6 +60,14 @@ pub const PRESETS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Whether some preset sets the dotted `key` (or a table above it, or one below).
+pub fn sets_key(key: &str) -> bool {
+    let paths = PRESETS.iter().flat_map(|(_, keys)| keys.iter());
+    paths.filter_map(|k| k.split_once('=')).any(|(path, _)| {
+        path == key || path.starts_with(&format!("{key}.")) || key.starts_with(&format!("{path}."))
+    })
+}
+
 /// The keys of preset `name`, or an error naming the presets there are.
 fn keys(name: &toml::Value) -> Result<&'static [&'static str]> {
     let found = PRESETS.iter().find(|(n, _)| name.as_str() == Some(n));

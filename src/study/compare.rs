@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::config::presets;
 use crate::config::TrainConfig;
 pub use crate::report::settings::{ReportConfig, ScoreRange};
 use crate::run::population::population_key;
@@ -102,16 +103,23 @@ fn full_key(axis: &str) -> &str {
         "activation" => "norm.activation",
         "batch_size" => "replay.batch_size",
         "sampler" => "replay.sampler",
+        "loss" => "dqn.loss",
         "env" => "env.id",
         other => other,
     }
 }
 
-/// Whether keys `a` and `b` set the same thing: the same key, or the method's preset
-/// (`norm.kind`) and one of the two parts it sets.
+/// Whether keys `a` and `b` set the same thing: the same key, the normalization's
+/// preset (`norm.kind`) and one of the two parts it sets, or a method preset
+/// (`preset`) and a key some preset sets (`norm.kind` included).
 fn sets_same(a: &str, b: &str) -> bool {
     let part = |k: &str| matches!(k, "norm.weight" | "norm.activation");
-    a == b || (a == "norm.kind" && part(b)) || (b == "norm.kind" && part(a))
+    let by_preset = |k: &str| k == "norm.kind" || presets::sets_key(k);
+    a == b
+        || (a == "norm.kind" && part(b))
+        || (b == "norm.kind" && part(a))
+        || (a == "preset" && by_preset(b))
+        || (b == "preset" && by_preset(a))
 }
 
 /// A short, directory-safe label for one axis value.
