@@ -155,3 +155,10 @@ fn distributional(loss: &str) -> Vec<String> {
         .chain([format!("dqn.loss={loss}")])
         .collect()
 }
+
+/// CrossQ with weight norm's preset (unit rows with batch norm, a Polyak target, the
+/// joint forward in train mode). Measured: 500, 500 and 500.
+#[test]
+fn cartpole_learns_with_the_crossq_wn_preset() {
+    assert_sets_learn(vec!["preset=crossq_wn".into()], 400.0, &SEEDS, 2);
+}

@@ -36,6 +36,8 @@ pub(crate) struct Recorder {
     recent_returns: VecDeque<f64>,
     /// Sums of loss, mean Q and gradient norm since the last log, and their count.
     update_sums: Option<[Metric; 3]>,
+    /// The sum of a distributional head's value entropies since the last log.
+    entropy_sum: Option<f64>,
     updates_since_log: u64,
     /// Set when a loss, Q-value or parameter stopped being finite; the loop then ends.
     diverged: Option<Divergence>,
@@ -56,6 +58,7 @@ impl Recorder {
             train_curve: vec![],
             recent_returns: VecDeque::new(),
             update_sums: None,
+            entropy_sum: None,
             updates_since_log: 0,
             diverged: None,
             variant: None,
@@ -117,6 +120,9 @@ impl Recorder {
             ],
         };
         self.update_sums = Some(next);
+        if let Some(h) = info.value_entropy {
+            self.entropy_sum = Some(self.entropy_sum.unwrap_or(0.0) + h);
+        }
         self.updates_since_log += 1;
         Ok(())
     }
@@ -128,6 +134,9 @@ impl Recorder {
         };
         let n = self.updates_since_log.max(1) as f64;
         self.updates_since_log = 0;
+        if let Some(sum) = self.entropy_sum.take() {
+            self.tb.scalar("losses/value_entropy", sum / n, step);
+        }
         // One read of each sum (on a GPU, each waits for the device).
         let means = [loss.value()? / n, q.value()? / n, g.value()? / n];
         self.log_update_means(step, means);

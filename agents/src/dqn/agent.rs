@@ -46,6 +46,9 @@ pub struct UpdateInfo {
     pub grad_norm: Metric,
     /// SVB/BBN projected the weights after this update.
     pub projected: bool,
+    /// A distributional head's mean entropy (nats) of the taken actions' value
+    /// distributions; `None` for a regression loss.
+    pub value_entropy: Option<f64>,
     /// The target network was synced after this update.
     pub synced: bool,
 }
@@ -613,6 +616,7 @@ impl Dqn {
             q_mean: loss.q_mean,
             grad_norm,
             projected,
+            value_entropy: loss.entropy,
             synced,
         })
     }

@@ -224,6 +224,25 @@ pub fn cross_entropy(logits: &Tensor, actions: &[u32], targets: &Tensor) -> Resu
     (targets.detach() * log_p)?.sum(1)?.mean(0)?.neg()
 }
 
+/// The mean entropy (nats) of the taken actions' distributions, from the logits
+/// `[B][A][K]`: how spread the value's distribution is (a head collapsing onto one atom
+/// goes to 0, a uniform one is `ln K`).
+pub fn mean_entropy(logits: &[Vec<Vec<f32>>], actions: &[u32]) -> f64 {
+    let entropy = |l: &[f32]| {
+        let top = l.iter().copied().fold(f32::MIN, f32::max);
+        let w: Vec<f64> = l.iter().map(|&v| f64::from(v - top).exp()).collect();
+        let total: f64 = w.iter().sum();
+        -w.iter()
+            .map(|&w| w / total)
+            .filter(|&p| p > 0.0)
+            .map(|p| p * p.ln())
+            .sum::<f64>()
+    };
+    let rows = logits.iter().zip(actions);
+    let sum: f64 = rows.map(|(row, &a)| entropy(&row[a as usize])).sum();
+    sum / actions.len().max(1) as f64
+}
+
 /// The distributional loss of a head's `logits` `[B, A, K]` over `values` `[K]`
 /// against host target distributions `targets` `[B, K]`: the loss tensor to
 /// differentiate, and what is logged (the loss, and the mean expected Q of the taken
@@ -241,6 +260,7 @@ pub(crate) fn distribution_loss(
     let info = LossInfo {
         value: Metric::of(&loss)?,
         q_mean: Metric::Host(mean_taken(&q, actions)?),
+        entropy: Some(mean_entropy(&logits.detach().to_vec3()?, actions)),
     };
     Ok((info, loss))
 }

@@ -229,3 +229,19 @@ fn batch_targets_bootstrap_from_the_chosen_action() {
     assert_eq!(&h[11..], &one[..]);
     assert!(close(h[..11].iter().sum(), 1.0, 1e-6));
 }
+
+/// The value entropy: `ln K` for equal logits, about 0 for one dominant atom, and
+/// read at the taken action only.
+#[test]
+fn the_value_entropy_is_that_of_the_taken_actions_distribution() {
+    let uniform = vec![0.5f32; 4];
+    let peaked = vec![40.0f32, 0.0, 0.0, 0.0];
+    let logits = vec![
+        vec![uniform.clone(), peaked.clone()],
+        vec![peaked.clone(), uniform.clone()],
+    ];
+    let h = super::mean_entropy(&logits, &[0, 1]);
+    assert!((h - 4f64.ln()).abs() < 1e-9, "{h}");
+    let h = super::mean_entropy(&logits, &[1, 0]);
+    assert!(h.abs() < 1e-12, "{h}");
+}

@@ -26,6 +26,8 @@ use crate::Metric;
 pub(crate) struct LossInfo {
     pub value: Metric,
     pub q_mean: Metric,
+    /// A distributional head's mean entropy (nats) of the taken actions' distributions.
+    pub entropy: Option<f64>,
 }
 
 /// The loss of host Q-values `q [B, n_actions]` and its gradient with respect to them
@@ -41,6 +43,7 @@ pub(crate) fn host_loss(
     let info = LossInfo {
         value: Metric::Host(f64::from(value)),
         q_mean: Metric::Host(mean_taken_values(q, n_actions, actions)?),
+        entropy: None,
     };
     Ok((info, dq))
 }
@@ -57,6 +60,7 @@ pub(crate) fn graph_loss(
     let info = LossInfo {
         value: Metric::of(&value)?,
         q_mean: Metric::Host(mean_taken(q, actions)?),
+        entropy: None,
     };
     Ok((info, value))
 }
@@ -75,6 +79,7 @@ pub(crate) fn device_loss(
     let info = LossInfo {
         value: Metric::of(&value)?,
         q_mean: Metric::of(&q_mean)?,
+        entropy: None,
     };
     Ok((info, value))
 }
