@@ -254,6 +254,15 @@ fn a_pair_of_parts_resumes_exactly() {
         "configs/cartpole.toml",
         &method_sets("unit_rows+batch_norm"),
     );
+    let cut = assert_resumes_exactly(config, &dir);
+    let text = std::fs::read_to_string(cut.join("config.toml")).unwrap();
+    assert!(text.contains("weight = \"unit_rows\"") && !text.contains("[norm]\nkind"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Trains `config` whole (in `dir/full`) and stopped at step 700 then resumed (in
+/// `dir/cut`, returned), and checks both end alike: curves and weights.
+fn assert_resumes_exactly(config: TrainConfig, dir: &Path) -> std::path::PathBuf {
     let (full, cut) = (dir.join("full"), dir.join("cut"));
     let whole = Trainer::new(config.clone(), &full)
         .unwrap()
@@ -262,8 +271,6 @@ fn a_pair_of_parts_resumes_exactly() {
         .unwrap();
     let stopped = Trainer::new(config, &cut).unwrap().run(Some(700)).unwrap();
     assert!(stopped.is_none());
-    let text = std::fs::read_to_string(cut.join("config.toml")).unwrap();
-    assert!(text.contains("weight = \"unit_rows\"") && !text.contains("[norm]\nkind"));
     let resumed = Trainer::resume(&cut).unwrap().run(None).unwrap().unwrap();
     assert_eq!(resumed.train_curve, whole.train_curve);
     assert_eq!(resumed.eval_curve, whole.eval_curve);
@@ -271,7 +278,7 @@ fn a_pair_of_parts_resumes_exactly() {
         common::checkpoint_weights(&cut),
         common::checkpoint_weights(&full)
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    cut
 }
 
 /// XQC's update (unit rows with batch norm, a C51 head, the joint forward with a Polyak
@@ -297,19 +304,9 @@ fn a_distributional_run_with_scaled_rewards_resumes_exactly() {
     sets.push("dqn.reward_scale=\"running_return\"".into());
     let mut config = short("configs/cartpole.toml", &sets);
     config.dqn.target_update = normrl_agents::dqn::TargetUpdate::Polyak { tau: 0.005 };
-    let (full, cut, plain) = (dir.join("full"), dir.join("cut"), dir.join("plain"));
-    let whole = Trainer::new(config.clone(), &full)
-        .unwrap()
-        .run(None)
-        .unwrap()
-        .unwrap();
-    let stopped = Trainer::new(config, &cut).unwrap().run(Some(700)).unwrap();
-    assert!(stopped.is_none());
-    let resumed = Trainer::resume(&cut).unwrap().run(None).unwrap().unwrap();
-    assert_eq!(resumed.train_curve, whole.train_curve);
-    assert_eq!(resumed.eval_curve, whole.eval_curve);
-    let weights = common::checkpoint_weights(&full);
-    assert_eq!(common::checkpoint_weights(&cut), weights);
+    let cut = assert_resumes_exactly(config, &dir);
+    let weights = common::checkpoint_weights(&cut);
+    let plain = dir.join("plain");
     let mut other = unscaled;
     other.dqn.target_update = normrl_agents::dqn::TargetUpdate::Polyak { tau: 0.005 };
     Trainer::new(other, &plain).unwrap().run(None).unwrap();

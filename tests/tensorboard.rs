@@ -321,17 +321,21 @@ fn copy_dir(from: &Path, to: &Path) {
 /// regression loss logs none.
 #[test]
 fn a_distributional_head_logs_its_value_entropy() {
-    let config = short_run_config(&["dqn.loss=c51", "dqn.support={atoms=11,v_min=0,v_max=100}"]);
-    let dir = std::env::temp_dir().join(format!("normrl-tb-entropy-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    Trainer::new(config, &dir)
-        .unwrap()
-        .run(None)
-        .unwrap()
-        .unwrap();
-    let v = read_with_tensorboard(&dir);
-    let entropy = curve(&v["scalars"], "losses/value_entropy");
-    let losses = curve(&v["scalars"], "losses/td_loss");
+    // A short run's scalars as TensorBoard reads them.
+    let scalars = |config| {
+        let dir = std::env::temp_dir().join(format!("normrl-tb-entropy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Trainer::new(config, &dir).unwrap().run(None).unwrap();
+        let v = read_with_tensorboard(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        v["scalars"].clone()
+    };
+    let v = scalars(short_run_config(&[
+        "dqn.loss=c51",
+        "dqn.support={atoms=11,v_min=0,v_max=100}",
+    ]));
+    let entropy = curve(&v, "losses/value_entropy");
+    let losses = curve(&v, "losses/td_loss");
     let steps = |c: &[(u64, f64)]| c.iter().map(|p| p.0).collect::<Vec<_>>();
     assert!(!entropy.is_empty());
     assert_eq!(steps(&entropy), steps(&losses));
@@ -340,14 +344,6 @@ fn a_distributional_head_logs_its_value_entropy() {
         entropy.iter().all(|&(_, h)| h > 0.0 && h <= most + 1e-6),
         "{entropy:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
-    let plain = short_run_config(&["run.total_steps=800"]);
-    Trainer::new(plain, &dir)
-        .unwrap()
-        .run(None)
-        .unwrap()
-        .unwrap();
-    let v = read_with_tensorboard(&dir);
-    assert!(v["scalars"].get("losses/value_entropy").is_none());
-    let _ = std::fs::remove_dir_all(&dir);
+    let plain = scalars(short_run_config(&["run.total_steps=800"]));
+    assert!(plain.get("losses/value_entropy").is_none());
 }
