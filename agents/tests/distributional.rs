@@ -2,7 +2,7 @@
 //! HL-Gauss's updates fit the value they are given.
 
 use candle_core::{Device, Tensor};
-use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Support, TargetUpdate, ValueLoss};
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, Engine, Support, TargetUpdate, ValueLoss};
 use normrl_agents::nn::{NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::replay::Batch;
@@ -80,8 +80,9 @@ fn c51_and_hl_gauss_fit_terminal_rewards() {
             },
             ..Default::default()
         };
+        // An MLP's distributional head takes the host path.
         let mut dqn = agent(NormKind::None, &config).unwrap();
-        assert_eq!(dqn.engine(), normrl_agents::dqn::Engine::CpuGraph);
+        assert_eq!(dqn.engine(), Engine::Host);
         let batch = terminal_batch();
         let first = dqn.update(&batch).unwrap().td_loss.value().unwrap();
         let mut last = first;
@@ -145,5 +146,61 @@ fn a_joint_forward_of_a_distributional_head_bootstraps_from_the_target() {
         let own = train(loss, false, true, TargetUpdate::None);
         let d = largest(&own, &train(loss, false, true, hard));
         assert!(d > 1e-4, "{loss:?}: {d}");
+    }
+}
+
+/// The host path's distributional update (its logits, softmax, targets and the loss's
+/// gradient `(p - m) / B` written on host buffers) is the graph's: the same weights
+/// after 6 updates to rounding, for both losses, with Double DQN, and with XQC's joint
+/// forward beside a Polyak target, with layer norm and with batch norm in train mode.
+#[test]
+fn the_host_paths_distributional_update_is_the_graphs() {
+    let mut batch = terminal_batch();
+    batch
+        .terminated
+        .iter_mut()
+        .step_by(2)
+        .for_each(|t| *t = 0.0);
+    let polyak = TargetUpdate::Polyak { tau: 0.05 };
+    let hard = TargetUpdate::Hard { every: 3 };
+    let cases = [
+        (NormKind::LayerNorm, false, false, hard),
+        (NormKind::LayerNorm, true, false, hard),
+        (NormKind::BatchNorm, false, true, polyak),
+        (NormKind::BatchNorm, true, true, TargetUpdate::None),
+    ];
+    for loss in [ValueLoss::C51, ValueLoss::HlGauss] {
+        for (kind, double_dqn, joint_forward, target_update) in cases {
+            let double_dqn = double_dqn && target_update != TargetUpdate::None;
+            let config = DqnConfig {
+                loss,
+                double_dqn,
+                joint_forward,
+                target_update,
+                gamma: 0.9,
+                ..Default::default()
+            };
+            let train = |engine| {
+                let mut dqn = agent(kind, &config).unwrap().with_engine(engine).unwrap();
+                let mut losses = vec![];
+                for _ in 0..6 {
+                    losses.push(dqn.update(&batch).unwrap().td_loss.value().unwrap());
+                }
+                let head = dqn.online().store().get("head.weight").unwrap();
+                let head = head.var.as_tensor().flatten_all().unwrap();
+                (losses, head.to_vec1::<f32>().unwrap())
+            };
+            let (host, graph) = (train(Engine::Host), train(Engine::CpuGraph));
+            let case = format!("{loss:?} {kind:?} double={double_dqn} joint={joint_forward}");
+            for (h, g) in host.0.iter().zip(&graph.0) {
+                assert!(
+                    (h - g).abs() < 1e-5 * g.abs().max(1.0),
+                    "{case}: loss {h} vs {g}"
+                );
+            }
+            let d = host.1.iter().zip(&graph.1).map(|(a, b)| (a - b).abs());
+            let d = d.fold(0f32, f32::max);
+            assert!(d < 1e-5, "{case}: weights apart by {d}");
+        }
     }
 }

@@ -25,13 +25,11 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 
-use candle_nn::ops::softmax_last_dim;
-
-use super::distribution::{distribution_loss, expected_q, Atoms, Bins, Bootstrap};
+use super::distribution::{distribution_loss, host_distribution_loss, Atoms, Bins, Bootstrap};
 use super::td::{self, TargetSync};
 use super::td_loss::{device_loss, graph_loss, host_loss, LossInfo};
 use super::{AgentConfig, DqnConfig, Loss, ValueLoss};
-use crate::nn::{BnStats, HostTape, Pass, QNetwork};
+use crate::nn::{expectations, softmax_runs, BnStats, HostTape, Pass, QNetwork};
 use crate::optim::{Gradients, Optimizer};
 use crate::replay::Batch;
 use crate::Metric;
@@ -104,6 +102,13 @@ enum UpdateForward {
     Graph(Tensor),
     /// A distributional head's logits `[B, A, K]`.
     Logits(Tensor),
+    /// The same on the host path: `rows` rows for the loss (then, for a joint forward,
+    /// the next observations' rows), row-major.
+    HostLogits {
+        logits: Vec<f32>,
+        rows: usize,
+        tape: HostTape,
+    },
 }
 
 /// TD targets where the loss reads them.
@@ -343,14 +348,31 @@ impl Dqn {
     /// observations (the online network's without a target network), the online
     /// network's Q-values choosing the next action with Double DQN.
     fn distribution_targets(&self, batch: &Batch) -> Result<Vec<f32>> {
-        let next_obs = self.batch_tensor(&batch.next_obs, batch.size)?;
-        let pass = Pass::gradient_free(self.config.target_bn_mode);
-        let next_logits = self.target_network().forward_logits(&next_obs, pass)?;
+        let (b, stats) = (batch.size, self.config.target_bn_mode);
+        let next_logits = self.logits_of(self.target_network(), &batch.next_obs, b, stats)?;
         let chooser = match self.config.double_dqn {
-            true => Some(self.q_of(&self.online, &batch.next_obs, batch.size, BnStats::Running)?),
+            true => Some(self.q_of(&self.online, &batch.next_obs, b, BnStats::Running)?),
             false => None,
         };
         self.distributions_from(batch, &next_logits, chooser.as_deref())
+    }
+
+    /// Gradient-free logits `[rows, A, K]` (row-major) of `net`'s distributional head.
+    fn logits_of(
+        &self,
+        net: &QNetwork,
+        obs: &[f32],
+        rows: usize,
+        stats: BnStats,
+    ) -> Result<Vec<f32>> {
+        match self.engine {
+            Engine::Host => net.host_head(obs, rows, stats, None),
+            Engine::CpuGraph | Engine::Device => {
+                let x = self.batch_tensor(obs, rows)?;
+                let logits = net.forward_logits(&x, Pass::gradient_free(stats))?;
+                logits.flatten_all()?.to_vec1()
+            }
+        }
     }
 
     /// C51's projections of the next distributions (`next_logits` `[B, A, K]`, at the
@@ -359,14 +381,13 @@ impl Dqn {
     fn distributions_from(
         &self,
         batch: &Batch,
-        next_logits: &Tensor,
+        next_logits: &[f32],
         chooser: Option<&[f32]>,
     ) -> Result<Vec<f32>> {
         let support = &self.config.support;
         let (k, v_min, v_max) = (support.atoms, support.v_min as f32, support.v_max as f32);
         if self.config.loss == ValueLoss::HlGauss {
-            let values = self.online.support().expect("a distributional head");
-            let next_q = expected_q(next_logits, values)?.flatten_all()?.to_vec1()?;
+            let next_q = expectations(next_logits, self.online.support_values());
             let y = self.bootstrap(batch, &next_q, chooser);
             return Ok(Bins {
                 bins: k,
@@ -375,7 +396,7 @@ impl Dqn {
             }
             .targets(&y));
         }
-        let next_p = softmax_last_dim(next_logits)?.flatten_all()?.to_vec1()?;
+        let next_p = softmax_runs(next_logits, k);
         let rows = Bootstrap {
             rewards: &batch.rewards,
             terminated: &batch.terminated,
@@ -395,26 +416,46 @@ impl Dqn {
     fn joint_distributions(&self, batch: &Batch) -> Result<(UpdateForward, Targets)> {
         let b = batch.size;
         let both = [&batch.obs[..], &batch.next_obs[..]].concat();
-        let x = self.batch_tensor(&both, 2 * b)?;
-        let stats = Pass::differentiable(self.config.online_bn_mode);
-        let all = self.online.forward_logits(&x, stats)?;
-        let online_next = all.narrow(0, b, b)?.detach();
-        let values = self.online.support().expect("a distributional head");
-        let (next_logits, chooser) = match self.config.target_update.bootstraps_from_online() {
-            true => (online_next, None),
-            false => {
-                let pass = Pass::gradient_free(self.config.target_bn_mode);
-                let t = self.target.forward_logits(&x, pass)?.narrow(0, b, b)?;
-                let q = expected_q(&online_next, values)?.flatten_all()?.to_vec1()?;
-                (t, self.config.double_dqn.then_some(q))
+        let (forward, all) = match self.engine {
+            Engine::Host => {
+                let mut tape = HostTape::default();
+                let stats = self.config.online_bn_mode;
+                let logits = self
+                    .online
+                    .host_head(&both, 2 * b, stats, Some(&mut tape))?;
+                let all = logits.clone();
+                (
+                    UpdateForward::HostLogits {
+                        logits,
+                        rows: b,
+                        tape,
+                    },
+                    all,
+                )
+            }
+            _ => {
+                let x = self.batch_tensor(&both, 2 * b)?;
+                let pass = Pass::differentiable(self.config.online_bn_mode);
+                let logits = self.online.forward_logits(&x, pass)?;
+                let all = logits.detach().flatten_all()?.to_vec1()?;
+                (UpdateForward::Logits(logits.narrow(0, 0, b)?), all)
             }
         };
-        let targets = self.distributions_from(batch, &next_logits, chooser.as_deref())?;
-        let logits = all.narrow(0, 0, b)?;
-        Ok((
-            UpdateForward::Logits(logits),
-            Targets::Distribution(targets),
-        ))
+        let online_next = &all[all.len() / 2..];
+        let targets = match self.config.target_update.bootstraps_from_online() {
+            true => self.distributions_from(batch, online_next, None)?,
+            false => {
+                let stats = self.config.target_bn_mode;
+                let t = self.logits_of(&self.target, &both, 2 * b, stats)?;
+                let values = self.online.support_values();
+                let chooser = self
+                    .config
+                    .double_dqn
+                    .then(|| expectations(online_next, values));
+                self.distributions_from(batch, &t[t.len() / 2..], chooser.as_deref())?
+            }
+        };
+        Ok((forward, Targets::Distribution(targets)))
     }
 
     /// Scalar TD targets: on the host, or on an accelerator's device.
@@ -584,6 +625,16 @@ impl Dqn {
             (UpdateForward::Graph(q), Targets::Device(targets)) => {
                 let (loss, tensor) = device_loss(&q, actions, targets, kind)?;
                 Ok((loss, Gradients::Graph(tensor.backward()?)))
+            }
+            (UpdateForward::HostLogits { logits, rows, tape }, Targets::Distribution(m)) => {
+                let values = self.online.support_values();
+                let shape = (rows, self.online.n_actions(), values.len());
+                let taken = &logits[..rows * shape.1 * shape.2];
+                let (loss, mut dl) = host_distribution_loss(taken, shape, values, actions, m)?;
+                // A joint forward's next observations feed the targets only.
+                dl.resize(logits.len(), 0.0);
+                let grads = self.online.host_backward(tape, &dl)?;
+                Ok((loss, Gradients::Host(grads)))
             }
             (UpdateForward::Logits(logits), Targets::Distribution(targets)) => {
                 let values = self.online.support().expect("a distributional head");

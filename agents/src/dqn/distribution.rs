@@ -243,6 +243,60 @@ pub fn mean_entropy(logits: &[Vec<Vec<f32>>], actions: &[u32]) -> f64 {
     sum / actions.len().max(1) as f64
 }
 
+/// [`distribution_loss`] on the host path: logits `[B, A, K]` (row-major, `shape`) over
+/// `values` against target distributions `[B, K]`; what is logged and the loss's
+/// gradient with respect to the logits, `(p - m) / B` on each taken action's, 0 on the
+/// others'.
+pub(crate) fn host_distribution_loss(
+    logits: &[f32],
+    (b, a, k): (usize, usize, usize),
+    values: &[f32],
+    actions: &[u32],
+    targets: &[f32],
+) -> Result<(LossInfo, Vec<f32>)> {
+    if logits.len() != b * a * k || targets.len() != b * k || actions.len() != b {
+        candle_core::bail!(
+            "distributional loss: {} logits, {} targets, {} actions for [{b}, {a}, {k}]",
+            logits.len(),
+            targets.len(),
+            actions.len()
+        );
+    }
+    let mut gradient = vec![0f32; logits.len()];
+    let (mut loss, mut q_sum, mut entropy) = (0f64, 0f64, 0f64);
+    for (row, (&action, m)) in actions.iter().zip(targets.chunks_exact(k)).enumerate() {
+        let at = (row * a + action as usize) * k;
+        let l = &logits[at..at + k];
+        let p = crate::nn::softmax_runs(l, k);
+        let top = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let log_total = f64::from(top) + p_total_log(l, top);
+        for j in 0..k {
+            let log_p = f64::from(l[j]) - log_total;
+            loss -= f64::from(m[j]) * log_p;
+            q_sum += f64::from(p[j] * values[j]);
+            if p[j] > 0.0 {
+                entropy -= f64::from(p[j]) * f64::from(p[j]).ln();
+            }
+            gradient[at + j] = (p[j] - m[j]) / b as f32;
+        }
+    }
+    let n = b.max(1) as f64;
+    let info = LossInfo {
+        value: Metric::Host(loss / n),
+        q_mean: Metric::Host(q_sum / n),
+        entropy: Some(entropy / n),
+    };
+    Ok((info, gradient))
+}
+
+/// `ln sum_j exp(l_j - top)` in `f64`.
+fn p_total_log(l: &[f32], top: f32) -> f64 {
+    l.iter()
+        .map(|&v| f64::from(v - top).exp())
+        .sum::<f64>()
+        .ln()
+}
+
 /// The distributional loss of a head's `logits` `[B, A, K]` over `values` `[K]`
 /// against host target distributions `targets` `[B, K]`: the loss tensor to
 /// differentiate, and what is logged (the loss, and the mean expected Q of the taken

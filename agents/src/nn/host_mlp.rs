@@ -66,15 +66,31 @@ impl QNetwork {
     /// [`super::NormKind::WnMeanOnlyBn`] builds it).
     pub fn runs_on_host(&self) -> bool {
         self.store().device().is_cpu()
-            && self.support().is_none()
             && self.convs.is_empty()
             && self.dense.iter().all(Layer::runs_on_host)
     }
 
     /// Q-values `[rows, n_actions]` (row-major) of observations `x` (`rows` of them,
-    /// row-major), as [`Self::forward`] computes them. With a `tape`, it keeps what
+    /// row-major), as [`Self::forward`] computes them (a distributional head's: each
+    /// action's expectation of its values). With a `tape`, it keeps what
     /// [`Self::host_backward`] needs.
     pub fn host_forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        stats: BnStats,
+        tape: Option<&mut HostTape>,
+    ) -> Result<Vec<f32>> {
+        let out = self.host_head(x, rows, stats, tape)?;
+        Ok(match self.support_values() {
+            [] => out,
+            values => expectations(&out, values),
+        })
+    }
+
+    /// The head's output `[rows, n_actions x K]` (a distributional head's logits; `K` = 1
+    /// for a scalar head), with a `tape` for [`Self::host_backward`].
+    pub fn host_head(
         &self,
         x: &[f32],
         rows: usize,
@@ -119,6 +135,29 @@ impl QNetwork {
         }
         Ok(grads)
     }
+}
+
+/// Each run of `values.len()` logits' expectation of `values` under its softmax.
+pub fn expectations(logits: &[f32], values: &[f32]) -> Vec<f32> {
+    let k = values.len();
+    let p = softmax_runs(logits, k);
+    p.chunks_exact(k)
+        .map(|p| p.iter().zip(values).map(|(p, z)| p * z).sum())
+        .collect()
+}
+
+/// The softmax of each run of `k` logits (shifted by the run's largest, so that no
+/// exponential overflows).
+pub fn softmax_runs(logits: &[f32], k: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(logits.len());
+    for run in logits.chunks_exact(k) {
+        let top = run.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let start = out.len();
+        out.extend(run.iter().map(|&l| (l - top).exp()));
+        let total: f32 = out[start..].iter().sum();
+        out[start..].iter_mut().for_each(|p| *p /= total);
+    }
+    out
 }
 
 impl Layer {

@@ -36,7 +36,7 @@ pub use batch_norm::BatchNorm;
 pub use batch_renorm::RenormConfig;
 pub use config::{Architecture, QNetworkConfig};
 pub use group_norm::GroupNorm;
-pub use host_mlp::HostTape;
+pub use host_mlp::{expectations, softmax_runs, HostTape};
 pub use hyperspherical::Hyperspherical;
 pub use layer::{Layer, LayerStats};
 pub use layer_norm::LayerNorm;

@@ -28,6 +28,8 @@ pub struct QNetwork {
     /// A distributional head's values `[K]` (C51's atoms, HL-Gauss's bin centres): the
     /// head gives `n_actions x K` logits, and Q is each action's expectation of them.
     support: Option<Tensor>,
+    /// The same values on the host (empty for a scalar head), for the host path.
+    support_values: Vec<f32>,
 }
 
 impl QNetwork {
@@ -134,6 +136,7 @@ impl QNetwork {
                 true => None,
                 false => Some(Tensor::from_slice(values, values.len(), device)?),
             },
+            support_values: values.to_vec(),
         })
     }
 
@@ -180,6 +183,11 @@ impl QNetwork {
     /// A distributional head's values `[K]`, if it has one.
     pub fn support(&self) -> Option<&Tensor> {
         self.support.as_ref()
+    }
+
+    /// A distributional head's values on the host (empty for a scalar head).
+    pub fn support_values(&self) -> &[f32] {
+        &self.support_values
     }
 
     fn as_logits(&self, out: Tensor) -> Result<Tensor> {
