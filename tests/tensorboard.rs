@@ -125,6 +125,8 @@ fn tensorboard_reads_our_event_files() {
         "{start}"
     );
     assert_eq!(start["hparams"]["joint_forward"], "false", "{start}");
+    assert_eq!(start["hparams"]["loss"], "huber", "{start}");
+    assert_eq!(start["hparams"]["reward_scale"], "none", "{start}");
     assert_eq!(start["hparams"]["target_bn_mode"], "eval", "{start}");
     let group = start["groupName"].as_str().unwrap();
     assert!(
@@ -345,5 +347,12 @@ fn a_distributional_head_logs_its_value_entropy() {
         "{entropy:?}"
     );
     let plain = scalars(short_run_config(&["run.total_steps=800"]));
+    // The loss and its support are hyperparameters.
+    let hparams = normrl::logging::hparams::of(&short_run_config(&[
+        "dqn.loss=c51",
+        "dqn.support={atoms=11,v_min=0,v_max=100}",
+    ]));
+    let loss = format!("{:?}", hparams["loss"]);
+    assert!(loss.contains("c51(11 on [0, 100])"), "{loss}");
     assert!(plain.get("losses/value_entropy").is_none());
 }

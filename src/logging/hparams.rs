@@ -71,8 +71,18 @@ pub fn of(config: &TrainConfig) -> BTreeMap<&'static str, HValue> {
     // BnStats's config names: "train" (batch statistics) or "eval" (running ones).
     let mode = |m: BnStats| text(if m == BnStats::Batch { "train" } else { "eval" });
     let dqn = &config.dqn;
+    let loss = match dqn.loss.is_distributional() {
+        false => config_name(&dqn.loss),
+        true => {
+            let s = &dqn.support;
+            let support = format!("{} on [{}, {}]", s.atoms, s.v_min, s.v_max);
+            format!("{}({support})", config_name(&dqn.loss))
+        }
+    };
     BTreeMap::from([
         ("target_update", HValue::Text(target)),
+        ("loss", HValue::Text(loss)),
+        ("reward_scale", text(&config_name(&dqn.reward_scale))),
         ("joint_forward", text(&dqn.joint_forward.to_string())),
         ("double_dqn", text(&dqn.double_dqn.to_string())),
         ("online_bn_mode", mode(dqn.online_bn_mode)),
@@ -92,6 +102,14 @@ pub fn of(config: &TrainConfig) -> BTreeMap<&'static str, HValue> {
         ("gamma", number(config.dqn.gamma)),
         ("total_steps", number(config.run.total_steps as f64)),
     ])
+}
+
+/// A config value's name as the config file writes it (`"c51"`, `"running_return"`).
+fn config_name<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        other => format!("{other:?}"),
+    }
 }
 
 fn plugin_data(fill: impl FnOnce(&mut HParamsPluginData)) -> Vec<u8> {
