@@ -52,6 +52,33 @@ fn a_distributional_head_gives_each_actions_expected_value() {
     assert!(scalar.forward_logits(&x, Pass::EVAL).is_err());
 }
 
+/// The update's settings for the tests below: `loss`, Double DQN, the joint forward
+/// and the target network as given, gamma 0.9.
+fn update_config(
+    loss: ValueLoss,
+    (double_dqn, joint_forward): (bool, bool),
+    target_update: TargetUpdate,
+) -> DqnConfig {
+    DqnConfig {
+        loss,
+        double_dqn,
+        joint_forward,
+        target_update,
+        gamma: 0.9,
+        ..Default::default()
+    }
+}
+
+/// Six updates of `dqn` on `batch`: their losses and the head's weights after.
+fn six_updates(mut dqn: Dqn, batch: &Batch) -> (Vec<f64>, Vec<f32>) {
+    let losses = (0..6)
+        .map(|_| dqn.update(batch).unwrap().td_loss.value().unwrap())
+        .collect();
+    let head = dqn.online().store().get("head.weight").unwrap();
+    let head = head.var.as_tensor().flatten_all().unwrap();
+    (losses, head.to_vec1::<f32>().unwrap())
+}
+
 /// 16 transitions, each ending its episode with reward `0.1 i`: with `gamma = 0` the
 /// target is the reward itself, so a distribution fitted to it has the reward as its
 /// expected value.
@@ -65,6 +92,17 @@ fn terminal_batch() -> Batch {
         batch.rewards[i] = 0.1 * i as f32;
         batch.terminated[i] = 1.0;
     }
+    batch
+}
+
+/// [`terminal_batch`] with every other transition bootstrapping.
+fn half_terminal_batch() -> Batch {
+    let mut batch = terminal_batch();
+    batch
+        .terminated
+        .iter_mut()
+        .step_by(2)
+        .for_each(|t| *t = 0.0);
     batch
 }
 
@@ -108,28 +146,10 @@ fn c51_and_hl_gauss_fit_terminal_rewards() {
 /// come from the online network's own second half, another update.
 #[test]
 fn a_joint_forward_of_a_distributional_head_bootstraps_from_the_target() {
-    let mut batch = terminal_batch();
-    batch
-        .terminated
-        .iter_mut()
-        .step_by(2)
-        .for_each(|t| *t = 0.0);
+    let batch = half_terminal_batch();
     let train = |loss, double_dqn, joint_forward, target_update| {
-        let config = DqnConfig {
-            loss,
-            double_dqn,
-            joint_forward,
-            target_update,
-            gamma: 0.9,
-            ..Default::default()
-        };
-        let mut dqn = agent(NormKind::LayerNorm, &config).unwrap();
-        for _ in 0..6 {
-            dqn.update(&batch).unwrap();
-        }
-        let head = dqn.online().store().get("head.weight").unwrap();
-        let head = head.var.as_tensor().flatten_all().unwrap();
-        head.to_vec1::<f32>().unwrap()
+        let config = update_config(loss, (double_dqn, joint_forward), target_update);
+        six_updates(agent(NormKind::LayerNorm, &config).unwrap(), &batch).1
     };
     let largest = |a: &[f32], b: &[f32]| {
         let d = a.iter().zip(b).map(|(x, y)| (x - y).abs());
@@ -155,12 +175,7 @@ fn a_joint_forward_of_a_distributional_head_bootstraps_from_the_target() {
 /// forward beside a Polyak target, with layer norm and with batch norm in train mode.
 #[test]
 fn the_host_paths_distributional_update_is_the_graphs() {
-    let mut batch = terminal_batch();
-    batch
-        .terminated
-        .iter_mut()
-        .step_by(2)
-        .for_each(|t| *t = 0.0);
+    let batch = half_terminal_batch();
     let polyak = TargetUpdate::Polyak { tau: 0.05 };
     let hard = TargetUpdate::Hard { every: 3 };
     let cases = [
@@ -172,23 +187,10 @@ fn the_host_paths_distributional_update_is_the_graphs() {
     for loss in [ValueLoss::C51, ValueLoss::HlGauss] {
         for (kind, double_dqn, joint_forward, target_update) in cases {
             let double_dqn = double_dqn && target_update != TargetUpdate::None;
-            let config = DqnConfig {
-                loss,
-                double_dqn,
-                joint_forward,
-                target_update,
-                gamma: 0.9,
-                ..Default::default()
-            };
+            let config = update_config(loss, (double_dqn, joint_forward), target_update);
             let train = |engine| {
-                let mut dqn = agent(kind, &config).unwrap().with_engine(engine).unwrap();
-                let mut losses = vec![];
-                for _ in 0..6 {
-                    losses.push(dqn.update(&batch).unwrap().td_loss.value().unwrap());
-                }
-                let head = dqn.online().store().get("head.weight").unwrap();
-                let head = head.var.as_tensor().flatten_all().unwrap();
-                (losses, head.to_vec1::<f32>().unwrap())
+                let dqn = agent(kind, &config).unwrap().with_engine(engine).unwrap();
+                six_updates(dqn, &batch)
             };
             let (host, graph) = (train(Engine::Host), train(Engine::CpuGraph));
             let case = format!("{loss:?} {kind:?} double={double_dqn} joint={joint_forward}");

@@ -262,12 +262,28 @@ impl Dqn {
     /// observations.
     #[inline]
     fn q_of(&self, net: &QNetwork, obs: &[f32], rows: usize, stats: BnStats) -> Result<Vec<f32>> {
+        self.outputs_of(net, (obs, rows), stats, false)
+    }
+
+    /// Gradient-free Q-values, or with `logits` a distributional head's logits
+    /// `[rows, A, K]`, of `net` on host observations, row-major.
+    fn outputs_of(
+        &self,
+        net: &QNetwork,
+        (obs, rows): (&[f32], usize),
+        stats: BnStats,
+        logits: bool,
+    ) -> Result<Vec<f32>> {
         match self.engine {
+            Engine::Host if logits => net.host_head(obs, rows, stats, None),
             Engine::Host => net.host_forward(obs, rows, stats, None),
             Engine::CpuGraph | Engine::Device => {
-                let x = self.batch_tensor(obs, rows)?;
-                let q = net.forward(&x, Pass::gradient_free(stats))?;
-                q.flatten_all()?.to_vec1()
+                let (x, pass) = (self.batch_tensor(obs, rows)?, Pass::gradient_free(stats));
+                let out = match logits {
+                    true => net.forward_logits(&x, pass)?,
+                    false => net.forward(&x, pass)?,
+                };
+                out.flatten_all()?.to_vec1()
             }
         }
     }
@@ -349,30 +365,13 @@ impl Dqn {
     /// network's Q-values choosing the next action with Double DQN.
     fn distribution_targets(&self, batch: &Batch) -> Result<Vec<f32>> {
         let (b, stats) = (batch.size, self.config.target_bn_mode);
-        let next_logits = self.logits_of(self.target_network(), &batch.next_obs, b, stats)?;
+        let next_obs = (&batch.next_obs[..], b);
+        let next_logits = self.outputs_of(self.target_network(), next_obs, stats, true)?;
         let chooser = match self.config.double_dqn {
             true => Some(self.q_of(&self.online, &batch.next_obs, b, BnStats::Running)?),
             false => None,
         };
         self.distributions_from(batch, &next_logits, chooser.as_deref())
-    }
-
-    /// Gradient-free logits `[rows, A, K]` (row-major) of `net`'s distributional head.
-    fn logits_of(
-        &self,
-        net: &QNetwork,
-        obs: &[f32],
-        rows: usize,
-        stats: BnStats,
-    ) -> Result<Vec<f32>> {
-        match self.engine {
-            Engine::Host => net.host_head(obs, rows, stats, None),
-            Engine::CpuGraph | Engine::Device => {
-                let x = self.batch_tensor(obs, rows)?;
-                let logits = net.forward_logits(&x, Pass::gradient_free(stats))?;
-                logits.flatten_all()?.to_vec1()
-            }
-        }
     }
 
     /// C51's projections of the next distributions (`next_logits` `[B, A, K]`, at the
@@ -446,7 +445,7 @@ impl Dqn {
             true => self.distributions_from(batch, online_next, None)?,
             false => {
                 let stats = self.config.target_bn_mode;
-                let t = self.logits_of(&self.target, &both, 2 * b, stats)?;
+                let t = self.outputs_of(&self.target, (&both, 2 * b), stats, true)?;
                 let values = self.online.support_values();
                 let chooser = self
                     .config
