@@ -268,8 +268,7 @@ pub(crate) fn host_distribution_loss(
         let at = (row * a + action as usize) * k;
         let l = &logits[at..at + k];
         let p = crate::nn::softmax_runs(l, k);
-        let top = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let log_total = f64::from(top) + p_total_log(l, top);
+        let log_total = log_sum_exp(l);
         for j in 0..k {
             let log_p = f64::from(l[j]) - log_total;
             loss -= f64::from(m[j]) * log_p;
@@ -289,12 +288,11 @@ pub(crate) fn host_distribution_loss(
     Ok((info, gradient))
 }
 
-/// `ln sum_j exp(l_j - top)` in `f64`.
-fn p_total_log(l: &[f32], top: f32) -> f64 {
-    l.iter()
-        .map(|&v| f64::from(v - top).exp())
-        .sum::<f64>()
-        .ln()
+/// `ln sum_j exp(l_j)` in `f64`, shifted by the largest `l_j` so that nothing overflows.
+fn log_sum_exp(l: &[f32]) -> f64 {
+    let top = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let total: f64 = l.iter().map(|&v| f64::from(v - top).exp()).sum();
+    f64::from(top) + total.ln()
 }
 
 /// The distributional loss of a head's `logits` `[B, A, K]` over `values` `[K]`
