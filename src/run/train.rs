@@ -75,6 +75,24 @@ pub struct Trainer {
     _lock: RunLock,
 }
 
+/// A checkpoint's loop state and, where the run scales its rewards, its running return
+/// (written after the state, so that checkpoints from before it was kept still read).
+fn read_state(dir: &Path) -> Result<(LoopState<'static>, Option<ReturnScale>)> {
+    let path = dir.join("state.bin");
+    let bytes = std::fs::read(&path)?;
+    let corrupt = || format!("checkpoint {} is corrupt", path.display());
+    let (state, rest): (LoopState, _) = postcard::take_from_bytes(&bytes).with_context(corrupt)?;
+    let return_scale = match rest.is_empty() {
+        true => None,
+        false => Some(postcard::from_bytes(rest).with_context(corrupt)?),
+    };
+    // A zeroed or truncated file can still decode: its config is then no TOML.
+    if toml::from_str::<toml::Table>(&state.config_toml).map_or(true, |t| t.is_empty()) {
+        bail!("{}", corrupt());
+    }
+    Ok((state, return_scale))
+}
+
 /// The summary of a finished run in `run_dir`, if it has one.
 pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
     crate::storage::read_json(&run_dir.join(SUMMARY_FILE), "a run summary")
@@ -207,20 +225,7 @@ impl Trainer {
     fn resume_locked(run_dir: &Path, dir: &Path, lock: RunLock) -> Result<Self> {
         let config_path = run_dir.join("config.toml");
         let config = TrainConfig::load(&config_path, &[])?;
-        let bytes = std::fs::read(dir.join("state.bin"))?;
-        let corrupt = || format!("checkpoint {} is corrupt", dir.join("state.bin").display());
-        // The loop state, then, where the run scales its rewards, the running return
-        // (after the state, so that checkpoints written before it was kept still read).
-        let (state, rest): (LoopState, _) =
-            postcard::take_from_bytes(&bytes).with_context(corrupt)?;
-        let return_scale: Option<ReturnScale> = match rest.is_empty() {
-            true => None,
-            false => Some(postcard::from_bytes(rest).with_context(corrupt)?),
-        };
-        // A zeroed or truncated file can still decode: its config is then no TOML.
-        if toml::from_str::<toml::Table>(&state.config_toml).map_or(true, |t| t.is_empty()) {
-            bail!("{}", corrupt());
-        }
+        let (state, return_scale) = read_state(dir)?;
         if TrainConfig::canonical_toml(&state.config_toml) != Some(config.to_toml()) {
             bail!(
                 "{} changed since the checkpoint was written",
@@ -276,7 +281,8 @@ impl Trainer {
         t.wall_before = state.wall_seconds;
         t.diagnostics = state.diagnostics.into_owned();
         if t.return_scale.is_some() {
-            t.return_scale = Some(return_scale.with_context(corrupt)?);
+            let lost = || format!("checkpoint {} holds no running return", dir.display());
+            t.return_scale = Some(return_scale.with_context(lost)?);
         }
         match state.replay {
             Some(r) => t.replay = r.into_owned(),
