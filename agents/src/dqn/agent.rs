@@ -571,28 +571,33 @@ impl Dqn {
         Ok((UpdateForward::Graph(q), targets))
     }
 
-    /// The online network's Q-values of the batch's observations, differentiable, with
-    /// the batch-norm statistics of `dqn.online_bn_mode`.
+    /// The online network's Q-values (a distributional head's logits) of the batch's
+    /// observations, differentiable, with the batch-norm statistics of
+    /// `dqn.online_bn_mode`.
     fn q_for_update(&self, batch: &Batch) -> Result<UpdateForward> {
-        let stats = self.config.online_bn_mode;
-        if self.config.loss.is_distributional() {
-            let obs = self.batch_tensor(&batch.obs, batch.size)?;
-            let logits = self
-                .online
-                .forward_logits(&obs, Pass::differentiable(stats))?;
-            return Ok(UpdateForward::Logits(logits));
-        }
+        let (stats, rows) = (self.config.online_bn_mode, batch.size);
+        let distributional = self.config.loss.is_distributional();
         if self.engine == Engine::Host {
             let mut tape = HostTape::default();
-            let q = self
+            // The head's output: a distributional head's logits, else the Q-values.
+            let out = self
                 .online
-                .host_forward(&batch.obs, batch.size, stats, Some(&mut tape))?;
-            let rows = batch.size;
-            return Ok(UpdateForward::Host { q, rows, tape });
+                .host_head(&batch.obs, rows, stats, Some(&mut tape))?;
+            return Ok(match distributional {
+                true => UpdateForward::HostLogits {
+                    logits: out,
+                    rows,
+                    tape,
+                },
+                false => UpdateForward::Host { q: out, rows, tape },
+            });
         }
-        let obs = self.batch_tensor(&batch.obs, batch.size)?;
-        let q = self.online.forward(&obs, Pass::differentiable(stats))?;
-        Ok(UpdateForward::Graph(q))
+        let obs = self.batch_tensor(&batch.obs, rows)?;
+        let pass = Pass::differentiable(stats);
+        Ok(match distributional {
+            true => UpdateForward::Logits(self.online.forward_logits(&obs, pass)?),
+            false => UpdateForward::Graph(self.online.forward(&obs, pass)?),
+        })
     }
 
     /// The TD loss (with the mean Q of the taken actions) and every trainable
