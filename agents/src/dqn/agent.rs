@@ -415,32 +415,27 @@ impl Dqn {
     fn joint_distributions(&self, batch: &Batch) -> Result<(UpdateForward, Targets)> {
         let b = batch.size;
         let both = [&batch.obs[..], &batch.next_obs[..]].concat();
-        let (forward, all) = match self.engine {
+        // The forward for the loss, and the next observations' logits, detached.
+        let (forward, online_next) = match self.engine {
             Engine::Host => {
                 let mut tape = HostTape::default();
                 let stats = self.config.online_bn_mode;
                 let logits = self
                     .online
                     .host_head(&both, 2 * b, stats, Some(&mut tape))?;
-                let all = logits.clone();
-                (
-                    UpdateForward::HostLogits {
-                        logits,
-                        rows: b,
-                        tape,
-                    },
-                    all,
-                )
+                let next = logits[logits.len() / 2..].to_vec();
+                let rows = b;
+                (UpdateForward::HostLogits { logits, rows, tape }, next)
             }
             _ => {
                 let x = self.batch_tensor(&both, 2 * b)?;
                 let pass = Pass::differentiable(self.config.online_bn_mode);
                 let logits = self.online.forward_logits(&x, pass)?;
-                let all = logits.detach().flatten_all()?.to_vec1()?;
-                (UpdateForward::Logits(logits.narrow(0, 0, b)?), all)
+                let next = logits.narrow(0, b, b)?.detach().flatten_all()?.to_vec1()?;
+                (UpdateForward::Logits(logits.narrow(0, 0, b)?), next)
             }
         };
-        let online_next = &all[all.len() / 2..];
+        let online_next = &online_next[..];
         let targets = match self.config.target_update.bootstraps_from_online() {
             true => self.distributions_from(batch, online_next, None)?,
             false => {

@@ -155,7 +155,10 @@ impl DqnConfig {
         }
         let target_free = self.target_update == TargetUpdate::None;
         if self.loss.is_distributional() {
-            p.extend(self.distributional_problems());
+            let s = &self.support;
+            if let Some(why) = support_problem(s.atoms, s.v_min as f32, s.v_max as f32) {
+                p.push(("support", why));
+            }
         }
         if self.double_dqn && target_free {
             p.push((
@@ -168,15 +171,6 @@ impl DqnConfig {
 }
 
 impl DqnConfig {
-    fn distributional_problems(&self) -> Vec<(&'static str, &'static str)> {
-        let mut p = vec![];
-        let s = &self.support;
-        if let Some(why) = support_problem(s.atoms, s.v_min as f32, s.v_max as f32) {
-            p.push(("support", why));
-        }
-        p
-    }
-
     /// The support's values: C51's atoms, or HL-Gauss's bin centres.
     pub fn support_values(&self) -> Vec<f32> {
         let (k, v_min, v_max) = (self.support.atoms, self.support.v_min, self.support.v_max);

@@ -225,22 +225,20 @@ pub fn cross_entropy(logits: &Tensor, actions: &[u32], targets: &Tensor) -> Resu
 }
 
 /// The mean entropy (nats) of the taken actions' distributions, from the logits
-/// `[B][A][K]`: how spread the value's distribution is (a head collapsing onto one atom
-/// goes to 0, a uniform one is `ln K`).
-pub fn mean_entropy(logits: &[Vec<Vec<f32>>], actions: &[u32]) -> f64 {
-    let entropy = |l: &[f32]| {
-        let top = l.iter().copied().fold(f32::MIN, f32::max);
-        let w: Vec<f64> = l.iter().map(|&v| f64::from(v - top).exp()).collect();
-        let total: f64 = w.iter().sum();
-        -w.iter()
-            .map(|&w| w / total)
-            .filter(|&p| p > 0.0)
-            .map(|p| p * p.ln())
-            .sum::<f64>()
-    };
-    let rows = logits.iter().zip(actions);
-    let sum: f64 = rows.map(|(row, &a)| entropy(&row[a as usize])).sum();
-    sum / actions.len().max(1) as f64
+/// `[B, A, K]` (row-major, `a` actions of `k` values): how spread the value's
+/// distribution is (a head collapsing onto one atom goes to 0, a uniform one is `ln K`).
+pub fn mean_entropy(logits: &[f32], (a, k): (usize, usize), actions: &[u32]) -> f64 {
+    let taken = actions.iter().enumerate().map(|(row, &action)| {
+        let at = (row * a + action as usize) * k;
+        entropy(&crate::nn::softmax_runs(&logits[at..at + k], k))
+    });
+    taken.sum::<f64>() / actions.len().max(1) as f64
+}
+
+/// `-sum_j p_j ln p_j` of a distribution `p`.
+fn entropy(p: &[f32]) -> f64 {
+    let terms = p.iter().filter(|&&p| p > 0.0).map(|&p| f64::from(p));
+    -terms.map(|p| p * p.ln()).sum::<f64>()
 }
 
 /// [`distribution_loss`] on the host path: logits `[B, A, K]` (row-major, `shape`) over
@@ -263,19 +261,17 @@ pub(crate) fn host_distribution_loss(
         );
     }
     let mut gradient = vec![0f32; logits.len()];
-    let (mut loss, mut q_sum, mut entropy) = (0f64, 0f64, 0f64);
+    let (mut loss, mut q_sum, mut entropy_sum) = (0f64, 0f64, 0f64);
     for (row, (&action, m)) in actions.iter().zip(targets.chunks_exact(k)).enumerate() {
         let at = (row * a + action as usize) * k;
         let l = &logits[at..at + k];
         let p = crate::nn::softmax_runs(l, k);
         let log_total = log_sum_exp(l);
+        entropy_sum += entropy(&p);
         for j in 0..k {
             let log_p = f64::from(l[j]) - log_total;
             loss -= f64::from(m[j]) * log_p;
             q_sum += f64::from(p[j] * values[j]);
-            if p[j] > 0.0 {
-                entropy -= f64::from(p[j]) * f64::from(p[j]).ln();
-            }
             gradient[at + j] = (p[j] - m[j]) / b as f32;
         }
     }
@@ -283,7 +279,7 @@ pub(crate) fn host_distribution_loss(
     let info = LossInfo {
         value: Metric::Host(loss / n),
         q_mean: Metric::Host(q_sum / n),
-        entropy: Some(entropy / n),
+        entropy: Some(entropy_sum / n),
     };
     Ok((info, gradient))
 }
@@ -305,14 +301,15 @@ pub(crate) fn distribution_loss(
     actions: &[u32],
     targets: &[f32],
 ) -> Result<(LossInfo, Tensor)> {
-    let (b, _, k) = logits.dims3()?;
+    let (b, a, k) = logits.dims3()?;
     let targets = Tensor::from_slice(targets, (b, k), logits.device())?;
     let loss = cross_entropy(logits, actions, &targets)?;
     let q = expected_q(&logits.detach(), values)?;
+    let host_logits = logits.detach().flatten_all()?.to_vec1()?;
     let info = LossInfo {
         value: Metric::of(&loss)?,
         q_mean: Metric::Host(mean_taken(&q, actions)?),
-        entropy: Some(mean_entropy(&logits.detach().to_vec3()?, actions)),
+        entropy: Some(mean_entropy(&host_logits, (a, k), actions)),
     };
     Ok((info, loss))
 }

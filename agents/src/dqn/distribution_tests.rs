@@ -236,12 +236,9 @@ fn batch_targets_bootstrap_from_the_chosen_action() {
 fn the_value_entropy_is_that_of_the_taken_actions_distribution() {
     let uniform = vec![0.5f32; 4];
     let peaked = vec![40.0f32, 0.0, 0.0, 0.0];
-    let logits = vec![
-        vec![uniform.clone(), peaked.clone()],
-        vec![peaked.clone(), uniform.clone()],
-    ];
-    let h = super::mean_entropy(&logits, &[0, 1]);
+    let logits = [&uniform[..], &peaked, &peaked, &uniform].concat();
+    let h = super::mean_entropy(&logits, (2, 4), &[0, 1]);
     assert!((h - 4f64.ln()).abs() < 1e-9, "{h}");
-    let h = super::mean_entropy(&logits, &[1, 0]);
+    let h = super::mean_entropy(&logits, (2, 4), &[1, 0]);
     assert!(h.abs() < 1e-12, "{h}");
 }

@@ -6,11 +6,11 @@
 //! its steps in `after_step.rs`), an activation normalization ([`BatchNorm`] with or
 //! without batch renormalization, [`MeanOnlyBn`], [`LayerNorm`], [`GroupNorm`],
 //! [`RmsNorm`], [`Hyperspherical`]'s unit features, or none, each one type implementing
-//! one trait, `normalization::Normalization`, in its own file), a bias and a ReLU. Each method's file holds its parameters, init,
-//! tensor form, graph forward, the host path's forward and backward and a population's
-//! fused forward, for a single network and a population alike (the methods' files are
-//! in `methods/`, away from the network's plumbing here); the CPU loops they call are
-//! in [`crate::kernels`].
+//! one trait, `normalization::Normalization`, in its own file), a bias and a ReLU. Each
+//! method's file holds its parameters, init, tensor form, graph forward, the host path's
+//! forward and backward and a population's fused forward, for a single network and a
+//! population alike (the methods' files are in `methods/`, away from the network's
+//! plumbing here); the CPU loops they call are in [`crate::kernels`].
 
 pub(crate) mod after_step;
 mod config;
