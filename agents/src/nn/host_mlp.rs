@@ -35,10 +35,10 @@ use std::sync::Arc;
 
 use candle_core::Result;
 
-use super::layer::WeightParam;
 use super::norm::{with_method, Norm};
 use super::normalization::{push, HostGradients, HostLayer, NormTape, Saved};
 use super::normalization::{Identity, Normalization};
+use super::weight::WeightParam;
 use super::weight_norm::UnitNorms;
 use super::{BnStats, Layer, LinearMap, QNetwork};
 use crate::kernels::linear::LinearCore;
@@ -163,7 +163,7 @@ pub fn softmax_runs(logits: &[f32], k: usize) -> Vec<f32> {
 impl Layer {
     fn runs_on_host(&self) -> bool {
         let linear = matches!(self.kernel, LinearMap::Linear { .. });
-        let normed = matches!(self.weight, WeightParam::Normed(_));
+        let normed = matches!(self.weight.param, WeightParam::Normed(_));
         linear && with_method!(&self.norm, |m| m.runs_on_host(normed))
     }
 
@@ -207,7 +207,7 @@ impl Layer {
         let core = LinearCore::new(rows, n_in, n_out);
         // Whatever batch norm's statistics, a taped forward is differentiated through
         // weight norm's `v` and `g`: the kernel runs with `v`, its output is scaled.
-        let (t, weight_norm) = match &self.weight {
+        let (t, weight_norm) = match &self.weight.param {
             WeightParam::Plain(w) => (
                 with_values(w.as_tensor(), |w| Ok(core.forward(x, w)))?,
                 None,
@@ -252,7 +252,7 @@ impl Layer {
         };
         let d = with_method!(&self.norm, |m| m.host_backward(&tape, dy, grads))?;
         let core = LinearCore::new(rows, n_in, n_out);
-        match (&self.weight, &saved.weight_norm) {
+        match (&self.weight.param, &saved.weight_norm) {
             (WeightParam::Plain(w), _) => {
                 let (dw, dx) = with_values(w.as_tensor(), |w| {
                     Ok(core.backward(&saved.input, w, &d.dt, input_gradient))

@@ -4,46 +4,26 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::after_step::{after_step, WeightStep};
 use super::init::InitRng;
-use super::linear_map::unit_moments;
 use super::norm::Norm;
 use super::normalization::GraphLayer;
 use super::params::StoreVersion;
 use super::parts::{AfterStep, Kernel};
+use super::weight::{Weight, WeightParam};
 use super::{nap, wn_projected};
 use super::{
     svb, BatchNorm, LinearMap, MeanOnlyBn, NormConfig, ParamStore, Pass, Role, WeightNorm,
 };
 
-use super::weight_norm::DDI_EPS;
-
-pub(crate) enum WeightParam {
-    Plain(Var),
-    Normed(WeightNorm),
-}
-
-impl WeightParam {
-    /// The variable the optimizer steps: `w`, or weight norm's direction `v`.
-    pub(crate) fn direction_or_weight(&self) -> &Var {
-        match self {
-            WeightParam::Plain(w) => w,
-            WeightParam::Normed(wn) => &wn.v,
-        }
-    }
-}
-
 pub struct Layer {
     name: String,
     pub(crate) kernel: LinearMap,
-    pub(crate) weight: WeightParam,
+    /// The weight side: `w` or weight norm's `v` and gains, its rule after each
+    /// optimizer step, NaP's initial norm.
+    pub(crate) weight: Weight,
     pub(crate) bias: Option<Var>,
     pub(crate) norm: Norm,
     pub(crate) relu: bool,
-    /// The method's step after each optimizer step on this layer.
-    pub(crate) after: AfterStep,
-    /// NaP's target: the weight's norm at init (a buffer, `<layer>.rho`).
-    pub(crate) rho: Option<Var>,
     version: StoreVersion,
 }
 
@@ -97,13 +77,12 @@ impl Layer {
             }
             _ => Some(Self::plain_bias(store, name, kernel, rng)?),
         };
-        let rho = match method.after_step {
-            AfterStep::InitialNorm => {
-                let w = weight.direction_or_weight().as_tensor();
-                Some(store.add(&format!("{name}.rho"), nap::initial_norm(w)?, Role::Buffer)?)
-            }
-            _ => None,
-        };
+        let mut weight = Weight::new(weight, method.after_step, 0);
+        if method.after_step == AfterStep::InitialNorm {
+            let w = weight.var().as_tensor();
+            let rho = nap::initial_norm(w)?;
+            weight.rho = Some(store.add(&format!("{name}.rho"), rho, Role::Buffer)?);
+        }
         let layer = Self {
             name: name.to_string(),
             kernel,
@@ -111,8 +90,6 @@ impl Layer {
             bias,
             norm,
             relu: true,
-            after: method.after_step,
-            rho,
             version: store.version_handle(),
         };
         layer.project_at_init()
@@ -121,8 +98,8 @@ impl Layer {
     /// Projected methods start on their sphere (SimbaV2 normalizes its network after
     /// init): unit rows here; NaP's `rho` is the initial norm already.
     fn project_at_init(self) -> Result<Self> {
-        if self.after == AfterStep::UnitRows {
-            wn_projected::project(self.weight.direction_or_weight(), 0)?;
+        if self.weight.after == AfterStep::UnitRows {
+            wn_projected::project(self.weight.var(), 0)?;
             self.version.bump();
         }
         Ok(self)
@@ -156,19 +133,17 @@ impl Layer {
             Self::plain_bias(store, name, kernel, rng)?
         };
         let projected = normed && config.weight.after_step() == AfterStep::UnitRows;
+        let after = match projected {
+            true => AfterStep::UnitRows,
+            false => AfterStep::Nothing,
+        };
         let layer = Self {
             name: name.to_string(),
             kernel,
-            weight,
+            weight: Weight::new(weight, after, 0),
             bias: Some(bias),
             norm: Norm::None,
             relu: false,
-            after: if projected {
-                AfterStep::UnitRows
-            } else {
-                AfterStep::Nothing
-            },
-            rho: None,
             version: store.version_handle(),
         };
         layer.project_at_init()
@@ -188,12 +163,10 @@ impl Layer {
         let layer = Self {
             name: name.to_string(),
             kernel,
-            weight,
+            weight: Weight::new(weight, AfterStep::UnitRows, 0),
             bias: Some(bias),
             norm,
             relu: false,
-            after: AfterStep::UnitRows,
-            rho: None,
             version: store.version_handle(),
         };
         layer.project_at_init()
@@ -273,10 +246,7 @@ impl Layer {
     }
 
     pub fn weight_norm(&self) -> Option<&WeightNorm> {
-        match &self.weight {
-            WeightParam::Normed(wn) => Some(wn),
-            WeightParam::Plain(_) => None,
-        }
+        self.weight.weight_norm()
     }
 
     pub fn batch_norm(&self) -> Option<&BatchNorm> {
@@ -299,7 +269,7 @@ impl Layer {
 
     /// The effective weight `w`: differentiable, or weight norm's cached `w`.
     pub fn weight(&self, differentiable: bool) -> Result<Tensor> {
-        match &self.weight {
+        match &self.weight.param {
             WeightParam::Plain(w) => Ok(w.as_tensor().clone()),
             WeightParam::Normed(wn) if differentiable => wn.weight(),
             WeightParam::Normed(wn) => wn.cached_weight(),
@@ -318,7 +288,7 @@ impl Layer {
     /// The kernel applied with the layer's (possibly normalized) weight: differentiable
     /// with respect to weight norm's `v` and `g`, or with the cached `w`.
     fn kernel_output(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
-        match &self.weight {
+        match &self.weight.param {
             WeightParam::Normed(wn) if differentiable => wn.apply(x),
             _ => self.kernel.apply(x, &self.weight(differentiable)?),
         }
@@ -347,12 +317,9 @@ impl Layer {
     /// mean starts at this batch's mean). Returns this layer's output on `x`, the next
     /// layer's input. Layers without weight norm just pass `x` on.
     pub fn data_dependent_init(&self, x: &Tensor) -> Result<Tensor> {
-        if let WeightParam::Normed(wn) = &self.weight {
+        if let Some(wn) = self.weight_norm() {
             let t = self.kernel.apply(x, &wn.direction()?.detach())?;
-            let (mean, var) = unit_moments(&t)?;
-            let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
-            wn.set_gain(&scale.flatten_all()?)?;
-            let bias = self.norm.method().initial_bias(&(mean * &scale)?)?;
+            let bias = self.norm.method().initial_bias(&wn.initialize(&t)?)?;
             if let Some(b) = &self.bias {
                 self.version.set(b, &bias.flatten_all()?)?;
             }
@@ -365,14 +332,9 @@ impl Layer {
     /// projection (and a bounded batch norm's bound of its gains) every `svb_interval`
     /// steps; unit rows or NaP's initial norms every step. Whether it ran.
     pub fn after_step(&self, updates: u64, config: &NormConfig) -> Result<bool> {
-        let layer = WeightStep {
-            rule: self.after,
-            weight: self.weight.direction_or_weight(),
-            rho: self.rho.as_ref(),
-            norm: self.norm.method(),
-            lead: 0,
-        };
-        let ran = after_step(&layer, updates, config)?;
+        let ran = self
+            .weight
+            .after_step(updates, config, self.norm.method())?;
         if ran {
             self.version.bump();
         }
@@ -391,7 +353,7 @@ impl Layer {
             ("weight_norm_min", min),
             ("weight_norm_max", max),
         ]);
-        if let WeightParam::Normed(wn) = &self.weight {
+        if let Some(wn) = self.weight_norm() {
             let (mean, min, max) = stats_of(&wn.g.as_tensor().to_vec1()?);
             values.extend([("g_mean", mean), ("g_min", min), ("g_max", max)]);
         }

@@ -115,16 +115,30 @@ impl LinearMap {
 /// Per-unit mean and population variance of `t` over the batch (and, for conv
 /// outputs, over all spatial positions), each shaped to broadcast against `t`.
 pub fn unit_moments(t: &Tensor) -> Result<(Tensor, Tensor)> {
-    let mean = unit_mean(t)?;
-    let var = unit_mean(&t.broadcast_sub(&mean)?.sqr()?)?;
+    unit_moments_after(t, 0)
+}
+
+/// [`unit_moments`] after `lead` leading axes (a population's agent axis: each agent's
+/// its own), `t` `[lead.., B, units, positions..]`. In f32, batch first, so that weight
+/// norm's data-dependent init keeps the rounding of the runs already archived (the
+/// normalizations' statistics are `normalization::unit_moments`, summed in f64).
+pub(crate) fn unit_moments_after(t: &Tensor, lead: usize) -> Result<(Tensor, Tensor)> {
+    let mean = unit_mean(t, lead)?;
+    let var = unit_mean(&t.broadcast_sub(&mean)?.sqr()?, lead)?;
     Ok((mean, var))
 }
 
 /// Per-unit mean over the batch and spatial positions, broadcastable against `t`.
-pub fn unit_mean(t: &Tensor) -> Result<Tensor> {
-    match t.rank() {
-        2 => t.mean_keepdim(0),
-        4 => t.mean_keepdim(0)?.mean_keepdim(2)?.mean_keepdim(3),
-        r => candle_core::bail!("per-unit statistics need a rank 2 or 4 tensor, got rank {r}"),
+fn unit_mean(t: &Tensor, lead: usize) -> Result<Tensor> {
+    let rank = t.rank();
+    if rank < lead + 2 {
+        candle_core::bail!(
+            "per-unit statistics need a batch and units after the leading axes, got rank {rank}"
+        );
     }
+    let mut m = t.mean_keepdim(lead)?;
+    for axis in lead + 2..rank {
+        m = m.mean_keepdim(axis)?;
+    }
+    Ok(m)
 }

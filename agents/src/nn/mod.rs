@@ -27,6 +27,7 @@ pub(crate) mod parts;
 mod population_forms_tests;
 mod qnet;
 mod registry;
+pub(crate) mod weight;
 
 pub use methods::svb;
 pub(crate) use methods::{batch_norm, batch_renorm, group_norm, layer_norm, mean_only_bn};
@@ -44,7 +45,6 @@ pub use linear_map::{unit_moments, LinearMap};
 pub use mean_only_bn::MeanOnlyBn;
 pub use normalization::HostGradients;
 pub use params::{Param, ParamStore, Role};
-pub(crate) use parts::AfterStep;
 pub use parts::{Activation, WeightRule};
 pub use qnet::{expected_q, QNetwork};
 pub use registry::{NormConfig, NormKind, SphereHead, COMBINATIONS};

@@ -31,8 +31,9 @@
 //! - **Host** is a single network's path, not a population's: a CPU MLP's layers on
 //!   plain buffers (`QNetwork::runs_on_host`, `nn/host_mlp.rs`).
 //!
-//! Weight norm's share of each path (its fused weight or output scale, cached per
-//! version of the variables) is `nn::weight_norm::StackedWeightNorm`.
+//! A layer's weight is a single network's weight type with one leading axis
+//! (`nn::weight::Weight`); weight norm's share of each path (its fused weight or output
+//! scale, cached per version of the variables) is `nn::weight_norm::WeightNorm`'s.
 //!
 //! On the CPU an update's backward is taken by hand over the fused ops (`tape`), and a
 //! population runs in shards of agents that fit a core's cache (`ShardedPopulation`),

@@ -17,27 +17,21 @@ use super::conv::Im2col;
 use crate::kernels::agent_product::{self, AgentConv};
 use crate::kernels::bias_relu::{AgentBias, AgentScaledBias};
 use crate::kernels::per_agent::{Applied, PerAgent};
-use crate::nn::after_step::{after_step, WeightStep};
 use crate::nn::normalization::{copy_var, Identity, Normalization};
-use crate::nn::weight_norm::StackedWeightNorm;
-use crate::nn::AfterStep;
-use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role};
+use crate::nn::weight::{Weight, WeightParam};
+use crate::nn::{BnStats, Layer, LinearMap, NormConfig, QNetwork, Role, WeightNorm};
 
 /// One layer: `[P, out, in]` weights (each agent's in its single network's layout, a
 /// convolution's inputs flattened to its patch), or weight norm's `v` in that layout
-/// and its gains; an optional bias `[P, 1, out]`, the normalization and the ReLU.
+/// and its gains, with the rule after each step and NaP's initial norms `[P, 1, 1]`
+/// (a single network's weight type, `nn::weight`); an optional bias `[P, 1, out]`, the
+/// normalization and the ReLU.
 pub(super) struct PopulationLayer {
-    pub(super) weight: Var,
-    /// Weight norm's gains over `weight` (its `v`) and its fused op.
-    pub(super) weight_norm: Option<StackedWeightNorm>,
+    pub(super) weight: Weight,
     pub(super) bias: Option<Var>,
     /// The method's normalization over the agents' variables, on layers that have one.
     pub(super) norm: Option<Box<dyn Normalization>>,
     pub(super) relu: bool,
-    /// The method's step after each optimizer step (`nn::AfterStep`), and NaP's
-    /// initial norms `[P, 1, 1]`.
-    after: AfterStep,
-    rho: Option<Var>,
     /// A convolution's unfolding; its per-unit values are `[P, 1, out, 1]`, over the
     /// feature maps `[P, B, out, positions]`.
     conv: Option<Im2col>,
@@ -49,8 +43,7 @@ pub(super) struct PopulationLayer {
 impl PopulationLayer {
     /// Trainable variables, in a fixed order.
     fn trainable(&self) -> Vec<&Var> {
-        let mut v = vec![&self.weight];
-        v.extend(self.weight_norm.iter().map(|wn| &wn.g));
+        let mut v = self.weight.trainable();
         v.extend(&self.bias);
         v.extend(self.norm.iter().flat_map(|n| n.vars().0));
         v
@@ -60,7 +53,7 @@ impl PopulationLayer {
     fn all(&self) -> Vec<&Var> {
         let mut v = self.trainable();
         v.extend(self.norm.iter().flat_map(|n| n.vars().1));
-        v.extend(&self.rho);
+        v.extend(&self.weight.rho);
         v
     }
 
@@ -68,17 +61,11 @@ impl PopulationLayer {
     /// layer takes it (`nn::after_step`), if it is one of `every_step` rules (or of the
     /// interval rules). Whether it ran.
     fn after_step(&self, updates: u64, config: &NormConfig, every_step: bool) -> Result<bool> {
-        if self.after.every_step() != every_step {
+        if self.weight.after.every_step() != every_step {
             return Ok(false);
         }
-        let layer = WeightStep {
-            rule: self.after,
-            weight: &self.weight,
-            rho: self.rho.as_ref(),
-            norm: self.norm.as_deref().unwrap_or(&Identity),
-            lead: 1,
-        };
-        after_step(&layer, updates, config)
+        let norm = self.norm.as_deref().unwrap_or(&Identity);
+        self.weight.after_step(updates, config, norm)
     }
 
     /// The kernel's product of inputs `x` with weights `w` (`[P, out, in]`): `[P, B, out]`
@@ -104,29 +91,26 @@ impl PopulationLayer {
 
     /// The weight the product uses: `w`, or weight norm's from `v` and its gains
     /// (fused: formed once per `version` of the network).
-    fn effective_weight(&self, direction: bool, fused: bool, version: u64) -> Result<Tensor> {
-        match &self.weight_norm {
-            Some(wn) => wn.weight(&self.weight, direction, fused, version),
-            None => Ok(self.weight.as_tensor().clone()),
+    fn effective_weight(&self, fused: bool, version: u64) -> Result<Tensor> {
+        match &self.weight.param {
+            WeightParam::Normed(wn) => wn.stacked_weight(fused, version),
+            WeightParam::Plain(w) => Ok(w.as_tensor().clone()),
         }
     }
 
     /// Weight norm's fused op at the network's `version` with its backward, where the
-    /// layer is weight-normed (`StackedWeightNorm::fused`): formed inside a captured
-    /// step from its own step's variables, as a cached one would be a tensor of the
-    /// step the graph was captured at.
+    /// layer is weight-normed (`WeightNorm::fused`): formed inside a captured step
+    /// from its own step's variables, as a cached one would be a tensor of the step
+    /// the graph was captured at.
     pub(super) fn fused_weight_norm(
         &self,
         version: u64,
-    ) -> Result<Option<(&StackedWeightNorm, Arc<Applied>)>> {
-        let Some(wn) = &self.weight_norm else {
+    ) -> Result<Option<(&WeightNorm, Arc<Applied>)>> {
+        let Some(wn) = self.weight.weight_norm() else {
             return Ok(None);
         };
         let cache = !super::graph::capturing();
-        Ok(Some((
-            wn,
-            wn.fused(self.weight.as_tensor(), version, cache)?,
-        )))
+        Ok(Some((wn, wn.fused(version, cache)?)))
     }
 }
 
@@ -254,7 +238,7 @@ fn stack_layer(
         layouts.push(layout);
         Var::from_tensor(&values)
     };
-    let (weight, gain) = match layer.weight_norm() {
+    let (var, gain) = match layer.weight_norm() {
         Some(_) => (take("v", Role::Weight)?, Some(take("g", Role::Gain)?)),
         None => (take("weight", Role::Weight)?, None),
     };
@@ -266,22 +250,22 @@ fn stack_layer(
         true => config.stacked_hidden(&mut take)?,
         false => config.stacked_head(&mut take)?,
     };
-    let rho = layer
-        .rho
-        .as_ref()
-        .map(|_| take("rho", Role::Buffer))
-        .transpose()?;
     // A weight-normed layer with a bias and no normalization after it scales its
     // output, as a single network's does.
     let scaled = bias.is_some() && norm.is_none();
+    let param = match gain {
+        Some(g) => WeightParam::Normed(WeightNorm::stacked(var, g, scaled)?),
+        None => WeightParam::Plain(var),
+    };
+    let mut weight = Weight::new(param, layer.weight.after, 1);
+    weight.rho = (layer.weight.rho.as_ref())
+        .map(|_| take("rho", Role::Buffer))
+        .transpose()?;
     Ok(PopulationLayer {
         weight,
-        weight_norm: gain.map(|g| StackedWeightNorm::new(g, scaled)),
         bias,
         norm,
         relu: layer.relu,
-        after: layer.after,
-        rho,
         conv,
         data_conv,
     })
@@ -340,7 +324,7 @@ impl PopulationNet {
 
     /// Where the population's variables live.
     pub fn device(&self) -> &candle_core::Device {
-        self.layers[0].weight.device()
+        self.layers[0].weight.var().device()
     }
 
     /// Actions per agent.
@@ -412,7 +396,7 @@ impl PopulationNet {
         graph: bool,
     ) -> Result<Tensor> {
         let fused = self.path(graph) != Path::TensorForms;
-        let w = layer.effective_weight(false, fused, self.version())?;
+        let w = layer.effective_weight(fused, self.version())?;
         let h = layer.product(x, &w, fused)?;
         if fused {
             match self.after_product(layer, &h, stats)? {
@@ -425,8 +409,8 @@ impl PopulationNet {
             Some(norm) => norm.normalize(h, stats)?,
             None => h,
         };
-        if let Some(wn) = &layer.weight_norm {
-            h = wn.scale_output(&layer.weight, h)?;
+        if let Some(wn) = layer.weight.weight_norm() {
+            h = wn.scale_output(h)?;
         }
         if let Some(b) = &layer.bias {
             h = h.broadcast_add(b.as_tensor())?;
@@ -479,11 +463,10 @@ impl PopulationNet {
         for layer in &self.layers {
             // A layer whose normalization has a shift of its own (layer norm's) has no
             // bias: only its gains are set.
-            if let Some(wn) = &layer.weight_norm {
+            if let Some(wn) = layer.weight.weight_norm() {
                 let fused = self.path(false) != Path::TensorForms;
-                let direction = wn.weight(&layer.weight, true, false, 0)?.detach();
-                let shape = layer.bias.as_ref().unwrap_or(&wn.g).shape().clone();
-                let mean_scaled = wn.initialize(&layer.product(&h, &direction, fused)?, &shape)?;
+                let direction = wn.direction()?.detach();
+                let mean_scaled = wn.initialize(&layer.product(&h, &direction, fused)?)?;
                 if let Some(b) = &layer.bias {
                     b.set(&match &layer.norm {
                         Some(norm) => norm.initial_bias(&mean_scaled)?,
@@ -505,7 +488,7 @@ impl PopulationNet {
     /// Whether the agents' networks ask for weight norm's data-dependent init.
     pub(crate) fn wants_data_dependent_init(&self) -> bool {
         self.settings.norm.data_dependent_init
-            && self.layers.iter().any(|l| l.weight_norm.is_some())
+            && self.layers.iter().any(|l| l.weight.weight_norm().is_some())
     }
 
     /// `self = other` (a target network's sync, buffers included), every agent alike.
@@ -670,13 +653,10 @@ impl PopulationNet {
             .map(|l| {
                 let norm = l.norm.as_ref().map(|n| n.copied()).transpose()?;
                 Ok(PopulationLayer {
-                    weight: copy_var(&l.weight)?,
-                    weight_norm: l.weight_norm.as_ref().map(|wn| wn.copied()).transpose()?,
+                    weight: l.weight.copied()?,
                     bias: l.bias.as_ref().map(copy_var).transpose()?,
                     norm,
                     relu: l.relu,
-                    after: l.after,
-                    rho: l.rho.as_ref().map(copy_var).transpose()?,
                     conv: l.conv.clone(),
                     data_conv: l.data_conv,
                 })

@@ -49,7 +49,7 @@ enum WeightSource {
         v: TensorId,
         op: Arc<Applied>,
     },
-    /// Weight norm's scale of the layer's output (`StackedWeightNorm::scaled`, `op`'s
+    /// Weight norm's scale of the layer's output (`WeightNorm::scaled`, `op`'s
     /// output): `v`'s gradient is the product's plus the scale's share, whose
     /// gradient the op after the product left under the scale.
     Scaled {
@@ -91,7 +91,7 @@ impl PopulationNet {
         if layer.conv_needs_input_gradient(first) {
             return Ok(None);
         }
-        let v = layer.weight.as_tensor();
+        let v = layer.weight.var().as_tensor();
         let (weight, weight_source) = match layer.fused_weight_norm(self.version())? {
             Some((wn, op)) if wn.scaled() => (v.clone(), WeightSource::Scaled { op }),
             Some((_, op)) => {
@@ -148,10 +148,10 @@ impl PopulationNet {
                     let Some(ds) = grads.remove(&op.out) else {
                         candle_core::bail!("weight norm's scale received no gradient");
                     };
-                    let (v, g) = (&layer.weight, layer.weight_norm.as_ref().map(|wn| &wn.g));
-                    let Some(g) = g else {
+                    let Some(wn) = layer.weight.weight_norm() else {
                         candle_core::bail!("a scaled layer without gains");
                     };
+                    let (v, g) = (&wn.v, &wn.g);
                     let (dv, dg) = stacked_scale_gradients((v, g, &op.out), dw, &ds)?;
                     accumulate(&mut grads, v.id(), dv)?;
                     accumulate(&mut grads, g.id(), dg)?;

@@ -38,7 +38,8 @@ use crate::kernels::weight_norm::{
     NormedKernel, ScaleByGain,
 };
 use crate::kernels::with_values;
-use crate::nn::normalization::{push, HostGradients};
+use crate::nn::linear_map::unit_moments_after as unit_moments;
+use crate::nn::normalization::{copy_var, push, HostGradients};
 use crate::nn::params::StoreVersion;
 use crate::nn::{LinearMap, ParamStore, Role};
 
@@ -46,13 +47,24 @@ use crate::nn::{LinearMap, ParamStore, Role};
 /// more graph node, about a microsecond) pays for the per-output scaling it saves.
 const FORM_WEIGHT_MARGIN: usize = 4096;
 
+/// Weight norm on one layer, for any number of leading axes: a single network's (`v`
+/// in its kernel's layout, gains `[units]`) or a population's (`v` `[P, out, in]`, gains
+/// `[P, 1, out]`, each agent's its own; [`Self::stacked`]).
 pub struct WeightNorm {
     kernel: LinearMap,
     pub(crate) v: Var,
-    /// One gain per output unit, shape `[units]`.
+    /// One gain per output unit (and agent).
     pub(crate) g: Var,
+    /// Leading axes before a unit's: 0 for one network, 1 for a population.
+    lead: usize,
+    /// A population's layer scales its output per unit by `g / ||v||` rather than form
+    /// its weight (a bias and no normalization after the product, as a single
+    /// network's layer does on the CPU).
+    scaled: bool,
     version: StoreVersion,
     cache: Mutex<Option<(u64, Tensor)>>,
+    /// A population's fused op ([`Self::fused`]) at the version it was formed at.
+    applied: Mutex<Option<(u64, Arc<Applied>)>>,
     unit_norms: UnitNormCache,
 }
 
@@ -67,14 +79,45 @@ impl WeightNorm {
     ) -> Result<Self> {
         let v = store.add(&format!("{prefix}.v"), v, Role::Weight)?;
         let g = store.add(&format!("{prefix}.g"), g, Role::Gain)?;
-        Ok(Self {
+        Ok(Self::of(kernel, v, g, 0, false, store.version_handle()))
+    }
+
+    /// A population's layer: `v` `[P, out, in]` and gains `g` `[P, 1, out]`, outside any
+    /// store (the population's network keeps its own version and passes it in);
+    /// `scaled` where its output is scaled per unit rather than its weight formed.
+    pub(crate) fn stacked(v: Var, g: Var, scaled: bool) -> Result<Self> {
+        let (_, n_out, n_in) = v.dims3()?;
+        let kernel = LinearMap::Linear { n_in, n_out };
+        Ok(Self::of(kernel, v, g, 1, scaled, StoreVersion::detached()))
+    }
+
+    fn of(
+        kernel: LinearMap,
+        v: Var,
+        g: Var,
+        lead: usize,
+        scaled: bool,
+        version: StoreVersion,
+    ) -> Self {
+        Self {
             kernel,
             v,
             g,
-            version: store.version_handle(),
-            cache: Mutex::new(None),
+            lead,
+            scaled,
+            version,
+            cache: Mutex::default(),
+            applied: Mutex::default(),
             unit_norms: UnitNormCache::default(),
-        })
+        }
+    }
+
+    /// An independent copy of `v` and the gains (a population's target network), outside
+    /// any store, with nothing formed.
+    pub(crate) fn copied(&self) -> Result<Self> {
+        let (v, g) = (copy_var(&self.v)?, copy_var(&self.g)?);
+        let version = StoreVersion::detached();
+        Ok(Self::of(self.kernel, v, g, self.lead, self.scaled, version))
     }
 
     /// `g = ||v||` per unit, so that `w` starts equal to `v` (the init without
@@ -94,12 +137,12 @@ impl WeightNorm {
         self.kernel
     }
 
-    /// `v / ||v||` per unit (the direction), differentiable.
+    /// `v / ||v||` per unit (the direction), differentiable, in `v`'s shape.
     pub fn direction(&self) -> Result<Tensor> {
-        let units = self.kernel.units();
-        let v = self.v.as_tensor().reshape((units, ()))?;
-        let norm = v.sqr()?.sum_keepdim(1)?.sqrt()?;
-        v.broadcast_div(&norm)?.reshape(self.kernel.weight_shape())
+        let v = self.v.as_tensor();
+        let rows = v.flatten_from(self.lead + 1)?;
+        let norm = rows.sqr()?.sum_keepdim(self.lead + 1)?.sqrt()?;
+        rows.broadcast_div(&norm)?.reshape(v.shape())
     }
 
     /// `w = g * v / ||v||`, differentiable with respect to `g` and `v`. On the CPU one
@@ -183,10 +226,12 @@ impl WeightNorm {
     /// `w` from unfused tensor ops (autodiff through each), the reference the fused
     /// path is tested against.
     pub fn weight_reference(&self) -> Result<Tensor> {
-        let units = self.kernel.units();
-        let dir = self.direction()?.reshape((units, ()))?;
-        let g = self.g.as_tensor().reshape((units, 1))?;
-        dir.broadcast_mul(&g)?.reshape(self.kernel.weight_shape())
+        let v = self.v.as_tensor();
+        let dir = self.direction()?.flatten_from(self.lead + 1)?;
+        let mut column = dir.dims()[..=self.lead].to_vec();
+        column.push(1);
+        let g = self.g.as_tensor().reshape(column)?;
+        dir.broadcast_mul(&g)?.reshape(v.shape())
     }
 
     /// `w` without gradient, recomputed only when the store's version changed.
@@ -212,9 +257,15 @@ impl WeightNorm {
         self.unit_norms.get(version, &self.v, &self.g, units)
     }
 
-    /// Sets `g` (after data-dependent initialization).
-    pub fn set_gain(&self, g: &Tensor) -> Result<()> {
-        self.version.set(&self.g, &g.reshape(self.kernel.units())?)
+    /// Data-dependent init from the layer's outputs `t` of its directions on a batch
+    /// (each agent's its own in a population): per unit, sets the gain `1 / (std(t) +
+    /// eps)` and returns the scaled mean `mean(t) gain`, shaped to broadcast against
+    /// `t` (the bias is its negative, unless the normalization takes it).
+    pub(crate) fn initialize(&self, t: &Tensor) -> Result<Tensor> {
+        let (mean, var) = unit_moments(t, self.lead)?;
+        let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
+        self.version.set(&self.g, &scale.reshape(self.g.shape())?)?;
+        mean * scale
     }
 }
 
@@ -317,18 +368,9 @@ impl UnitNormCache {
 /// Small constant of data-dependent initialization: `g = 1 / (std + eps)`.
 pub(crate) const DDI_EPS: f64 = 1e-6;
 
-/// Weight norm's population form: the weight a product uses from `v` `[P, out, in]`
-/// and gains `g` `[P, 1, out]`: `g v / ||v||` per unit (`v`'s norms over its inputs,
-/// per agent); with `direction`, `v / ||v||` alone.
-pub(crate) fn stacked_weight(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
-    if !direction && v.device().is_cpu() && v.rank() == 3 {
-        return Ok(stacked_weight_applied(v, g)?.out);
-    }
-    stacked_weight_reference(v, g, direction)
-}
-
-/// [`stacked_weight`] as one fused CPU op with its closed-form backward, per agent,
-/// kept for an explicit backward.
+/// A population's weight `g v / ||v||` from `v` `[P, out, in]` and gains `g` `[P, 1,
+/// out]` as one fused CPU op with its closed-form backward, per agent, kept for an
+/// explicit backward.
 pub(crate) fn stacked_weight_applied(v: &Tensor, g: &Tensor) -> Result<Applied> {
     let agents = v.dim(0)?;
     PerAgent::new(crate::kernels::weight_norm::AgentWeight, agents).apply1(v, g)
@@ -404,79 +446,25 @@ pub(crate) fn stacked_scale_reference(v: &Tensor, g: &Tensor, rank: usize) -> Re
     }
 }
 
-/// [`stacked_weight`] as tensor ops, on any device (and the fused op's reference).
-pub(crate) fn stacked_weight_reference(v: &Tensor, g: &Tensor, direction: bool) -> Result<Tensor> {
-    let inv_norm = v.sqr()?.sum_keepdim(2)?.sqrt()?.recip()?;
-    match direction {
-        true => v.broadcast_mul(&inv_norm),
-        false => v.broadcast_mul(&(inv_norm * g.transpose(1, 2)?)?),
-    }
-}
-
-/// Data-dependent init in a population: from each agent's outputs `t` of the weights'
-/// directions on its batch, per unit the gain `1 / (std(t) + eps)` and the scaled mean
-/// `mean(t) gain` (the bias is its negative, unless the normalization takes it).
-pub(crate) fn stacked_initial_gain(t: &Tensor) -> Result<(Tensor, Tensor)> {
-    let (mean, var) = crate::nn::normalization::unit_moments(t, 1)?;
-    let scale = (var.sqrt()? + DDI_EPS)?.recip()?;
-    let mean_scaled = (mean * &scale)?;
-    Ok((scale, mean_scaled))
-}
-
-/// Weight norm on a population's layer: the gains `g` `[P, 1, out]` over the layer's
-/// `v` `[P, out, in]`, and the fused op formed from them (the weight `g v / ||v||`, or
-/// the per-unit scale `g / ||v||` where the layer is [`Self::scaled`]), kept for the
-/// network's version it was formed at: a step's acting forward and its training
-/// forward share the online network's, a target network keeps its own until the next
-/// sync.
-pub(crate) struct StackedWeightNorm {
-    pub(crate) g: Var,
-    scaled: bool,
-    cache: Mutex<Option<(u64, Arc<Applied>)>>,
-}
-
-impl StackedWeightNorm {
-    /// Gains `g` of a layer; `scaled` where its output is scaled per unit rather than
-    /// its weight formed (a bias and no normalization after the product, as a single
-    /// network's layer).
-    pub(crate) fn new(g: Var, scaled: bool) -> Self {
-        Self {
-            g,
-            scaled,
-            cache: Mutex::default(),
-        }
-    }
-
-    /// The same over a copy of the gains (a target network), with no op formed.
-    pub(crate) fn copied(&self) -> Result<Self> {
-        Ok(Self::new(
-            crate::nn::normalization::copy_var(&self.g)?,
-            self.scaled,
-        ))
-    }
-
+/// A population's layer (`lead` 1): the weight its product uses and the fused ops,
+/// formed once per version of the population's network (`version`, which it keeps
+/// itself): a step's acting forward and its training forward share the online
+/// network's, a target network keeps its own until the next sync.
+impl WeightNorm {
     /// Whether the fused ops scale the layer's output per unit (the product is `v`'s;
     /// `kernels::bias_relu::AgentScaledBias`) rather than form its weight.
     pub(crate) fn scaled(&self) -> bool {
         self.scaled
     }
 
-    /// The weight a product with `v` uses: `v` itself where the layer is scaled,
-    /// `v / ||v||` with `direction` (data-dependent init), else `g v / ||v||`; through
-    /// the fused op (at `version`) with `fused`, else the tensor forms.
-    pub(crate) fn weight(
-        &self,
-        v: &Var,
-        direction: bool,
-        fused: bool,
-        version: u64,
-    ) -> Result<Tensor> {
-        let (v, g) = (v.as_tensor(), self.g.as_tensor());
-        match (direction, fused) {
-            (false, _) if self.scaled => Ok(v.clone()),
-            (false, true) => Ok(self.fused(v, version, true)?.out.clone()),
-            (_, true) => stacked_weight(v, g, direction),
-            (_, false) => stacked_weight_reference(v, g, direction),
+    /// The weight a population's product uses: `v` itself where the layer is scaled,
+    /// else `g v / ||v||`, through the fused op (at `version`) with `fused`, else the
+    /// tensor forms.
+    pub(crate) fn stacked_weight(&self, fused: bool, version: u64) -> Result<Tensor> {
+        match fused {
+            _ if self.scaled => Ok(self.v.as_tensor().clone()),
+            true => Ok(self.fused(version, true)?.out.clone()),
+            false => self.weight_reference(),
         }
     }
 
@@ -484,9 +472,9 @@ impl StackedWeightNorm {
     /// layer is [`Self::scaled`], else the weight. With `cache`, the op formed at this
     /// version is reused; without (inside a captured CUDA graph, whose replay must form
     /// it from its own step's variables), it is formed afresh and not kept.
-    pub(crate) fn fused(&self, v: &Tensor, version: u64, cache: bool) -> Result<Arc<Applied>> {
+    pub(crate) fn fused(&self, version: u64, cache: bool) -> Result<Arc<Applied>> {
         let form = || -> Result<Arc<Applied>> {
-            let g = self.g.as_tensor();
+            let (v, g) = (self.v.as_tensor(), self.g.as_tensor());
             Ok(Arc::new(match self.scaled {
                 true => stacked_scale_applied(v, g)?,
                 false => stacked_weight_applied(v, g)?,
@@ -495,7 +483,7 @@ impl StackedWeightNorm {
         if !cache {
             return form();
         }
-        let mut kept = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = self.applied.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, applied)) = kept.as_ref() {
             if *at == version {
                 return Ok(applied.clone());
@@ -506,26 +494,17 @@ impl StackedWeightNorm {
         Ok(applied)
     }
 
-    /// The tensor forms' per-unit scale of a scaled layer's output `h` (`None` where
-    /// the layer forms its weight instead).
-    pub(crate) fn scale_output(&self, v: &Var, h: Tensor) -> Result<Tensor> {
+    /// The tensor forms' per-unit scale of a scaled layer's output `h` (`h` as it is
+    /// where the layer forms its weight instead).
+    pub(crate) fn scale_output(&self, h: Tensor) -> Result<Tensor> {
         match self.scaled {
             true => h.broadcast_mul(&stacked_scale_reference(
-                v.as_tensor(),
+                self.v.as_tensor(),
                 self.g.as_tensor(),
                 h.rank(),
             )?),
             false => Ok(h),
         }
-    }
-
-    /// Data-dependent init from the layer's outputs `t` of its directions on each
-    /// agent's batch: sets the gains and returns each unit's scaled mean, shaped as
-    /// `bias_shape` (the bias is its negative, unless the normalization takes it).
-    pub(crate) fn initialize(&self, t: &Tensor, bias_shape: &candle_core::Shape) -> Result<Tensor> {
-        let (scale, mean_scaled) = stacked_initial_gain(t)?;
-        self.g.set(&scale.reshape(self.g.shape())?)?;
-        mean_scaled.reshape(bias_shape)
     }
 }
 
@@ -557,9 +536,9 @@ mod tests {
             Var::from_tensor(&Tensor::from_vec(gains, (3, 1, 5), &Device::Cpu).unwrap()).unwrap();
         let weights = random(&[3, 5, 7]);
         let applied = super::stacked_weight_applied(v.as_tensor(), g.as_tensor()).unwrap();
-        let fused = super::stacked_weight(v.as_tensor(), g.as_tensor(), false).unwrap();
-        let reference =
-            super::stacked_weight_reference(v.as_tensor(), g.as_tensor(), false).unwrap();
+        let wn = WeightNorm::stacked(v.clone(), g.clone(), false).unwrap();
+        let fused = wn.stacked_weight(true, 0).unwrap();
+        let reference = wn.weight_reference().unwrap();
         assert!(max_relative(&fused, &reference) < 1e-6);
         assert!(max_relative(&applied.out, &reference) < 1e-6);
         let gr = gradients(&reference, &weights);
