@@ -12,6 +12,6 @@ pub use agent::{epsilon_greedy, Dqn, Engine, UpdateInfo};
 pub use config::{AgentConfig, DqnConfig, Loss, RewardScale, Support, TargetUpdate, ValueLoss};
 pub use schedule::LinearSchedule;
 pub use td_loss::{
-    mean_taken, population_mean_taken, population_td_gradient, population_td_loss,
-    population_td_loss_tensor_ops, population_td_stats, td_loss, td_loss_tensor_ops,
+    mean_taken, population_mean_taken, population_td, population_td_loss,
+    population_td_loss_tensor_ops, td_loss, td_loss_tensor_ops, TdOutput,
 };

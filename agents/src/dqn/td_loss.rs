@@ -288,37 +288,20 @@ pub fn population_mean_taken(q: &Tensor, actions: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// The gradient `[P, B, A]` of the sum of [`population_td_loss`]'s losses with respect
-/// to `q`, as one op of its own (a population's explicit backward starts here); on the
-/// CPU only.
-pub fn population_td_gradient(
+/// One of a population's TD outputs from its Q-values `q` `[P, B, A]`, taken actions
+/// and targets, as one op outside candle's graph (a population's explicit backward
+/// starts here): with [`TdOutput::Gradient`] the gradient `[P, B, A]` of the sum of
+/// [`population_td_loss`]'s losses with respect to `q`, with [`TdOutput::Stats`] each
+/// agent's mean TD loss and mean Q-value at its taken actions `[2, P]`. On the CPU and
+/// a CUDA device.
+pub fn population_td(
     q: &Tensor,
     actions: &Tensor,
     targets: &Tensor,
     loss: Loss,
+    output: TdOutput,
 ) -> Result<Tensor> {
-    td_op(
-        q,
-        actions,
-        targets,
-        PopulationTdLoss::new(loss, TdOutput::Gradient),
-    )
-}
-
-/// Each agent's mean TD loss and mean Q-value at its taken actions, `[2, P]`, as one
-/// op (no gradient); on the CPU only.
-pub fn population_td_stats(
-    q: &Tensor,
-    actions: &Tensor,
-    targets: &Tensor,
-    loss: Loss,
-) -> Result<Tensor> {
-    td_op(
-        q,
-        actions,
-        targets,
-        PopulationTdLoss::new(loss, TdOutput::Stats),
-    )
+    td_op(q, actions, targets, PopulationTdLoss::new(loss, output))
 }
 
 /// `op` on the Q-values, actions and targets, outside candle's graph.
@@ -341,8 +324,8 @@ struct PopulationTdLoss {
 }
 
 /// What [`PopulationTdLoss`] computes from the Q-values, actions and targets.
-#[derive(Clone, Copy)]
-enum TdOutput {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TdOutput {
     /// Each agent's mean loss `[P]` (with its gradient backward).
     Losses,
     /// Each agent's mean loss and mean taken Q-value `[2, P]`.
@@ -621,15 +604,18 @@ mod population_tests {
             let taken = taken(&q, &actions);
             let means = taken.mean(1).unwrap();
             let expected = Tensor::stack(&[&reference, &means], 0).unwrap();
-            let stats = population_td_stats(q.as_tensor(), &actions, &targets, loss).unwrap();
+            let stats = population_td(q.as_tensor(), &actions, &targets, loss, TdOutput::Stats);
+            let stats = stats.unwrap();
             assert_close(&stats, &expected, "stats");
-            let dq = population_td_gradient(q.as_tensor(), &actions, &targets, loss).unwrap();
+            let dq = population_td(q.as_tensor(), &actions, &targets, loss, TdOutput::Gradient);
+            let dq = dq.unwrap();
             let grads = reference.sum_all().unwrap().backward().unwrap();
             assert_close(&dq, grads.get(q.as_tensor()).unwrap(), "gradient");
         }
         let (p, b, a) = DIMS;
         let bad = Tensor::from_vec(vec![a as u32; p * b], (p, b, 1), &Device::Cpu).unwrap();
-        assert!(population_td_gradient(q.as_tensor(), &bad, &targets, Loss::Mse).is_err());
+        let wrong = population_td(q.as_tensor(), &bad, &targets, Loss::Mse, TdOutput::Gradient);
+        assert!(wrong.is_err());
     }
 
     /// The fused TD targets equal `bootstrap(best_next)`, with one discount and with

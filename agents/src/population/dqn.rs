@@ -20,7 +20,7 @@ use super::inputs::{self, Inputs, Stacked};
 use super::{DeviceFrames, PopulationNet};
 use crate::dqn::td::{self, TargetSync};
 use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, Loss, TargetUpdate};
-use crate::dqn::{population_mean_taken, population_td_gradient, population_td_stats};
+use crate::dqn::{population_mean_taken, population_td, TdOutput};
 use crate::dqn::{population_td_loss, population_td_loss_tensor_ops};
 use crate::nn::{BnStats, ParamStore};
 use crate::optim::{Optimizer, OptimizerConfig};
@@ -598,8 +598,8 @@ impl PopulationDqn {
             return Ok(None);
         };
         let (actions, loss) = (&stacked.actions, self.regression());
-        let metrics = population_td_stats(&q, actions, &targets, loss)?;
-        let dq = population_td_gradient(&q, actions, &targets, loss)?;
+        let metrics = population_td(&q, actions, &targets, loss, TdOutput::Stats)?;
+        let dq = population_td(&q, actions, &targets, loss, TdOutput::Gradient)?;
         let grads = self.online.backward(tape, &dq)?;
         Ok(Some((metrics, grads)))
     }

@@ -279,7 +279,7 @@ fn td_targets_are_the_cpu_ops() {
 
 #[test]
 fn td_loss_and_gradient_are_the_cpu_ops() {
-    use crate::dqn::{population_td_gradient, population_td_loss, population_td_stats, Loss};
+    use crate::dqn::{population_td, population_td_loss, Loss, TdOutput};
     let case = TdCase::new((4, 33, 3));
     let (p, b, a) = case.dims;
     let (q, actions, targets) = case.tensors();
@@ -295,7 +295,7 @@ fn td_loss_and_gradient_are_the_cpu_ops() {
         launch([3, 1, 1], 8, || unsafe {
             ffi::population_td_stats(cq.p(), ca.p(), ct.p(), s.p(), dims.0, dims.1, dims.2, huber)
         });
-        let expected = population_td_stats(&q, &actions, &targets, loss).unwrap();
+        let expected = population_td(&q, &actions, &targets, loss, TdOutput::Stats).unwrap();
         assert_eq!(stats, values_of(&expected), "{loss:?}");
 
         // Upstream 1 (the explicit backward's start) and each agent's own weight (the
@@ -319,7 +319,7 @@ fn td_loss_and_gradient_are_the_cpu_ops() {
                 )
             });
             let expected = match upstream {
-                None => population_td_gradient(&q, &actions, &targets, loss).unwrap(),
+                None => population_td(&q, &actions, &targets, loss, TdOutput::Gradient).unwrap(),
                 Some(w) => {
                     let var = candle_core::Var::from_tensor(&q).unwrap();
                     let w = Tensor::from_slice(w, p, &Device::Cpu).unwrap();
