@@ -89,8 +89,63 @@ crate::kernels::avx2::dispatch! {
         s0: &mut [f32],
         s1: &mut [f32],
     ) {
-        c.update_values(p, g, s0, s1)
+        match c.kind {
+            OptimizerKind::Adam => {
+                let values = p.iter_mut().zip(g).zip(s0.iter_mut().zip(s1.iter_mut()));
+                values.for_each(|((p, &g), (m, v))| c.adam(p, g, m, v));
+            }
+            // Exact only with `eps > 0`: at `eps = 0` a zero state makes 0/0.
+            OptimizerKind::Rmsprop if c.eps > 0.0 => {
+                rmsprop_skipping_zeros(c, p, g, [s0, s1]);
+            }
+            OptimizerKind::Rmsprop => {
+                let values = p.iter_mut().zip(g).zip(s0.iter_mut().zip(s1.iter_mut()));
+                values.for_each(|((p, &g), (sq, ga))| c.rmsprop(p, g, sq, ga));
+            }
+        }
     }
+}
+
+/// Values per block of [`rmsprop_skipping_zeros`]: the zero check's granularity, and
+/// fixed-size arrays that the compiler vectorizes whole.
+const BLOCK: usize = 32;
+
+/// RMSprop's step over every value, where a block's gradients are all zero by
+/// [`Coefficients::rmsprop_at_zero`]: the same values, bit for bit, without the
+/// division and the square root. At batch 1 much of a layer's gradient is zero (a unit
+/// whose ReLU was off, an input that was 0): measured on MinAtar Breakout at batch 1,
+/// 7-15% more frames per second, and no change at batch 4 and 32. (Taking the
+/// gradient norm in this pass too, rather than in a pass of its own, made batch 4 and
+/// 32 slower: the loop is bound by its arithmetic, not by reading the gradient.)
+#[inline(always)]
+fn rmsprop_skipping_zeros(c: &Coefficients, p: &mut [f32], g: &[f32], [s0, s1]: [&mut [f32]; 2]) {
+    let blocks = g.len() / BLOCK * BLOCK;
+    let (p, p_rest) = p.split_at_mut(blocks);
+    let (s0, s0_rest) = s0.split_at_mut(blocks);
+    let (s1, s1_rest) = s1.split_at_mut(blocks);
+    let (g, g_rest) = g.split_at(blocks);
+    let states = s0.chunks_exact_mut(BLOCK).zip(s1.chunks_exact_mut(BLOCK));
+    for ((p, g), (s0, s1)) in p
+        .chunks_exact_mut(BLOCK)
+        .zip(g.chunks_exact(BLOCK))
+        .zip(states)
+    {
+        let p: &mut [f32; BLOCK] = p.try_into().expect("a whole block");
+        let g: &[f32; BLOCK] = g.try_into().expect("a whole block");
+        let s0: &mut [f32; BLOCK] = s0.try_into().expect("a whole block");
+        let s1: &mut [f32; BLOCK] = s1.try_into().expect("a whole block");
+        match g.iter().fold(false, |any, &g| any | (g != 0.0)) {
+            true => (0..BLOCK).for_each(|i| c.rmsprop(&mut p[i], g[i], &mut s0[i], &mut s1[i])),
+            false => {
+                (0..BLOCK).for_each(|i| c.rmsprop_at_zero(&mut p[i], g[i], &mut s0[i], &mut s1[i]))
+            }
+        }
+    }
+    let rest = p_rest
+        .iter_mut()
+        .zip(g_rest)
+        .zip(s0_rest.iter_mut().zip(s1_rest));
+    rest.for_each(|((p, &g), (sq, ga))| c.rmsprop(p, g, sq, ga));
 }
 
 /// Below this, a state value (a moment estimate, a running average of squares) is set
@@ -111,38 +166,44 @@ fn flushed(x: f32) -> f32 {
 }
 
 impl Coefficients {
+    /// Adam's step of one value. A product instead of a second division: division and
+    /// sqrt are the loop's cost.
     #[inline(always)]
-    fn update_values(&self, p: &mut [f32], g: &[f32], s0: &mut [f32], s1: &mut [f32]) {
-        let values = p.iter_mut().zip(g).zip(s0.iter_mut().zip(s1.iter_mut()));
-        match self.kind {
-            OptimizerKind::Adam => {
-                let step = self.lr / self.bias1;
-                let (b1, b2) = (self.b1, self.b2);
-                // A product instead of a second division per value: division and sqrt
-                // are the loop's cost.
-                let inv_bias2_sqrt = 1.0 / self.bias2_sqrt;
-                for ((p, &g), (m, v)) in values {
-                    let g = g * self.grad_scale;
-                    *m = flushed(b1 * *m + (1.0 - b1) * g);
-                    *v = flushed(b2 * *v + (1.0 - b2) * g * g);
-                    *p -= step * *m / (v.sqrt() * inv_bias2_sqrt + self.eps);
-                }
-            }
-            OptimizerKind::Rmsprop => {
-                let alpha = self.alpha;
-                for ((p, &g), (sq, ga)) in values {
-                    let g = g * self.grad_scale;
-                    *sq = flushed(alpha * *sq + (1.0 - alpha) * g * g);
-                    let var = if self.centered {
-                        *ga = flushed(alpha * *ga + (1.0 - alpha) * g);
-                        *sq - *ga * *ga
-                    } else {
-                        *sq
-                    };
-                    *p -= self.lr * g / (var.max(0.0).sqrt() + self.eps);
-                }
-            }
+    fn adam(&self, p: &mut f32, g: f32, m: &mut f32, v: &mut f32) {
+        let (b1, b2) = (self.b1, self.b2);
+        let g = g * self.grad_scale;
+        *m = flushed(b1 * *m + (1.0 - b1) * g);
+        *v = flushed(b2 * *v + (1.0 - b2) * g * g);
+        *p -= self.lr / self.bias1 * *m / (v.sqrt() * (1.0 / self.bias2_sqrt) + self.eps);
+    }
+
+    /// RMSprop's step of one value (centered: `ga`, the running mean of the gradient).
+    #[inline(always)]
+    fn rmsprop(&self, p: &mut f32, g: f32, sq: &mut f32, ga: &mut f32) {
+        let alpha = self.alpha;
+        let g = g * self.grad_scale;
+        *sq = flushed(alpha * *sq + (1.0 - alpha) * g * g);
+        let var = if self.centered {
+            *ga = flushed(alpha * *ga + (1.0 - alpha) * g);
+            *sq - *ga * *ga
+        } else {
+            *sq
+        };
+        *p -= self.lr * g / (var.max(0.0).sqrt() + self.eps);
+    }
+
+    /// [`Self::rmsprop`] where `g` is ±0, bit for bit (with `eps > 0`): the averages
+    /// only decay (`x + 0 = x` for the non-negative square's average, and for the
+    /// gradient's, which a flush never leaves at -0) and the weight moves by `lr g`,
+    /// ±0 as the division's result is (its sign kept, for `-0 - -0`).
+    #[inline(always)]
+    fn rmsprop_at_zero(&self, p: &mut f32, g: f32, sq: &mut f32, ga: &mut f32) {
+        let alpha = self.alpha;
+        *sq = flushed(alpha * *sq);
+        if self.centered {
+            *ga = flushed(alpha * *ga);
         }
+        *p -= self.lr * (g * self.grad_scale);
     }
 }
 
@@ -765,5 +826,65 @@ mod schedule_tests {
             }
         }
         assert_eq!(LrSchedule::Constant.factor(1_000_000), 1.0);
+    }
+}
+
+#[cfg(test)]
+mod update_tests {
+    use super::*;
+
+    /// RMSprop's step with the zero blocks' shortcut equals its step of every value,
+    /// bit for bit: centered or not, clipped or not, over blocks of zeros (of both
+    /// signs, beside weights of both signs, -0 among them), blocks with one nonzero
+    /// gradient, states that flush, and a tail shorter than a block.
+    #[test]
+    fn skipping_zero_blocks_changes_no_bit() {
+        let mut rng = crate::nn::init::InitRng::new(3);
+        let n = 7 * BLOCK + 5;
+        let random = |rng: &mut crate::nn::init::InitRng| -> Vec<f32> {
+            let t = rng.normal(n, 1.0, &candle_core::Device::Cpu).unwrap();
+            t.to_vec1::<f32>().unwrap()
+        };
+        let mut g = random(&mut rng);
+        for (i, g) in g.iter_mut().enumerate() {
+            // Blocks 0, 2 and 5 all zero (-0 in block 2), block 3 zero but one value.
+            match i / BLOCK {
+                0 | 5 => *g = 0.0,
+                2 => *g = -0.0,
+                3 if i % BLOCK != 7 => *g = 0.0,
+                _ => {}
+            }
+        }
+        let mut p0 = random(&mut rng);
+        p0[2 * BLOCK] = -0.0;
+        p0[2 * BLOCK + 1] = 0.0;
+        let mut states = [random(&mut rng), random(&mut rng)];
+        states[0].iter_mut().for_each(|s| *s = s.abs());
+        states[0][BLOCK..2 * BLOCK].fill(1e-37);
+        for (centered, grad_scale) in [(false, 1.0), (true, 1.0), (false, 0.3), (true, 0.7)] {
+            let c = Coefficients {
+                kind: OptimizerKind::Rmsprop,
+                lr: 0.01,
+                grad_scale,
+                b1: 0.9,
+                b2: 0.999,
+                bias1: 1.0,
+                bias2_sqrt: 1.0,
+                eps: 0.01,
+                alpha: 0.95,
+                centered,
+            };
+            let (mut p, [mut s0, mut s1]) = (p0.clone(), states.clone());
+            update(&c, &mut p, &g, &mut s0, &mut s1);
+            let (mut q, [mut r0, mut r1]) = (p0.clone(), states.clone());
+            for (((p, &g), s0), s1) in q.iter_mut().zip(&g).zip(&mut r0).zip(&mut r1) {
+                c.rmsprop(p, g, s0, s1);
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&p), bits(&q), "weights, centered {centered}");
+            assert_eq!(bits(&s0), bits(&r0), "squares, centered {centered}");
+            assert_eq!(bits(&s1), bits(&r1), "means, centered {centered}");
+            assert_ne!(bits(&p), bits(&p0), "the step moved nothing");
+        }
     }
 }
