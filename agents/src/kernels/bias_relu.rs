@@ -189,12 +189,21 @@ pub(crate) fn relu_mask(y: &[f32], dy: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// A population layer's bias (one value per unit) and, where it has one, its ReLU, on
-/// one agent's values laid out as `units` says (see `kernels::per_agent`).
-pub(crate) struct AgentBias {
+/// A population layer's output pass per agent, on one agent's values laid out as
+/// `units` says (see `kernels::per_agent`): its bias (one value per unit) and, where it
+/// has one, its ReLU; `SCALED`, weight norm's per-unit scale before them.
+pub(crate) struct AgentOutputPass<const SCALED: bool> {
     pub units: Units,
     pub relu: bool,
 }
+
+/// The bias and ReLU of a population's layer.
+pub(crate) type AgentBias = AgentOutputPass<false>;
+
+/// Weight norm's layer output in a population, per agent: each unit's kernel output
+/// `t = v x` scaled by `s = g / ||v||`, its bias added and (where the layer has one)
+/// the ReLU, as a single network's output pass does, so that `w` is never formed.
+pub(crate) type AgentScaledBias = AgentOutputPass<true>;
 
 /// One agent's per-unit layout in a population's `[P, B, units]` or `[P, B, channels,
 /// positions]`.
@@ -206,7 +215,7 @@ fn agent_units(h: &Shape) -> Result<Units> {
     Units::of(&Shape::from(&dims[1..]))
 }
 
-impl AgentBias {
+impl<const SCALED: bool> AgentOutputPass<SCALED> {
     /// For a population's `[P, B, units]` or `[P, B, channels, positions]`.
     pub(crate) fn of(h: &Shape, relu: bool) -> Result<Self> {
         let units = agent_units(h)?;
@@ -356,22 +365,6 @@ fn extend_feature_gradients(
         scaled: s.map(|s| (t, s)),
     };
     Some(output_gradient(&mut dt[at..], units.units, saved))
-}
-
-/// Weight norm's layer output in a population, per agent: each unit's kernel output
-/// `t = v x` scaled by `s = g / ||v||`, its bias added and (where the layer has one)
-/// the ReLU, as a single network's output pass does, so that `w` is never formed.
-pub(crate) struct AgentScaledBias {
-    pub units: Units,
-    pub relu: bool,
-}
-
-impl AgentScaledBias {
-    /// For a population's `[P, B, units]` or `[P, B, channels, positions]`.
-    pub(crate) fn of(h: &Shape, relu: bool) -> Result<Self> {
-        let units = agent_units(h)?;
-        Ok(Self { units, relu })
-    }
 }
 
 impl super::per_agent::AgentKernel<2> for AgentScaledBias {
