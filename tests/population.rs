@@ -126,19 +126,23 @@ fn member_equals_population_of_one(config_file: &str, norm: &str) {
 /// wrong method (a statistic over the wrong rows, another member's batch, a missed
 /// target sync) differs by the change itself.
 fn member_equals_single(config_file: &str, norm: &str) {
-    let mut config = config(config_file, norm, 560);
-    config.exploration.start = 1.0;
-    config.exploration.end = 1.0;
-    config.run.allow_odd = true;
-    config.eval.interval = 250;
-    config.checkpoint.interval = 250;
-    config.logging.layer_stats_interval = 250;
-    config.dqn.target_update = normrl_agents::dqn::TargetUpdate::Hard { every: 24 };
+    member_equals_single_with(config_file, norm, "", |_| {});
+}
+
+/// [`member_equals_single`] with `edit` applied to the config (`label` names it in the
+/// run directories).
+fn member_equals_single_with(
+    config_file: &str,
+    norm: &str,
+    label: &str,
+    edit: impl Fn(&mut TrainConfig),
+) {
+    let config = member_config(config_file, norm, edit);
     // The MLP's and the CNN's tests run at once: directories of their own.
     let env = config.env.id.replace('/', "-");
     let (pop, alone) = (
-        temp(&format!("m-{env}-{norm}")),
-        temp(&format!("s-{env}-{norm}")),
+        temp(&format!("m-{env}-{norm}{label}")),
+        temp(&format!("s-{env}-{norm}{label}")),
     );
     let together = train_members(&members(&config, &pop, 2), None).unwrap();
     for (i, seed) in [1u64, 2].into_iter().enumerate() {
@@ -185,6 +189,20 @@ fn member_equals_single(config_file: &str, norm: &str) {
     }
     let _ = std::fs::remove_dir_all(&pop);
     let _ = std::fs::remove_dir_all(&alone);
+}
+
+/// The config of [`member_equals_single_with`]: 560 steps acting at random, 15 updates.
+fn member_config(config_file: &str, norm: &str, edit: impl Fn(&mut TrainConfig)) -> TrainConfig {
+    let mut config = config(config_file, norm, 560);
+    edit(&mut config);
+    config.exploration.start = 1.0;
+    config.exploration.end = 1.0;
+    config.run.allow_odd = true;
+    config.eval.interval = 250;
+    config.checkpoint.interval = 250;
+    config.logging.layer_stats_interval = 250;
+    config.dqn.target_update = normrl_agents::dqn::TargetUpdate::Hard { every: 24 };
+    config
 }
 
 /// The members of seeds 1..=p of `config` under `root`, started as one population.
@@ -247,6 +265,48 @@ fn members_train_as_they_would_alone_on_an_mlp() {
     for norm in METHODS {
         member_equals_single("configs/cartpole.toml", norm);
         member_equals_population_of_one("configs/cartpole.toml", norm);
+    }
+}
+
+/// A population's members scale their batches' rewards each by its own running return,
+/// as they would alone (`dqn.reward_scale`, SimbaV2's and XQC's): a member that did
+/// not, or took another member's scale, moves by a different step.
+#[test]
+fn members_scale_rewards_as_they_would_alone() {
+    use normrl_agents::dqn::{RewardScale, ValueLoss};
+    for scale in [RewardScale::RunningReturn, RewardScale::ReturnStd] {
+        // MSE, whose gradient scales with the TD error: Huber's is ±1 at the errors of
+        // the first updates, whatever the scale.
+        let edit = |c: &mut TrainConfig| {
+            c.dqn.reward_scale = scale;
+            c.dqn.loss = ValueLoss::Mse;
+        };
+        // The scale must move a run beyond the comparison's tolerance, or a member
+        // that ignored it would pass.
+        let scaled = member_config("configs/cartpole.toml", "none", edit);
+        let mut plain = scaled.clone();
+        plain.dqn.reward_scale = RewardScale::None;
+        let root = temp(&format!("scale-{scale:?}"));
+        let weights = |c: &TrainConfig, name: &str| {
+            let dir = root.join(name);
+            Trainer::new(c.clone(), &dir).unwrap().run(None).unwrap();
+            common::checkpoint_weights(&dir)
+        };
+        let (a, b) = (weights(&scaled, "scaled"), weights(&plain, "plain"));
+        let start = initial_weights(&scaled, &root.join("start"));
+        let (apart, moved) = (distance(&a, &b), distance(&a, &start));
+        eprintln!("{scale:?}: scaled and unscaled runs {apart:e} apart, moved {moved:e}");
+        assert!(
+            apart > 0.05 * moved,
+            "{scale:?}: {apart:e} apart, moved {moved:e}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        member_equals_single_with(
+            "configs/cartpole.toml",
+            "none",
+            &format!("-{scale:?}"),
+            edit,
+        );
     }
 }
 

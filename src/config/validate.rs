@@ -127,13 +127,6 @@ fn update_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
             "used with target_update = { type = \"none\" } in a population (run.population > 1); a single agent's joint forward also takes a target network",
         ));
     }
-    let scaled = dqn.reward_scale != normrl_agents::dqn::RewardScale::None;
-    if scaled && config.run.population > 1 {
-        p.push((
-            "reward_scale",
-            "\"none\" with run.population > 1 (a population does not scale rewards yet)",
-        ));
-    }
     if !dqn.loss.is_distributional() {
         return p;
     }

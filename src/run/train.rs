@@ -551,7 +551,6 @@ impl Trainer {
     fn train(&mut self) -> Result<()> {
         for _ in 0..self.config.replay.gradient_steps {
             self.sample()?;
-            self.scale_rewards();
             let info = self.agent.update(&self.batch)?;
             self.record.update(self.step, &info)?;
             self.after_update()?;
@@ -685,11 +684,13 @@ impl Trainer {
     }
 
     /// Draws the next batch (into [`Self::batch`]) from the replay with the run's
-    /// generator.
+    /// generator, its rewards scaled as `dqn.reward_scale` says (here, so that a
+    /// population's member scales its batch as a single run does).
     pub(crate) fn sample(&mut self) -> Result<()> {
         let sampler = self.config.replay.sampler;
         self.replay
             .sample(sampler, &mut self.batch, &mut self.replay_rng)?;
+        self.scale_rewards();
         Ok(())
     }
 
