@@ -153,9 +153,9 @@ fn errors_name_the_key_and_what_is_allowed() {
             &["dqn.support must be finite bounds with v_min < v_max"],
         ),
         (
-            "[dqn]\nloss = \"c51\"\n",
+            "[dqn]\nloss = \"c51\"\njoint_forward = true\n[dqn.target_update]\ntype = \"none\"\n",
             &["run.population=4"],
-            &["dqn.loss must be \"huber\" or \"mse\" with run.population > 1"],
+            &["dqn.joint_forward must be false with a distributional loss in a population"],
         ),
         (
             "[dqn]\njoint_forward = true\n",

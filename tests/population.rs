@@ -310,6 +310,34 @@ fn members_scale_rewards_as_they_would_alone() {
     }
 }
 
+/// A population's distributional losses (C51, HL-Gauss; Double DQN's chooser with
+/// C51): each member's targets and loss are its own, as alone, on the MLP and the CNN.
+#[test]
+fn distributional_members_train_as_they_would_alone() {
+    use normrl_agents::dqn::ValueLoss;
+    let cases = [
+        ("configs/cartpole.toml", ValueLoss::C51, false, 100.0),
+        ("configs/cartpole.toml", ValueLoss::HlGauss, false, 100.0),
+        ("configs/cartpole.toml", ValueLoss::C51, true, 100.0),
+        ("configs/minatar/breakout.toml", ValueLoss::C51, false, 10.0),
+        (
+            "configs/minatar/breakout.toml",
+            ValueLoss::HlGauss,
+            true,
+            10.0,
+        ),
+    ];
+    for (file, loss, double, v_max) in cases {
+        let label = format!("-{loss:?}-{double}");
+        member_equals_single_with(file, "batch_norm", &label, |c| {
+            c.dqn.loss = loss;
+            c.dqn.double_dqn = double;
+            c.dqn.support.v_min = 0.0;
+            c.dqn.support.v_max = v_max;
+        });
+    }
+}
+
 #[test]
 fn members_train_as_they_would_alone_on_minatar_cnn() {
     for norm in METHODS {

@@ -1002,3 +1002,60 @@ fn steps_on_fixed_buffers_are_the_same_steps() {
         assert!(fresh.fixed_buffer_addresses().len() < 7);
     }
 }
+
+/// A population's distributional losses through the fused ops' explicit backward and
+/// through the tensor forms' graph agree, C51 and HL-Gauss (with Double DQN's chooser),
+/// on the MLP and the CNN: the same targets (one host function), the loss's gradient by
+/// hand against candle's through a log-softmax.
+#[test]
+fn distributional_population_steps_equal_the_tensor_forms() {
+    use normrl_agents::dqn::ValueLoss;
+    let cases = [
+        (mlp(), ValueLoss::C51, false),
+        (mlp(), ValueLoss::HlGauss, true),
+        (cnn(), ValueLoss::C51, true),
+        (cnn(), ValueLoss::HlGauss, false),
+    ];
+    for (shape, loss, double_dqn) in cases {
+        let config = DqnConfig {
+            loss,
+            double_dqn,
+            ..DqnConfig::default()
+        };
+        let norm = NormConfig::from(NormKind::BatchNorm);
+        let optimizer = OptimizerConfig::default();
+        let alone: Vec<Dqn> = (1..=3u64)
+            .map(|seed| shape.single_with(&norm, seed, &config, &optimizer))
+            .collect();
+        let refs: Vec<&Dqn> = alone.iter().collect();
+        let mut fused = PopulationDqn::from_agents(&refs).unwrap();
+        let mut tensor = PopulationDqn::from_agents(&refs)
+            .unwrap()
+            .with_tensor_forms()
+            .unwrap();
+        let start = population_values(&fused);
+        let mut worst = 0f64;
+        for step in 0..20 {
+            let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
+            let a = fused.update(&batches).unwrap();
+            let b = tensor.update(&batches).unwrap();
+            let (la, lb) = (a.td_losses().unwrap(), b.td_losses().unwrap());
+            for (x, y) in la.iter().zip(&lb) {
+                assert!(
+                    (x - y).abs() <= 1e-4 * y.abs().max(1.0),
+                    "losses {la:?} against {lb:?}"
+                );
+            }
+            let (a, b) = (population_values(&fused), population_values(&tensor));
+            worst = worst.max(distance(&a, &b) / distance(&b, &vec![0.0; b.len()]));
+        }
+        let moved = distance(&population_values(&fused), &start);
+        let what = format!(
+            "{:?} {loss:?} double {double_dqn}",
+            shape.network.architecture
+        );
+        eprintln!("{what}: fused and tensor forms apart by at most {worst:e} (moved {moved:e})");
+        assert!(worst <= 1e-5, "{what}: apart by {worst:e}");
+        assert!(moved > 1e-3, "{what}: the weights hardly moved ({moved:e})");
+    }
+}

@@ -130,10 +130,10 @@ fn update_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     if !dqn.loss.is_distributional() {
         return p;
     }
-    if config.run.population > 1 {
+    if dqn.joint_forward && config.run.population > 1 {
         p.push((
-            "loss",
-            "\"huber\" or \"mse\" with run.population > 1 (a population has no distributional loss yet)",
+            "joint_forward",
+            "false with a distributional loss in a population (run.population > 1)",
         ));
     }
     // `auto` on a machine with a GPU is refused when the agent is built.

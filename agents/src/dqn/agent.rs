@@ -25,11 +25,13 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 
-use super::distribution::{distribution_loss, host_distribution_loss, Atoms, Bins, Bootstrap};
+use super::distribution::{
+    distribution_loss, host_distribution_loss, target_distributions, Bootstrap,
+};
 use super::td::{self, TargetSync};
 use super::td_loss::{device_loss, graph_loss, host_loss, LossInfo};
-use super::{AgentConfig, DqnConfig, Loss, ValueLoss};
-use crate::nn::{expectations, softmax_runs, BnStats, HostTape, Pass, QNetwork};
+use super::{AgentConfig, DqnConfig, Loss};
+use crate::nn::{expectations, BnStats, HostTape, Pass, QNetwork};
 use crate::optim::{Gradients, Optimizer};
 use crate::replay::Batch;
 use crate::Metric;
@@ -383,30 +385,21 @@ impl Dqn {
         next_logits: &[f32],
         chooser: Option<&[f32]>,
     ) -> Result<Vec<f32>> {
-        let support = &self.config.support;
-        let (k, v_min, v_max) = (support.atoms, support.v_min as f32, support.v_max as f32);
-        if self.config.loss == ValueLoss::HlGauss {
-            let next_q = expectations(next_logits, self.online.support_values());
-            let y = self.bootstrap(batch, &next_q, chooser);
-            return Ok(Bins {
-                bins: k,
-                v_min,
-                v_max,
-            }
-            .targets(&y));
-        }
-        let next_p = softmax_runs(next_logits, k);
         let rows = Bootstrap {
             rewards: &batch.rewards,
             terminated: &batch.terminated,
             gamma: self.config.gamma as f32,
         };
-        Ok(Atoms {
-            atoms: k,
-            v_min,
-            v_max,
-        }
-        .targets(&next_p, chooser, &rows))
+        let (loss, support) = (self.config.loss, &self.config.support);
+        let values = self.online.support_values();
+        Ok(target_distributions(
+            loss,
+            support,
+            values,
+            next_logits,
+            chooser,
+            &rows,
+        ))
     }
 
     /// [`Self::joint_forward`] of a distributional head: the online logits of both

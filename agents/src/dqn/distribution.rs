@@ -77,6 +77,42 @@ pub struct Bootstrap<'a> {
     pub gamma: f32,
 }
 
+/// A distributional loss's target distributions `[B, K]` from the next observations'
+/// logits `next_logits` `[B, A, K]` over the head's `values` `[K]`: C51's projections
+/// of the next distributions at the best next action, or HL-Gauss's histograms of the
+/// scalar TD targets whose next Q-values are the distributions' expectations; with
+/// Double DQN the `chooser`'s Q-values `[B, A]` pick the next action. One function for
+/// a single agent and each agent of a population.
+pub(crate) fn target_distributions(
+    loss: super::ValueLoss,
+    support: &super::Support,
+    values: &[f32],
+    next_logits: &[f32],
+    chooser: Option<&[f32]>,
+    rows: &Bootstrap,
+) -> Vec<f32> {
+    let (k, v_min, v_max) = (support.atoms, support.v_min as f32, support.v_max as f32);
+    if loss == super::ValueLoss::HlGauss {
+        let next_q = crate::nn::expectations(next_logits, values);
+        let n_actions = next_q.len() / rows.rewards.len().max(1);
+        let bootstrap = (rows.rewards, rows.terminated);
+        let y = super::td::bootstrap_values(&next_q, chooser, n_actions, bootstrap, rows.gamma);
+        return Bins {
+            bins: k,
+            v_min,
+            v_max,
+        }
+        .targets(&y);
+    }
+    let next_p = crate::nn::softmax_runs(next_logits, k);
+    Atoms {
+        atoms: k,
+        v_min,
+        v_max,
+    }
+    .targets(&next_p, chooser, rows)
+}
+
 impl Atoms {
     /// C51's targets `[B, K]`: each row's next distribution under the target network
     /// (`next_p`, probabilities `[B, A, K]`) at `a*`, the action of the largest

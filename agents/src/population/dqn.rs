@@ -5,6 +5,8 @@
 //! agents' optimizer over the stacked variables (elementwise, so each agent's moments
 //! are its own). Agents train exactly as they would alone.
 
+mod distribution;
+
 use std::borrow::Borrow;
 use std::collections::HashMap;
 
@@ -107,9 +109,9 @@ impl PopulationDqn {
                 "a population's joint forward runs without a target network (dqn.target_update = {{ type = \"none\" }})"
             );
         }
-        if config.loss.is_distributional() {
+        if config.loss.is_distributional() && (config.joint_forward || !online.device().is_cpu()) {
             candle_core::bail!(
-                "a population trains with dqn.loss = \"huber\" or \"mse\" (a distributional loss has no population form yet)"
+                "a population's distributional loss trains on the CPU, without the joint forward"
             );
         }
         let max_grad_norm = optimizer.max_grad_norm;
@@ -358,6 +360,9 @@ impl PopulationDqn {
         let (p, device) = (self.online.agents(), self.device());
         let (x, remade) = self.inputs.acting(obs, p, &device)?;
         let mode = self.config.acting_bn_mode;
+        if self.distributional() {
+            return self.distribution_greedy(&x);
+        }
         if !self.inputs.fixed() {
             let q = self.online.forward(&x, mode)?;
             // `[P, 1]`, read as rows: a flatten would be one more operation.
@@ -590,6 +595,9 @@ impl PopulationDqn {
         if self.config.joint_forward {
             return Ok(None);
         }
+        if self.distributional() {
+            return self.distribution_gradients(stacked);
+        }
         let stats = self.config.online_bn_mode;
         // The targets first, as the graph's path: a target-free agent's running
         // statistics then see the next observations before the observations.
@@ -607,6 +615,9 @@ impl PopulationDqn {
     /// Each agent's TD loss on its batch, `[P]`, through candle's graph, and the mean
     /// Q-value of its taken actions (detached).
     fn losses(&self, stacked: &Stacked) -> Result<(Tensor, Tensor)> {
+        if self.distributional() {
+            return self.distribution_losses(stacked);
+        }
         let (q, targets) = match self.config.joint_forward {
             false => {
                 let targets = self.targets(stacked)?;

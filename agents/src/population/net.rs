@@ -144,6 +144,9 @@ pub(super) enum After {
 struct Settings {
     agents: usize,
     actions: usize,
+    /// A distributional head's values `[K]` (its output is `[P, B, actions K]`); empty
+    /// for Q-values.
+    support: Vec<f32>,
     /// The agents' method: its weight rule's steps, weight norm's settings.
     norm: NormConfig,
     /// The methods' fused CPU ops where they have them (on the CPU); off, the tensor
@@ -307,6 +310,7 @@ impl PopulationNet {
         let settings = Settings {
             agents: nets.len(),
             actions: first.n_actions(),
+            support: first.support_values().to_vec(),
             norm: config.clone(),
             fused: true,
         };
@@ -330,6 +334,12 @@ impl PopulationNet {
     /// Actions per agent.
     pub fn actions(&self) -> usize {
         self.settings.actions
+    }
+
+    /// A distributional head's values `[K]`: the head's output is `[P, B, actions K]`,
+    /// each action's logits over them. Empty for a head of Q-values.
+    pub fn support(&self) -> &[f32] {
+        &self.settings.support
     }
 
     /// Every trainable variable, named as in a single network (a weight `[out, in...]`

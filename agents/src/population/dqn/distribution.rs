@@ -1,0 +1,159 @@
+//! A population's distributional loss (`dqn.loss = "c51"` or `"hl_gauss"`), on the CPU:
+//! each agent's target distributions and loss are the single agent's host functions
+//! (`dqn::distribution`) on its own rows, with its own discount, so that a member trains
+//! as it would alone. The head's logits `[P, B, A K]` come from the population's one
+//! forward; their gradient, `(p - m) / B` on each taken action's, goes back through the
+//! fused ops' explicit backward, or (the tensor forms) the same loss in tensor ops goes
+//! through candle's.
+
+use candle_core::backprop::GradStore;
+use candle_core::{Result, Tensor, D};
+
+use super::PopulationDqn;
+use crate::dqn::distribution::{host_distribution_loss, target_distributions, Bootstrap};
+use crate::dqn::td::first_argmax;
+use crate::nn::{expectations, BnStats};
+use crate::population::inputs::Stacked;
+use crate::Metric;
+
+impl PopulationDqn {
+    /// Whether the agents learn a distribution of the value.
+    pub(super) fn distributional(&self) -> bool {
+        self.config.loss.is_distributional()
+    }
+
+    /// The head's values `[K]` (C51's atoms, HL-Gauss's bin centres).
+    fn values(&self) -> &[f32] {
+        self.online.support()
+    }
+
+    /// Each agent's greedy action on its observation `x` `[P, 1, obs]`: the largest
+    /// expected value, as a single agent's.
+    pub(super) fn distribution_greedy(&self, x: &Tensor) -> Result<Vec<u32>> {
+        let logits = self.online.forward(x, self.config.acting_bn_mode)?;
+        let q = expectations(&logits.flatten_all()?.to_vec1()?, self.values());
+        let a = self.online.actions();
+        Ok(q.chunks_exact(a).map(|q| first_argmax(q) as u32).collect())
+    }
+
+    /// Each agent's target distributions `[P, B, K]` (host values, row-major) from the
+    /// target network's logits of its next observations (the online network's without
+    /// a target network), the online network's expected values choosing the next
+    /// action with Double DQN.
+    fn distribution_targets(&self, b: &Stacked) -> Result<Vec<f32>> {
+        let host = |t: &Tensor| -> Result<Vec<f32>> { t.flatten_all()?.to_vec1() };
+        let target = match self.config.target_update.bootstraps_from_online() {
+            true => &self.online,
+            false => &self.target,
+        };
+        let next = host(&target.forward(&b.next_obs, self.config.target_bn_mode)?)?;
+        let chooser = match self.config.double_dqn {
+            true => {
+                let logits = self.online.forward(&b.next_obs, BnStats::Running)?;
+                Some(expectations(&host(&logits)?, self.values()))
+            }
+            false => None,
+        };
+        let (rewards, terminated) = (host(&b.rewards)?, host(&b.terminated)?);
+        let (p, rows) = b.rewards.dims2()?;
+        let gammas = match &self.gammas {
+            Some(g) => host(g)?,
+            None => vec![self.config.gamma as f32; p],
+        };
+        let (a, k) = (self.online.actions(), self.values().len());
+        let mut out = Vec::with_capacity(p * rows * k);
+        for (i, &gamma) in gammas.iter().enumerate() {
+            let at = i * rows;
+            let bootstrap = Bootstrap {
+                rewards: &rewards[at..at + rows],
+                terminated: &terminated[at..at + rows],
+                gamma,
+            };
+            let next = &next[at * a * k..(at + rows) * a * k];
+            let chooser = chooser.as_ref().map(|c| &c[at * a..(at + rows) * a]);
+            let (loss, support) = (self.config.loss, &self.config.support);
+            let values = self.values();
+            out.extend(target_distributions(
+                loss, support, values, next, chooser, &bootstrap,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Each agent's loss and mean expected Q of its taken actions `[2, P]`, and the
+    /// gradients, by the fused ops' explicit backward where the online network has one
+    /// (`None` elsewhere).
+    pub(super) fn distribution_gradients(
+        &self,
+        stacked: &Stacked,
+    ) -> Result<Option<(Tensor, GradStore)>> {
+        // The targets first, as the graph's path and a single agent's.
+        let targets = self.distribution_targets(stacked)?;
+        let stats = self.config.online_bn_mode;
+        let Some((logits, tape)) = self.online.forward_with_tape(&stacked.obs, stats)? else {
+            return Ok(None);
+        };
+        let (metrics, dlogits) = self.host_losses(&logits, &stacked.actions, &targets)?;
+        let grads = self.online.backward(tape, &dlogits)?;
+        Ok(Some((metrics, grads)))
+    }
+
+    /// Each agent's [`host_distribution_loss`] on its rows: the metrics `[2, P]` and
+    /// the gradient with respect to the logits `[P, B, A K]`.
+    fn host_losses(
+        &self,
+        logits: &Tensor,
+        actions: &Tensor,
+        targets: &[f32],
+    ) -> Result<(Tensor, Tensor)> {
+        let (p, rows, width) = logits.dims3()?;
+        let (values, device) = (self.values(), logits.device());
+        let k = values.len();
+        let shape = (rows, width / k, k);
+        let host: Vec<f32> = logits.flatten_all()?.to_vec1()?;
+        let actions: Vec<u32> = actions.flatten_all()?.to_vec1()?;
+        let (mut metrics, mut q_means) = (Vec::with_capacity(2 * p), Vec::with_capacity(p));
+        let mut gradient = Vec::with_capacity(host.len());
+        for i in 0..p {
+            let logits = &host[i * rows * width..(i + 1) * rows * width];
+            let actions = &actions[i * rows..(i + 1) * rows];
+            let targets = &targets[i * rows * k..(i + 1) * rows * k];
+            let (info, g) = host_distribution_loss(logits, shape, values, actions, targets)?;
+            let value = |m: Metric| match m {
+                Metric::Host(v) => v as f32,
+                Metric::Device(_) => f32::NAN,
+            };
+            metrics.push(value(info.value));
+            q_means.push(value(info.q_mean));
+            gradient.extend(g);
+        }
+        metrics.extend(q_means);
+        Ok((
+            Tensor::from_vec(metrics, (2, p), device)?,
+            Tensor::from_vec(gradient, (p, rows, width), device)?,
+        ))
+    }
+
+    /// Each agent's loss on its batch `[P]` through candle's graph (the tensor forms'
+    /// path), and the mean expected Q of its taken actions (detached).
+    pub(super) fn distribution_losses(&self, stacked: &Stacked) -> Result<(Tensor, Tensor)> {
+        let targets = self.distribution_targets(stacked)?;
+        let stats = self.config.online_bn_mode;
+        let logits = self.online.forward_in_graph(&stacked.obs, stats)?;
+        let (p, rows, width) = logits.dims3()?;
+        let k = self.values().len();
+        let logits = logits.reshape((p, rows, width / k, k))?;
+        let taken = stacked.actions.reshape((p, rows, 1, 1))?;
+        let taken = taken.broadcast_as((p, rows, 1, k))?.contiguous()?;
+        let log_p = candle_nn::ops::log_softmax(&logits.gather(&taken, 2)?.squeeze(2)?, D::Minus1)?;
+        let m = Tensor::from_vec(targets, (p, rows, k), logits.device())?;
+        let losses = (m * &log_p)?.sum(D::Minus1)?.neg()?.mean(1)?;
+        let values = Tensor::from_slice(self.values(), k, logits.device())?;
+        let q = log_p
+            .detach()
+            .exp()?
+            .broadcast_mul(&values)?
+            .sum(D::Minus1)?;
+        Ok((losses, q.mean(1)?))
+    }
+}
