@@ -9,7 +9,7 @@ use common::distance;
 use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, TargetUpdate};
 use normrl_agents::nn::{BnStats, NormConfig, NormKind, QNetworkConfig};
 use normrl_agents::optim::{OptimizerConfig, OptimizerKind};
-use normrl_agents::population::{PopulationDqn, PopulationNet};
+use normrl_agents::population::{PopulationDqn, PopulationInfo, PopulationNet};
 use normrl_agents::replay::Batch;
 
 const ACTIONS: usize = 3;
@@ -778,23 +778,11 @@ fn the_fused_population_step_equals_the_tensor_reference() {
                 shape.single(NormKind::LayerNorm, seed, &DqnConfig::default(), &optimizer)
             })
             .collect();
-        let refs: Vec<&Dqn> = alone.iter().collect();
-        let mut fused = PopulationDqn::from_agents(&refs).unwrap();
-        let mut reference = PopulationDqn::from_agents(&refs)
-            .unwrap()
-            .with_tensor_optimizer()
-            .unwrap();
-        let mut worst = 0f64;
-        let start = population_values(&fused);
-        for step in 0..100 {
-            let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
-            let norms = fused.update(&batches).unwrap().grad_norms().unwrap();
-            reference.update(&batches).unwrap();
+        let reference = PopulationDqn::with_tensor_optimizer;
+        let (worst, moved) = fused_against(&alone, &shape, 100, reference, |info, _| {
+            let norms = info.grad_norms().unwrap();
             assert!(norms.iter().all(|&n| n > 0.0), "{norms:?}");
-            let (a, b) = (population_values(&fused), population_values(&reference));
-            worst = worst.max(distance(&a, &b) / distance(&b, &vec![0.0; b.len()]));
-        }
-        let moved = distance(&population_values(&fused), &start);
+        });
         eprintln!("{kind:?}: worst relative distance over 100 updates {worst:e} (moved {moved:e})");
         assert!(
             worst <= 1e-5,
@@ -805,6 +793,56 @@ fn the_fused_population_step_equals_the_tensor_reference() {
             "{kind:?}: the weights hardly moved ({moved:e})"
         );
     }
+}
+
+/// Three agents of `shape` with `(norm, config, optimizer)` as one population on the
+/// fused ops and one on the tensor forms, updated `updates` times on the same batches
+/// (`check` sees both updates' results): the largest relative distance of their
+/// weights along the way, and how far the fused one's moved.
+fn fused_against_tensor_forms(
+    shape: &Shape,
+    (norm, config, optimizer): (&NormConfig, &DqnConfig, &OptimizerConfig),
+    updates: u64,
+    check: impl Fn(&PopulationInfo, &PopulationInfo),
+) -> (f64, f64) {
+    let alone: Vec<Dqn> = (1..=3u64)
+        .map(|seed| shape.single_with(norm, seed, config, optimizer))
+        .collect();
+    fused_against(
+        &alone,
+        shape,
+        updates,
+        PopulationDqn::with_tensor_forms,
+        check,
+    )
+}
+
+/// The agents `alone` as one population on the fused ops and as the population that
+/// `reference` makes of them, updated `updates` times on the same batches of `shape`:
+/// [`fused_against_tensor_forms`]'s distances.
+fn fused_against(
+    alone: &[Dqn],
+    shape: &Shape,
+    updates: u64,
+    reference: impl Fn(PopulationDqn) -> candle_core::Result<PopulationDqn>,
+    check: impl Fn(&PopulationInfo, &PopulationInfo),
+) -> (f64, f64) {
+    let refs: Vec<&Dqn> = alone.iter().collect();
+    let mut fused = PopulationDqn::from_agents(&refs).unwrap();
+    let mut other = reference(PopulationDqn::from_agents(&refs).unwrap()).unwrap();
+    let start = population_values(&fused);
+    let mut worst = 0f64;
+    for step in 0..updates {
+        let batches: Vec<Batch> = (0..alone.len() as u64)
+            .map(|i| shape.batch(8, i, step))
+            .collect();
+        let a = fused.update(&batches).unwrap();
+        let b = other.update(&batches).unwrap();
+        check(&a, &b);
+        let (a, b) = (population_values(&fused), population_values(&other));
+        worst = worst.max(distance(&a, &b) / distance(&b, &vec![0.0; b.len()]));
+    }
+    (worst, distance(&population_values(&fused), &start))
 }
 
 /// The whole population step on the CPU's fused ops (each method's per-agent op, the TD
@@ -848,25 +886,9 @@ fn fused_population_steps_equal_the_tensor_forms() {
                 max_grad_norm: 1.0,
                 ..Default::default()
             };
-            let alone: Vec<Dqn> = (1..=3u64)
-                .map(|seed| shape.single_with(&norm, seed, &DqnConfig::default(), &optimizer))
-                .collect();
-            let refs: Vec<&Dqn> = alone.iter().collect();
-            let mut fused = PopulationDqn::from_agents(&refs).unwrap();
-            let mut tensor = PopulationDqn::from_agents(&refs)
-                .unwrap()
-                .with_tensor_forms()
-                .unwrap();
-            let start = population_values(&fused);
-            let mut worst = 0f64;
-            for step in 0..updates {
-                let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
-                fused.update(&batches).unwrap();
-                tensor.update(&batches).unwrap();
-                let (a, b) = (population_values(&fused), population_values(&tensor));
-                worst = worst.max(distance(&a, &b) / distance(&b, &vec![0.0; b.len()]));
-            }
-            let moved = distance(&population_values(&fused), &start);
+            let config = DqnConfig::default();
+            let forms = (&norm, &config, &optimizer);
+            let (worst, moved) = fused_against_tensor_forms(&shape, forms, updates, |_, _| {});
             let what = format!("{:?} {}", shape.network.architecture, norm.name());
             eprintln!("{what}: fused and tensor forms apart by at most {worst:e} over {updates} updates (moved {moved:e})");
             assert!(worst <= 1e-5, "{what}: apart by {worst:e}");
@@ -1024,32 +1046,14 @@ fn distributional_population_steps_equal_the_tensor_forms() {
         };
         let norm = NormConfig::from(NormKind::BatchNorm);
         let optimizer = OptimizerConfig::default();
-        let alone: Vec<Dqn> = (1..=3u64)
-            .map(|seed| shape.single_with(&norm, seed, &config, &optimizer))
-            .collect();
-        let refs: Vec<&Dqn> = alone.iter().collect();
-        let mut fused = PopulationDqn::from_agents(&refs).unwrap();
-        let mut tensor = PopulationDqn::from_agents(&refs)
-            .unwrap()
-            .with_tensor_forms()
-            .unwrap();
-        let start = population_values(&fused);
-        let mut worst = 0f64;
-        for step in 0..20 {
-            let batches: Vec<Batch> = (0..3).map(|i| shape.batch(8, i, step)).collect();
-            let a = fused.update(&batches).unwrap();
-            let b = tensor.update(&batches).unwrap();
+        let forms = (&norm, &config, &optimizer);
+        let (worst, moved) = fused_against_tensor_forms(&shape, forms, 20, |a, b| {
             let (la, lb) = (a.td_losses().unwrap(), b.td_losses().unwrap());
             for (x, y) in la.iter().zip(&lb) {
-                assert!(
-                    (x - y).abs() <= 1e-4 * y.abs().max(1.0),
-                    "losses {la:?} against {lb:?}"
-                );
+                let close = (x - y).abs() <= 1e-4 * y.abs().max(1.0);
+                assert!(close, "losses {la:?} against {lb:?}");
             }
-            let (a, b) = (population_values(&fused), population_values(&tensor));
-            worst = worst.max(distance(&a, &b) / distance(&b, &vec![0.0; b.len()]));
-        }
-        let moved = distance(&population_values(&fused), &start);
+        });
         let what = format!(
             "{:?} {loss:?} double {double_dqn}",
             shape.network.architecture
