@@ -332,20 +332,30 @@ fn a_distributional_head_logs_its_value_entropy() {
         let _ = std::fs::remove_dir_all(&dir);
         v["scalars"].clone()
     };
-    let v = scalars(short_run_config(&[
-        "dqn.loss=c51",
-        "dqn.support={atoms=11,v_min=0,v_max=100}",
-    ]));
-    let entropy = curve(&v, "losses/value_entropy");
-    let losses = curve(&v, "losses/td_loss");
-    let steps = |c: &[(u64, f64)]| c.iter().map(|p| p.0).collect::<Vec<_>>();
-    assert!(!entropy.is_empty());
-    assert_eq!(steps(&entropy), steps(&losses));
-    let most = (11f64).ln();
-    assert!(
-        entropy.iter().all(|&(_, h)| h > 0.0 && h <= most + 1e-6),
-        "{entropy:?}"
-    );
+    let c51 = ["dqn.loss=c51", "dqn.support={atoms=11,v_min=0,v_max=100}"];
+    let logs_entropy = |v: &serde_json::Value| {
+        let entropy = curve(v, "losses/value_entropy");
+        let losses = curve(v, "losses/td_loss");
+        let steps = |c: &[(u64, f64)]| c.iter().map(|p| p.0).collect::<Vec<_>>();
+        assert!(!entropy.is_empty());
+        assert_eq!(steps(&entropy), steps(&losses));
+        let most = (11f64).ln();
+        assert!(
+            entropy.iter().all(|&(_, h)| h > 0.0 && h <= most + 1e-6),
+            "{entropy:?}"
+        );
+    };
+    logs_entropy(&scalars(short_run_config(&c51)));
+    // A population's members log theirs as a single run does.
+    let population = short_run_config(&[c51[0], c51[1], "run.population=2"]);
+    let root = std::env::temp_dir().join(format!("normrl-tb-entropy-p-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let members = normrl::population::population_members(&population, &root);
+    normrl::population::train_members(&members, None).unwrap();
+    for member in &members {
+        logs_entropy(&read_with_tensorboard(&member.dir)["scalars"]);
+    }
+    let _ = std::fs::remove_dir_all(&root);
     let plain = scalars(short_run_config(&["run.total_steps=800"]));
     // The loss and its support are hyperparameters.
     let hparams = normrl::logging::hparams::of(&short_run_config(&[

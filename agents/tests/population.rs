@@ -1049,10 +1049,15 @@ fn distributional_population_steps_equal_the_tensor_forms() {
         let forms = (&norm, &config, &optimizer);
         let (worst, moved) = fused_against_tensor_forms(&shape, forms, 20, |a, b| {
             let (la, lb) = (a.td_losses().unwrap(), b.td_losses().unwrap());
-            for (x, y) in la.iter().zip(&lb) {
+            let (ha, hb) = (a.value_entropies().unwrap(), b.value_entropies().unwrap());
+            for (x, y) in la.iter().zip(&lb).chain(ha.iter().zip(&hb)) {
                 let close = (x - y).abs() <= 1e-4 * y.abs().max(1.0);
-                assert!(close, "losses {la:?} against {lb:?}");
+                assert!(
+                    close,
+                    "losses {la:?} against {lb:?}, entropies {ha:?} against {hb:?}"
+                );
             }
+            assert!(ha.iter().all(|&h| h > 0.0), "entropies {ha:?}");
         });
         let what = format!(
             "{:?} {loss:?} double {double_dqn}",

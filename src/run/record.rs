@@ -134,18 +134,17 @@ impl Recorder {
         };
         let n = self.updates_since_log.max(1) as f64;
         self.updates_since_log = 0;
-        if let Some(sum) = self.entropy_sum.take() {
-            self.tb.scalar("losses/value_entropy", sum / n, step);
-        }
+        let entropy = self.entropy_sum.take().map(|sum| sum / n);
         // One read of each sum (on a GPU, each waits for the device).
         let means = [loss.value()? / n, q.value()? / n, g.value()? / n];
-        self.log_update_means(step, means);
+        self.log_update_means(step, means, entropy);
         Ok(())
     }
 
-    /// The updates' mean TD loss, Q-value and gradient norm since the last log (a
-    /// population computes them for all its members at once).
-    pub(crate) fn log_update_means(&mut self, step: u64, means: [f64; 3]) {
+    /// The updates' mean TD loss, Q-value and gradient norm since the last log, and a
+    /// distributional head's mean value entropy (a population computes them for all
+    /// its members at once).
+    pub(crate) fn log_update_means(&mut self, step: u64, means: [f64; 3], entropy: Option<f64>) {
         let logged = [
             ("td_loss", "losses/td_loss"),
             ("q_mean", "losses/q_values"),
@@ -156,6 +155,9 @@ impl Recorder {
                 self.diverge(step, format!("{name} = {v} (mean since the last log)"));
             }
             self.tb.scalar(tag, v, step);
+        }
+        if let Some(h) = entropy {
+            self.tb.scalar("losses/value_entropy", h, step);
         }
     }
 

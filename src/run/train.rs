@@ -737,9 +737,10 @@ impl Trainer {
         self.record.recent_return()
     }
 
-    /// The updates' mean TD loss, Q-value and gradient norm since the last log.
-    pub(crate) fn log_update_means(&mut self, means: [f64; 3]) {
-        self.record.log_update_means(self.step, means);
+    /// The updates' mean TD loss, Q-value and gradient norm since the last log, and a
+    /// distributional head's mean value entropy.
+    pub(crate) fn log_update_means(&mut self, means: [f64; 3], entropy: Option<f64>) {
+        self.record.log_update_means(self.step, means, entropy);
     }
 }
 

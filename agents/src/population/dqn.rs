@@ -512,14 +512,31 @@ impl PopulationDqn {
                 norm.unsqueeze(0)?
             }
         };
-        Tensor::cat(&[stats, grad_norm], 0)
+        match stats.dim(0)? {
+            2 => Tensor::cat(&[stats, grad_norm], 0),
+            // A distributional loss's entropy comes last.
+            _ => Tensor::cat(
+                &[&stats.narrow(0, 0, 2)?, &grad_norm, &stats.narrow(0, 2, 1)?],
+                0,
+            ),
+        }
     }
 
-    /// Each agent's TD loss and mean taken Q `[2, P]`, and the gradients: by the fused
-    /// ops' explicit backward where the network has one, else candle's.
+    /// Each agent's TD loss and mean taken Q `[2, P]` (a distributional loss's with its
+    /// mean entropy, `[3, P]`), and the gradients: by the fused ops' explicit backward
+    /// where the network has one, else candle's.
     fn gradients(&self, stacked: &Stacked) -> Result<(Tensor, GradStore)> {
         if let Some(found) = self.explicit_gradients(stacked)? {
             return Ok(found);
+        }
+        if self.distributional() {
+            // The mean Q and the entropy `[2, P]` after the loss.
+            let (per_agent, rest) = self.distribution_losses(stacked)?;
+            let grads = per_agent.sum_all()?.backward()?;
+            return Ok((
+                Tensor::cat(&[&per_agent.detach().unsqueeze(0)?, &rest], 0)?,
+                grads,
+            ));
         }
         let (per_agent, q_mean) = self.losses(stacked)?;
         let grads = per_agent.sum_all()?.backward()?;
@@ -616,7 +633,8 @@ impl PopulationDqn {
     /// Q-value of its taken actions (detached).
     fn losses(&self, stacked: &Stacked) -> Result<(Tensor, Tensor)> {
         if self.distributional() {
-            return self.distribution_losses(stacked);
+            let (per_agent, rest) = self.distribution_losses(stacked)?;
+            return Ok((per_agent, rest.get(0)?));
         }
         let (q, targets) = match self.config.joint_forward {
             false => {
@@ -776,7 +794,8 @@ fn trainables(online: &PopulationNet) -> ParamStore {
 /// What one population update reports, on the device (no wait for it).
 pub struct PopulationInfo {
     /// `[3, P]`: each agent's TD loss, mean Q of its taken actions, and gradient norm
-    /// before clipping.
+    /// before clipping; with a distributional loss `[4, P]`, the taken actions' value
+    /// distributions' mean entropy last.
     pub metrics: Tensor,
 }
 
@@ -791,5 +810,12 @@ impl PopulationInfo {
     #[cfg(any(test, feature = "test-support"))]
     pub fn grad_norms(&self) -> Result<Vec<f32>> {
         read_to_host(&self.metrics.get(2)?)
+    }
+
+    /// Each agent's mean value entropy of its taken actions (a distributional loss's),
+    /// read to the host.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn value_entropies(&self) -> Result<Vec<f32>> {
+        read_to_host(&self.metrics.get(3)?)
     }
 }

@@ -51,7 +51,8 @@ pub struct Population {
     agents: ShardedPopulation,
     step: u64,
     /// `[3, P]`: each member's sums of TD loss, mean Q and gradient norm since the last
-    /// log, on the device (read once per log for all members).
+    /// log (and a distributional loss's value entropy, `[4, P]`), on the device (read
+    /// once per log for all members).
     sums: Option<Tensor>,
     updates_since_log: u64,
     /// Members whose run ended early (diverged): their summary is written, their
@@ -277,7 +278,9 @@ impl Population {
         let rows: Vec<Vec<f32>> = read_rows_to_host(&sums)?;
         for i in self.live() {
             let mean = |row: usize| f64::from(rows[row][i]) / n;
-            self.members[i].log_update_means([mean(0), mean(1), mean(2)]);
+            // A distributional loss's mean entropy comes last.
+            let entropy = (rows.len() > 3).then(|| mean(3));
+            self.members[i].log_update_means([mean(0), mean(1), mean(2)], entropy);
         }
         Ok(())
     }

@@ -80,9 +80,9 @@ impl PopulationDqn {
         Ok(out)
     }
 
-    /// Each agent's loss and mean expected Q of its taken actions `[2, P]`, and the
-    /// gradients, by the fused ops' explicit backward where the online network has one
-    /// (`None` elsewhere).
+    /// Each agent's loss, mean expected Q of its taken actions and their mean entropy
+    /// `[3, P]`, and the gradients, by the fused ops' explicit backward where the online
+    /// network has one (`None` elsewhere).
     pub(super) fn distribution_gradients(
         &self,
         stacked: &Stacked,
@@ -98,8 +98,9 @@ impl PopulationDqn {
         Ok(Some((metrics, grads)))
     }
 
-    /// Each agent's [`host_distribution_loss`] on its rows: the metrics `[2, P]` and
-    /// the gradient with respect to the logits `[P, B, A K]`.
+    /// Each agent's [`host_distribution_loss`] on its rows: the metrics `[3, P]` (the
+    /// loss, the mean expected Q of the taken actions, their distributions' mean
+    /// entropy) and the gradient with respect to the logits `[P, B, A K]`.
     fn host_losses(
         &self,
         logits: &Tensor,
@@ -112,7 +113,8 @@ impl PopulationDqn {
         let shape = (rows, width / k, k);
         let host: Vec<f32> = logits.flatten_all()?.to_vec1()?;
         let actions: Vec<u32> = actions.flatten_all()?.to_vec1()?;
-        let (mut metrics, mut q_means) = (Vec::with_capacity(2 * p), Vec::with_capacity(p));
+        let (mut metrics, mut q_means) = (Vec::with_capacity(3 * p), Vec::with_capacity(p));
+        let mut entropies = Vec::with_capacity(p);
         let mut gradient = Vec::with_capacity(host.len());
         for i in 0..p {
             let logits = &host[i * rows * width..(i + 1) * rows * width];
@@ -125,17 +127,20 @@ impl PopulationDqn {
             };
             metrics.push(value(info.value));
             q_means.push(value(info.q_mean));
+            entropies.push(info.entropy.unwrap_or(f64::NAN) as f32);
             gradient.extend(g);
         }
         metrics.extend(q_means);
+        metrics.extend(entropies);
         Ok((
-            Tensor::from_vec(metrics, (2, p), device)?,
+            Tensor::from_vec(metrics, (3, p), device)?,
             Tensor::from_vec(gradient, (p, rows, width), device)?,
         ))
     }
 
     /// Each agent's loss on its batch `[P]` through candle's graph (the tensor forms'
-    /// path), and the mean expected Q of its taken actions (detached).
+    /// path), and (detached) the mean expected Q of its taken actions and their
+    /// distributions' mean entropy `[2, P]`.
     pub(super) fn distribution_losses(&self, stacked: &Stacked) -> Result<(Tensor, Tensor)> {
         let targets = self.distribution_targets(stacked)?;
         let stats = self.config.online_bn_mode;
@@ -149,11 +154,9 @@ impl PopulationDqn {
         let m = Tensor::from_vec(targets, (p, rows, k), logits.device())?;
         let losses = (m * &log_p)?.sum(D::Minus1)?.neg()?.mean(1)?;
         let values = Tensor::from_slice(self.values(), k, logits.device())?;
-        let q = log_p
-            .detach()
-            .exp()?
-            .broadcast_mul(&values)?
-            .sum(D::Minus1)?;
-        Ok((losses, q.mean(1)?))
+        let (log_p, p_taken) = (log_p.detach(), log_p.detach().exp()?);
+        let q = p_taken.broadcast_mul(&values)?.sum(D::Minus1)?.mean(1)?;
+        let entropy = (p_taken * log_p)?.sum(D::Minus1)?.neg()?.mean(1)?;
+        Ok((losses, Tensor::stack(&[q, entropy], 0)?))
     }
 }
