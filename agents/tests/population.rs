@@ -425,21 +425,21 @@ fn agents_do_not_leak_into_each_other() {
 #[test]
 fn the_update_graph_does_not_grow_with_the_population() {
     let (dqn, optimizer) = (DqnConfig::default(), OptimizerConfig::default());
-    let cases = [
-        (mlp(), NormKind::None),
-        (mlp(), NormKind::WeightNorm),
-        (mlp(), NormKind::LayerNorm),
-        (mlp(), NormKind::BatchNorm),
-        (cnn(), NormKind::None),
-        (cnn(), NormKind::WeightNorm),
-        (cnn(), NormKind::BatchNorm),
-        (mlp(), NormKind::GroupNorm),
-        (mlp(), NormKind::RmsNorm),
-        (cnn(), NormKind::WnMeanOnlyBn),
-        (cnn(), NormKind::LayerNorm),
-        (cnn(), NormKind::GroupNorm),
-        (cnn(), NormKind::RmsNorm),
+    use NormKind::*;
+    let mlp_kinds = vec![None, WeightNorm, LayerNorm, BatchNorm, GroupNorm, RmsNorm];
+    let cnn_kinds = vec![
+        None,
+        WeightNorm,
+        BatchNorm,
+        WnMeanOnlyBn,
+        LayerNorm,
+        GroupNorm,
+        RmsNorm,
     ];
+    let shapes = [(mlp(), mlp_kinds), (cnn(), cnn_kinds)];
+    let cases = shapes
+        .into_iter()
+        .flat_map(|(shape, kinds)| kinds.into_iter().map(move |kind| (shape.clone(), kind)));
     for (shape, kind) in cases {
         let nodes = |p: u64| {
             let agents: Vec<Dqn> = (0..p)
