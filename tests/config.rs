@@ -103,7 +103,7 @@ fn every_shipped_config_parses_and_every_comparison_plans() {
 
 #[test]
 fn errors_name_the_key_and_what_is_allowed() {
-    let cases: [(&str, &[&str], &[&str]); 14] = [
+    let cases: [(&str, &[&str], &[&str]); 12] = [
         ("[dqn]\ngama = 0.9\n", &[], &["dqn.gama", "gamma"]),
         (
             "[replay]\nbatch_size = \"big\"\n",
@@ -151,16 +151,6 @@ fn errors_name_the_key_and_what_is_allowed() {
             "[dqn]\nloss = \"hl_gauss\"\n",
             &["dqn.support.v_min=5", "dqn.support.v_max=5"],
             &["dqn.support must be finite bounds with v_min < v_max"],
-        ),
-        (
-            "[dqn]\nloss = \"c51\"\njoint_forward = true\n[dqn.target_update]\ntype = \"none\"\n",
-            &["run.population=4"],
-            &["dqn.joint_forward must be false with a distributional loss in a population"],
-        ),
-        (
-            "[dqn]\njoint_forward = true\n",
-            &["run.population=3"],
-            &["dqn.joint_forward must be used with target_update = { type = \"none\" } in a population"],
         ),
     ];
     for (text, overrides, needles) in cases {

@@ -194,7 +194,6 @@ fn member_equals_single_with(
 /// The config of [`member_equals_single_with`]: 560 steps acting at random, 15 updates.
 fn member_config(config_file: &str, norm: &str, edit: impl Fn(&mut TrainConfig)) -> TrainConfig {
     let mut config = config(config_file, norm, 560);
-    edit(&mut config);
     config.exploration.start = 1.0;
     config.exploration.end = 1.0;
     config.run.allow_odd = true;
@@ -202,6 +201,7 @@ fn member_config(config_file: &str, norm: &str, edit: impl Fn(&mut TrainConfig))
     config.checkpoint.interval = 250;
     config.logging.layer_stats_interval = 250;
     config.dqn.target_update = normrl_agents::dqn::TargetUpdate::Hard { every: 24 };
+    edit(&mut config);
     config
 }
 
@@ -334,6 +334,37 @@ fn distributional_members_train_as_they_would_alone() {
             c.dqn.double_dqn = double;
             c.dqn.support.v_min = 0.0;
             c.dqn.support.v_max = v_max;
+        });
+    }
+    // The joint forward of observations and next observations without a target
+    // network, C51 on unit rows with batch norm.
+    member_equals_single_with(
+        "configs/cartpole.toml",
+        "unit_rows+batch_norm",
+        "-joint",
+        |c| {
+            c.dqn.loss = ValueLoss::C51;
+            c.dqn.joint_forward = true;
+            c.dqn.target_update = normrl_agents::dqn::TargetUpdate::None;
+            c.dqn.support.v_min = 0.0;
+            c.dqn.support.v_max = 100.0;
+        },
+    );
+}
+
+/// The 2025 presets in a population: CrossQ with weight norm (the joint forward with a
+/// Polyak target, a regression loss), XQC (the same with the head's rows projected, C51
+/// and rewards scaled by the return's spread) and SimbaV2 (hyperspherical layers, C51,
+/// the running return's scale). Each member trains as it would alone.
+#[test]
+fn preset_members_train_as_they_would_alone() {
+    for preset in ["crossq_wn", "xqc", "simbav2"] {
+        let sets = [format!("preset=\"{preset}\"")];
+        let with_preset = TrainConfig::load(Path::new("configs/cartpole.toml"), &sets).unwrap();
+        let label = format!("-{preset}");
+        member_equals_single_with("configs/cartpole.toml", "none", &label, |c| {
+            c.norm = with_preset.norm.clone();
+            c.dqn = with_preset.dqn.clone();
         });
     }
 }

@@ -120,21 +120,8 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
 fn update_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     let mut p = vec![];
     let dqn = &config.dqn;
-    let with_target = dqn.target_update != normrl_agents::dqn::TargetUpdate::None;
-    if dqn.joint_forward && with_target && config.run.population > 1 {
-        p.push((
-            "joint_forward",
-            "used with target_update = { type = \"none\" } in a population (run.population > 1); a single agent's joint forward also takes a target network",
-        ));
-    }
     if !dqn.loss.is_distributional() {
         return p;
-    }
-    if dqn.joint_forward && config.run.population > 1 {
-        p.push((
-            "joint_forward",
-            "false with a distributional loss in a population (run.population > 1)",
-        ));
     }
     // `auto` on a machine with a GPU is refused when the agent is built.
     if matches!(

@@ -21,7 +21,7 @@ use super::graph::StepGraph;
 use super::inputs::{self, Inputs, Stacked};
 use super::{DeviceFrames, PopulationNet};
 use crate::dqn::td::{self, TargetSync};
-use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, Loss, TargetUpdate};
+use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, Loss};
 use crate::dqn::{population_mean_taken, population_td, TdOutput};
 use crate::dqn::{population_td_loss, population_td_loss_tensor_ops};
 use crate::nn::{BnStats, ParamStore};
@@ -104,15 +104,8 @@ impl PopulationDqn {
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
-        if config.joint_forward && config.target_update != TargetUpdate::None {
-            candle_core::bail!(
-                "a population's joint forward runs without a target network (dqn.target_update = {{ type = \"none\" }})"
-            );
-        }
-        if config.loss.is_distributional() && (config.joint_forward || !online.device().is_cpu()) {
-            candle_core::bail!(
-                "a population's distributional loss trains on the CPU, without the joint forward"
-            );
+        if config.loss.is_distributional() && !online.device().is_cpu() {
+            candle_core::bail!("a population's distributional loss trains on the CPU");
         }
         let max_grad_norm = optimizer.max_grad_norm;
         let unclipped = OptimizerConfig {
@@ -693,16 +686,26 @@ impl PopulationDqn {
 
     /// CrossQ's joint forward: one training forward of each agent's observations and
     /// next observations together (`2B` rows, so batch statistics come from both); the
-    /// second half's Q-values, detached, make the targets (as a single agent's).
+    /// second half's Q-values, detached, make the targets, or with a target network
+    /// choose the next action under Double DQN while the target network's forward of
+    /// the same `2B` rows gives its values (as a single agent's).
     fn joint_forward(&self, b: &Stacked) -> Result<(Tensor, Tensor)> {
         let rows = b.obs.dim(1)?;
         let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
         let q_all = self
             .online
             .forward_in_graph(&both, self.config.online_bn_mode)?;
-        let (q, next_q) = td::split_joint(&q_all, 1, rows)?;
-        let targets = self.bootstrap(b, td::best_next(&next_q, None)?)?;
-        Ok((q, targets))
+        let (q, online_next) = td::split_joint(&q_all, 1, rows)?;
+        let best = match self.config.target_update.bootstraps_from_online() {
+            true => td::best_next(&online_next, None)?,
+            false => {
+                let t = self.target.forward(&both, self.config.target_bn_mode)?;
+                let next = t.narrow(1, rows, rows)?.contiguous()?;
+                let chooser = self.config.double_dqn.then_some(&online_next);
+                td::best_next(&next, chooser)?
+            }
+        };
+        Ok((q, self.bootstrap(b, best)?))
     }
 
     /// `r + gamma (1 - terminated) best`, each agent with its own gamma, detached.

@@ -3,8 +3,8 @@
 //! (`dqn::distribution`) on its own rows, with its own discount, so that a member trains
 //! as it would alone. The head's logits `[P, B, A K]` come from the population's one
 //! forward; their gradient, `(p - m) / B` on each taken action's, goes back through the
-//! fused ops' explicit backward, or (the tensor forms) the same loss in tensor ops goes
-//! through candle's.
+//! fused ops' explicit backward, or (the tensor forms, and XQC's joint forward) the same
+//! loss in tensor ops goes through candle's.
 
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, D};
@@ -54,6 +54,15 @@ impl PopulationDqn {
             }
             false => None,
         };
+        self.targets_from(b, &next, chooser.as_deref())
+    }
+
+    /// Each agent's target distributions from the next observations' logits `next`
+    /// `[P, B, A K]` (host values), `chooser`'s Q-values `[P, B, A]` picking the next
+    /// action where given: a single agent's function on each agent's rows, with its
+    /// own discount.
+    fn targets_from(&self, b: &Stacked, next: &[f32], chooser: Option<&[f32]>) -> Result<Vec<f32>> {
+        let host = |t: &Tensor| -> Result<Vec<f32>> { t.flatten_all()?.to_vec1() };
         let (rewards, terminated) = (host(&b.rewards)?, host(&b.terminated)?);
         let (p, rows) = b.rewards.dims2()?;
         let gammas = match &self.gammas {
@@ -70,7 +79,7 @@ impl PopulationDqn {
                 gamma,
             };
             let next = &next[at * a * k..(at + rows) * a * k];
-            let chooser = chooser.as_ref().map(|c| &c[at * a..(at + rows) * a]);
+            let chooser = chooser.map(|c| &c[at * a..(at + rows) * a]);
             let (loss, support) = (self.config.loss, &self.config.support);
             let values = self.values();
             out.extend(target_distributions(
@@ -78,6 +87,32 @@ impl PopulationDqn {
             ));
         }
         Ok(out)
+    }
+
+    /// The joint forward (XQC's): one training forward of each agent's observations and
+    /// next observations together, the first half's logits for the loss; the targets
+    /// from the second half's, detached, or from the target network's logits over the
+    /// same `2B` rows, the online second half's expectations choosing the next action
+    /// under Double DQN (as a single agent's).
+    fn joint_distributions(&self, b: &Stacked) -> Result<(Tensor, Vec<f32>)> {
+        let host = |t: &Tensor| -> Result<Vec<f32>> { t.flatten_all()?.to_vec1() };
+        let rows = b.obs.dim(1)?;
+        let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
+        let all = self
+            .online
+            .forward_in_graph(&both, self.config.online_bn_mode)?;
+        let online_next = host(&all.narrow(1, rows, rows)?.detach().contiguous()?)?;
+        let targets = match self.config.target_update.bootstraps_from_online() {
+            true => self.targets_from(b, &online_next, None)?,
+            false => {
+                let t = self.target.forward(&both, self.config.target_bn_mode)?;
+                let next = host(&t.narrow(1, rows, rows)?.contiguous()?)?;
+                let chooser =
+                    (self.config.double_dqn).then(|| expectations(&online_next, self.values()));
+                self.targets_from(b, &next, chooser.as_deref())?
+            }
+        };
+        Ok((all.narrow(1, 0, rows)?, targets))
     }
 
     /// Each agent's loss, mean expected Q of its taken actions and their mean entropy
@@ -142,9 +177,14 @@ impl PopulationDqn {
     /// path), and (detached) the mean expected Q of its taken actions and their
     /// distributions' mean entropy `[2, P]`.
     pub(super) fn distribution_losses(&self, stacked: &Stacked) -> Result<(Tensor, Tensor)> {
-        let targets = self.distribution_targets(stacked)?;
-        let stats = self.config.online_bn_mode;
-        let logits = self.online.forward_in_graph(&stacked.obs, stats)?;
+        let (logits, targets) = match self.config.joint_forward {
+            true => self.joint_distributions(stacked)?,
+            false => {
+                let targets = self.distribution_targets(stacked)?;
+                let stats = self.config.online_bn_mode;
+                (self.online.forward_in_graph(&stacked.obs, stats)?, targets)
+            }
+        };
         let (p, rows, width) = logits.dims3()?;
         let k = self.values().len();
         let logits = logits.reshape((p, rows, width / k, k))?;
