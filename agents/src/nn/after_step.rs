@@ -21,31 +21,34 @@ impl AfterStep {
     }
 }
 
-/// The weight's step after optimizer step `updates` (counting from 1), when due, with
-/// its layer's activation normalization `norm`; whether it ran.
-pub(crate) fn after_step(
-    weight: &Weight,
-    updates: u64,
-    config: &NormConfig,
-    norm: &dyn Normalization,
-) -> Result<bool> {
-    let (var, lead) = (weight.var(), weight.lead);
-    match weight.after {
-        AfterStep::Nothing => return Ok(false),
-        AfterStep::Svb if !svb::due(updates, config.svb_interval) => return Ok(false),
-        AfterStep::Svb => {
-            svb::project_var(var, config.svb_eps, lead)?;
-            if config.bounds_gains() {
-                norm.bound_gains(config.bbn_eps)?;
+impl Weight {
+    /// The rule's step after optimizer step `updates` (counting from 1), when due, with
+    /// the layer's activation normalization `norm` (a bounded batch norm's gains, a
+    /// layer norm's gain and offset). Whether it ran.
+    pub(crate) fn after_step(
+        &self,
+        updates: u64,
+        config: &NormConfig,
+        norm: &dyn Normalization,
+    ) -> Result<bool> {
+        let (var, lead) = (self.var(), self.lead);
+        match self.after {
+            AfterStep::Nothing => return Ok(false),
+            AfterStep::Svb if !svb::due(updates, config.svb_interval) => return Ok(false),
+            AfterStep::Svb => {
+                svb::project_var(var, config.svb_eps, lead)?;
+                if config.bounds_gains() {
+                    norm.bound_gains(config.bbn_eps)?;
+                }
+            }
+            AfterStep::UnitRows => wn_projected::project(var, lead)?,
+            AfterStep::InitialNorm => {
+                let Some(rho) = &self.rho else {
+                    candle_core::bail!("a weight held at its initial norm has no initial norm");
+                };
+                nap::project(var, rho, norm.affine(), lead)?;
             }
         }
-        AfterStep::UnitRows => wn_projected::project(var, lead)?,
-        AfterStep::InitialNorm => {
-            let Some(rho) = &weight.rho else {
-                candle_core::bail!("a weight held at its initial norm has no initial norm");
-            };
-            nap::project(var, rho, norm.affine(), lead)?;
-        }
+        Ok(true)
     }
-    Ok(true)
 }

@@ -2,14 +2,14 @@
 //! layer (`lead` 0, the kernel's own layout) and a population's (`lead` 1, `[P, out,
 //! in]`, each agent's weights its own) hold a [`Weight`]. It is the variable the
 //! optimizer steps (plain `w`, or weight norm's `v` with its gains), the rule that keeps
-//! it after each step (`after_step.rs`) and NaP's initial norm where the rule needs one.
+//! it after each step (its `after_step` is in `after_step.rs`, with the rules) and NaP's
+//! initial norm where the rule needs one.
 
 use candle_core::{Result, Var};
 
-use super::after_step::after_step;
-use super::normalization::{copy_var, Normalization};
+use super::normalization::copy_var;
 use super::parts::AfterStep;
-use super::{NormConfig, WeightNorm};
+use super::WeightNorm;
 
 /// The weight as the product sees it: `w` itself, or weight norm's `v` and gains.
 pub(crate) enum WeightParam {
@@ -57,18 +57,6 @@ impl Weight {
         let mut vars = vec![self.var()];
         vars.extend(self.weight_norm().map(|wn| &wn.g));
         vars
-    }
-
-    /// The rule's step after optimizer step `updates` (counting from 1), when due, with
-    /// the layer's activation normalization `norm` (a bounded batch norm's gains, a
-    /// layer norm's gain and offset). Whether it ran.
-    pub(crate) fn after_step(
-        &self,
-        updates: u64,
-        config: &NormConfig,
-        norm: &dyn Normalization,
-    ) -> Result<bool> {
-        after_step(self, updates, config, norm)
     }
 
     /// An independent copy (a target network's).
