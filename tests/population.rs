@@ -450,6 +450,36 @@ fn a_killed_population_resumes_all_its_members_exactly() {
     }
 }
 
+/// A population with XQC's preset (C51, the joint forward with a Polyak target,
+/// rewards divided by each member's running return spread, which its checkpoint keeps)
+/// stopped and resumed trains as it would uninterrupted, bit for bit.
+#[test]
+fn a_distributional_population_resumes_exactly() {
+    let sets = ["preset=\"xqc\"".to_string()];
+    let xqc = TrainConfig::load(Path::new("configs/cartpole.toml"), &sets).unwrap();
+    let mut config = config("configs/cartpole.toml", "none", 2500);
+    (config.norm, config.dqn) = (xqc.norm, xqc.dqn);
+    let (whole, stopped) = (temp("xqc-whole"), temp("xqc-stopped"));
+    let full = train_members(&members(&config, &whole, 2), None).unwrap();
+    let runs = members(&config, &stopped, 2);
+    assert!(train_members(&runs, Some(1000)).unwrap()[0].is_none());
+    let resumed = train_members(&runs, None).unwrap();
+    for (seed, (r, f)) in [1, 2].into_iter().zip(resumed.iter().zip(&full)) {
+        let (r, f) = (r.as_ref().unwrap(), f.as_ref().unwrap());
+        assert!(r.updates > 100, "{}", r.updates);
+        assert_eq!(r.train_curve, f.train_curve);
+        assert_eq!(r.eval_curve, f.eval_curve);
+        let run = |root: &Path| root.join(format!("seed-{seed}"));
+        assert_eq!(
+            common::checkpoint_weights(&run(&stopped)),
+            common::checkpoint_weights(&run(&whole))
+        );
+    }
+    for dir in [whole, stopped] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// `normrl train` with `run.population = 3` writes three single runs' directories,
 /// and `--resume` on the population's directory finishes what is left.
 #[test]
