@@ -203,6 +203,24 @@ fn candle_gradients(out: &Tensor, dy: &Tensor, vars: &[candle_core::Var]) -> Vec
         .collect()
 }
 
+/// `(t, a, b)` as variables, the op `apply` makes of them, and candle's gradients of
+/// `sum(out dy)` with respect to each (empty for one the op does not take).
+fn applied_with_gradients(
+    xs: [&Tensor; 3],
+    dy: &Tensor,
+    apply: impl FnOnce([&Tensor; 3]) -> candle_core::Result<crate::kernels::per_agent::Applied>,
+) -> (crate::kernels::per_agent::Applied, Vec<Vec<f32>>) {
+    let vars = xs.map(|x| candle_core::Var::from_tensor(x).unwrap());
+    let applied = apply([
+        vars[0].as_tensor(),
+        vars[1].as_tensor(),
+        vars[2].as_tensor(),
+    ]);
+    let applied = applied.unwrap();
+    let grads = candle_gradients(&applied.out, dy, &vars);
+    (applied, grads)
+}
+
 fn values_of(t: &Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1().unwrap()
 }
@@ -502,18 +520,11 @@ fn bias_relu_is_the_cpu_ops() {
             let (s, sv) = random_tensor(&mut r, &unit);
             let (b, bv) = random_tensor(&mut r, &unit);
             let (dy, dyv) = random_tensor(&mut r, &shape);
-            let vars = [&t, &s, &b].map(|x| candle_core::Var::from_tensor(x).unwrap());
-            let applied = match scaled {
-                false => PerAgent::new(AgentBias::of(t.shape(), relu).unwrap(), p)
-                    .apply1(vars[0].as_tensor(), vars[2].as_tensor()),
-                true => PerAgent::new(AgentScaledBias::of(t.shape(), relu).unwrap(), p).apply2(
-                    vars[0].as_tensor(),
-                    vars[1].as_tensor(),
-                    vars[2].as_tensor(),
-                ),
-            }
-            .unwrap();
-            let grads = candle_gradients(&applied.out, &dy, &vars);
+            let (applied, grads) =
+                applied_with_gradients([&t, &s, &b], &dy, |[t, s, b]| match scaled {
+                    false => PerAgent::new(AgentBias::of(t.shape(), relu)?, p).apply1(t, b),
+                    true => PerAgent::new(AgentScaledBias::of(t.shape(), relu)?, p).apply2(t, s, b),
+                });
             let grad = |i: usize| grads[i].clone();
 
             let scale = scaled.then_some(sv.as_slice());
@@ -605,27 +616,19 @@ fn row_norms_are_the_cpu_ops() {
             let (g, gv) = random_tensor(&mut r, &[p, params]);
             let (b, bv) = random_tensor(&mut r, &[p, params]);
             let (dy, dyv) = random_tensor(&mut r, &shape);
-            let vars = [&t, &g, &b].map(|x| candle_core::Var::from_tensor(x).unwrap());
             let eps = 1e-5;
-            let applied = match rms {
-                false => {
-                    let kernel = FusedLayerNorm {
-                        eps,
-                        relu,
-                        groups,
-                        spatial,
-                    };
-                    PerAgent::new(kernel, p).apply2(
-                        vars[0].as_tensor(),
-                        vars[1].as_tensor(),
-                        vars[2].as_tensor(),
-                    )
+            let (applied, grads) = applied_with_gradients([&t, &g, &b], &dy, |[t, g, b]| {
+                let layer_norm = FusedLayerNorm {
+                    eps,
+                    relu,
+                    groups,
+                    spatial,
+                };
+                match rms {
+                    false => PerAgent::new(layer_norm, p).apply2(t, g, b),
+                    true => PerAgent::new(FusedRmsNorm { eps, relu }, p).apply1(t, g),
                 }
-                true => PerAgent::new(FusedRmsNorm { eps, relu }, p)
-                    .apply1(vars[0].as_tensor(), vars[1].as_tensor()),
-            }
-            .unwrap();
-            let grads = candle_gradients(&applied.out, &dy, &vars);
+            });
             let grad = |i: usize| grads[i].clone();
             let s = RowNorm::of(
                 (p, tv.len(), p * params),
@@ -714,15 +717,10 @@ fn batch_norm_is_the_cpu_ops() {
                 })
                 .collect();
             let (ops, renorms) = batch_norm_ops(&cpu, &running, (mode, relu, eps));
-            let vars = [&t, &g, &b].map(|x| candle_core::Var::from_tensor(x).unwrap());
-            let applied = PerAgent::new(AgentBatchNorm { ops, units: layout }, p)
-                .apply2(
-                    vars[0].as_tensor(),
-                    vars[1].as_tensor(),
-                    vars[2].as_tensor(),
-                )
-                .unwrap();
-            let grads = candle_gradients(&applied.out, &dy, &vars);
+            let kernel = AgentBatchNorm { ops, units: layout };
+            let (applied, grads) = applied_with_gradients([&t, &g, &b], &dy, |[t, g, b]| {
+                PerAgent::new(kernel, p).apply2(t, g, b)
+            });
             let grad = |i: usize| grads[i].clone();
 
             if mode == 1 {
