@@ -114,9 +114,10 @@ const BLOCK: usize = 32;
 /// [`Coefficients::rmsprop_at_zero`]: the same values, bit for bit, without the
 /// division and the square root. At batch 1 much of a layer's gradient is zero (a unit
 /// whose ReLU was off, an input that was 0): measured on MinAtar Breakout at batch 1,
-/// 7-15% more frames per second, and no change at batch 4 and 32. (Taking the
+/// 10% (batch norm) to 27% (none, weight norm) more frames per second, and no change at
+/// batch 4 and 32 (`docs/performance.md`, "Zero gradients at batch 1"). Taking the
 /// gradient norm in this pass too, rather than in a pass of its own, made batch 4 and
-/// 32 slower: the loop is bound by its arithmetic, not by reading the gradient.)
+/// 32 slower: the loop is bound by its arithmetic, not by reading the gradient.
 #[inline(always)]
 fn rmsprop_skipping_zeros(c: &Coefficients, p: &mut [f32], g: &[f32], [s0, s1]: [&mut [f32]; 2]) {
     let blocks = g.len() / BLOCK * BLOCK;

@@ -7,14 +7,19 @@
 //! loss in tensor ops goes through candle's.
 
 use candle_core::backprop::GradStore;
-use candle_core::{Result, Tensor, D};
+use candle_core::{Result, Tensor, WithDType, D};
 
 use super::PopulationDqn;
+use crate::count::read_to_host;
 use crate::dqn::distribution::{host_distribution_loss, target_distributions, Bootstrap};
 use crate::dqn::td::first_argmax;
 use crate::nn::{expectations, BnStats};
 use crate::population::inputs::Stacked;
-use crate::Metric;
+
+/// A tensor's values on the host, flattened, counted as one read (`crate::count`).
+fn host<T: WithDType>(t: &Tensor) -> Result<Vec<T>> {
+    read_to_host(&t.flatten_all()?)
+}
 
 impl PopulationDqn {
     /// Whether the agents learn a distribution of the value.
@@ -31,7 +36,7 @@ impl PopulationDqn {
     /// expected value, as a single agent's.
     pub(super) fn distribution_greedy(&self, x: &Tensor) -> Result<Vec<u32>> {
         let logits = self.online.forward(x, self.config.acting_bn_mode)?;
-        let q = expectations(&logits.flatten_all()?.to_vec1()?, self.values());
+        let q = expectations(&host(&logits)?, self.values());
         let a = self.online.actions();
         Ok(q.chunks_exact(a).map(|q| first_argmax(q) as u32).collect())
     }
@@ -41,7 +46,6 @@ impl PopulationDqn {
     /// a target network), the online network's expected values choosing the next
     /// action with Double DQN.
     fn distribution_targets(&self, b: &Stacked) -> Result<Vec<f32>> {
-        let host = |t: &Tensor| -> Result<Vec<f32>> { t.flatten_all()?.to_vec1() };
         let target = match self.config.target_update.bootstraps_from_online() {
             true => &self.online,
             false => &self.target,
@@ -62,14 +66,14 @@ impl PopulationDqn {
     /// action where given: a single agent's function on each agent's rows, with its
     /// own discount.
     fn targets_from(&self, b: &Stacked, next: &[f32], chooser: Option<&[f32]>) -> Result<Vec<f32>> {
-        let host = |t: &Tensor| -> Result<Vec<f32>> { t.flatten_all()?.to_vec1() };
         let (rewards, terminated) = (host(&b.rewards)?, host(&b.terminated)?);
         let (p, rows) = b.rewards.dims2()?;
         let gammas = match &self.gammas {
             Some(g) => host(g)?,
             None => vec![self.config.gamma as f32; p],
         };
-        let (a, k) = (self.online.actions(), self.values().len());
+        let (loss, support, values) = (self.config.loss, &self.config.support, self.values());
+        let (a, k) = (self.online.actions(), values.len());
         let mut out = Vec::with_capacity(p * rows * k);
         for (i, &gamma) in gammas.iter().enumerate() {
             let at = i * rows;
@@ -80,8 +84,6 @@ impl PopulationDqn {
             };
             let next = &next[at * a * k..(at + rows) * a * k];
             let chooser = chooser.map(|c| &c[at * a..(at + rows) * a]);
-            let (loss, support) = (self.config.loss, &self.config.support);
-            let values = self.values();
             out.extend(target_distributions(
                 loss, support, values, next, chooser, &bootstrap,
             ));
@@ -95,7 +97,6 @@ impl PopulationDqn {
     /// same `2B` rows, the online second half's expectations choosing the next action
     /// under Double DQN (as a single agent's).
     fn joint_distributions(&self, b: &Stacked) -> Result<(Tensor, Vec<f32>)> {
-        let host = |t: &Tensor| -> Result<Vec<f32>> { t.flatten_all()?.to_vec1() };
         let rows = b.obs.dim(1)?;
         let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
         let all = self
@@ -146,22 +147,18 @@ impl PopulationDqn {
         let (values, device) = (self.values(), logits.device());
         let k = values.len();
         let shape = (rows, width / k, k);
-        let host: Vec<f32> = logits.flatten_all()?.to_vec1()?;
-        let actions: Vec<u32> = actions.flatten_all()?.to_vec1()?;
+        let all: Vec<f32> = host(logits)?;
+        let actions: Vec<u32> = host(actions)?;
         let (mut metrics, mut q_means) = (Vec::with_capacity(3 * p), Vec::with_capacity(p));
         let mut entropies = Vec::with_capacity(p);
-        let mut gradient = Vec::with_capacity(host.len());
+        let mut gradient = Vec::with_capacity(all.len());
         for i in 0..p {
-            let logits = &host[i * rows * width..(i + 1) * rows * width];
+            let logits = &all[i * rows * width..(i + 1) * rows * width];
             let actions = &actions[i * rows..(i + 1) * rows];
             let targets = &targets[i * rows * k..(i + 1) * rows * k];
             let (info, g) = host_distribution_loss(logits, shape, values, actions, targets)?;
-            let value = |m: Metric| match m {
-                Metric::Host(v) => v as f32,
-                Metric::Device(_) => f32::NAN,
-            };
-            metrics.push(value(info.value));
-            q_means.push(value(info.q_mean));
+            metrics.push(info.value.value()? as f32);
+            q_means.push(info.q_mean.value()? as f32);
             entropies.push(info.entropy.unwrap_or(f64::NAN) as f32);
             gradient.extend(g);
         }
