@@ -966,20 +966,31 @@ fn a_sharded_population_equals_one_shard() {
 /// What a CUDA graph's replay reads, tested on the CPU: a population whose steps read
 /// fixed buffers written in place (a device's, with graphs on) acts and trains exactly
 /// as one reading each step's batch as new tensors, bit for bit, and its buffers keep
-/// their addresses from step to step while their values change.
+/// their addresses from step to step while their values change. Also a distributional
+/// loss on a device's path (the tensor forms), whose targets and acting Q-values are
+/// tensor ops there.
 #[test]
 fn steps_on_fixed_buffers_are_the_same_steps() {
-    for (shape, kind) in [
-        (mlp(), NormKind::WeightNorm),
-        (mlp(), NormKind::BatchNorm),
-        (cnn(), NormKind::None),
+    use normrl_agents::dqn::ValueLoss;
+    let c51 = DqnConfig {
+        loss: ValueLoss::C51,
+        double_dqn: true,
+        ..DqnConfig::default()
+    };
+    for (shape, kind, dqn) in [
+        (mlp(), NormKind::WeightNorm, DqnConfig::default()),
+        (mlp(), NormKind::BatchNorm, DqnConfig::default()),
+        (cnn(), NormKind::None, DqnConfig::default()),
+        (mlp(), NormKind::BatchNorm, c51),
     ] {
-        let alone = shape.pair(&NormConfig::from(kind), &DqnConfig::default());
+        let alone = shape.pair(&NormConfig::from(kind), &dqn);
         let refs: Vec<&Dqn> = alone.iter().collect();
-        let mut fresh = PopulationDqn::from_agents(&refs).unwrap();
-        let mut fixed = PopulationDqn::from_agents(&refs)
-            .unwrap()
-            .with_fixed_inputs();
+        let device_path = |p: PopulationDqn| match dqn.loss.is_distributional() {
+            true => p.with_tensor_forms().unwrap(),
+            false => p,
+        };
+        let mut fresh = device_path(PopulationDqn::from_agents(&refs).unwrap());
+        let mut fixed = device_path(PopulationDqn::from_agents(&refs).unwrap()).with_fixed_inputs();
         let mut addresses = None;
         for step in 0..6 {
             let batches: Vec<Batch> = (0..2).map(|i| shape.batch(8, i, step)).collect();

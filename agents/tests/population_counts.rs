@@ -4,9 +4,10 @@
 //! the process's, and no other test may create tensors while it counts.
 
 use candle_core::Device;
-use normrl_agents::dqn::Dqn;
+use normrl_agents::dqn::{AgentConfig, Dqn, DqnConfig, ValueLoss};
 use normrl_agents::nn::init::InitRng;
 use normrl_agents::nn::{NormConfig, NormKind, QNetworkConfig};
+use normrl_agents::optim::OptimizerConfig;
 use normrl_agents::population::count::{device_reads, tensors_created};
 use normrl_agents::population::PopulationDqn;
 use normrl_agents::replay::Batch;
@@ -25,19 +26,54 @@ fn batch(size: usize, obs_len: usize, agent: u64) -> Batch {
     b
 }
 
+/// What a counted population trains: its loss, and whether through the tensor forms a
+/// device runs (on the CPU too) rather than the CPU's fused ops.
+#[derive(Clone, Copy)]
+struct Path {
+    loss: ValueLoss,
+    tensor_forms: bool,
+}
+
+const FUSED: Path = Path {
+    loss: ValueLoss::Huber,
+    tensor_forms: false,
+};
+
 /// Tensors created and device reads of one step (the P greedy actions, one update)
 /// of a population of `p`, after a first step that did the one-time initialization.
-fn step_counts(network: &QNetworkConfig, obs: &[usize], kind: NormKind, p: usize) -> (u64, u64) {
+fn step_counts(
+    network: &QNetworkConfig,
+    obs: &[usize],
+    kind: NormKind,
+    path: Path,
+    p: usize,
+) -> (u64, u64) {
     // Batch renormalization reads its count until its warm-up ends (a fixed number of
     // reads, whatever P); counted here after it.
     let norm = NormConfig {
         brn_warmup: 0,
         ..NormConfig::from(kind)
     };
+    let (optimizer, dqn) = (
+        OptimizerConfig::default(),
+        DqnConfig {
+            loss: path.loss,
+            ..DqnConfig::default()
+        },
+    );
+    let config = AgentConfig {
+        network,
+        norm: &norm,
+        optimizer: &optimizer,
+        dqn: &dqn,
+    };
     let agents: Vec<Dqn> = (0..p as u64)
-        .map(|s| Dqn::with_defaults((network, &norm), obs, 3, s).unwrap())
+        .map(|s| Dqn::new(config, obs, 3, s, &Device::Cpu).unwrap())
         .collect();
     let mut population = PopulationDqn::from_agents(&agents.iter().collect::<Vec<_>>()).unwrap();
+    if path.tensor_forms {
+        population = population.with_tensor_forms().unwrap();
+    }
     let obs_len: usize = obs.iter().product();
     let batches: Vec<Batch> = (0..p as u64).map(|i| batch(8, obs_len, i)).collect();
     let observations: Vec<f32> = batches
@@ -60,8 +96,8 @@ fn operations_and_reads_per_step_do_not_grow_with_the_population() {
     let cnn = (QNetworkConfig::minatar_cnn(), vec![4, 10, 10]);
     for (network, obs) in [mlp, cnn] {
         for kind in NormKind::ALL {
-            let (ops, reads) = step_counts(&network, &obs, kind, 1);
-            let (ops_64, reads_64) = step_counts(&network, &obs, kind, 64);
+            let (ops, reads) = step_counts(&network, &obs, kind, FUSED, 1);
+            let (ops_64, reads_64) = step_counts(&network, &obs, kind, FUSED, 64);
             let what = format!("{:?} {kind:?}", network.architecture);
             eprintln!("{what}: {ops} tensors, {reads} reads per step at P = 1 and {ops_64}, {reads_64} at P = 64");
             assert!(
@@ -75,5 +111,44 @@ fn operations_and_reads_per_step_do_not_grow_with_the_population() {
             // The greedy actions are the step's one read; the update reads nothing.
             assert_eq!((reads, reads_64), (1, 1), "{what}");
         }
+        distributional_counts(&network, &obs);
+    }
+}
+
+/// A distributional loss on a device's path (the tensor forms, here on the CPU): its
+/// targets are tensor ops, so the step still reads only the greedy actions, and it
+/// costs about the operations of the regression loss on the same path (candle's
+/// backward and the reference optimizer make more of them than the fused ops; on a GPU
+/// the update's graph replays them as one launch), with no growth in P of its own.
+fn distributional_counts(network: &QNetworkConfig, obs: &[usize]) {
+    let kind = NormKind::BatchNorm;
+    let counts = |loss| {
+        let path = Path {
+            loss,
+            tensor_forms: true,
+        };
+        let (ops, reads) = step_counts(network, obs, kind, path, 1);
+        let (ops_64, reads_64) = step_counts(network, obs, kind, path, 64);
+        let what = format!("{:?} {kind:?} {loss:?}, tensor forms", network.architecture);
+        eprintln!("{what}: {ops} tensors, {reads} reads per step at P = 1 and {ops_64}, {reads_64} at P = 64");
+        assert_eq!((reads, reads_64), (1, 1), "{what}");
+        (ops, ops_64, what)
+    };
+    let (regression, regression_64, _) = counts(ValueLoss::Huber);
+    for loss in [ValueLoss::C51, ValueLoss::HlGauss] {
+        let (ops, ops_64, what) = counts(loss);
+        assert!(
+            ops > 20,
+            "{what}: {ops} tensors: the counter counts nothing"
+        );
+        assert_eq!(
+            ops_64 - ops,
+            regression_64 - regression,
+            "{what}: grows with P"
+        );
+        assert!(
+            ops <= regression + 20,
+            "{what}: {ops} tensors, regression {regression}"
+        );
     }
 }

@@ -6,7 +6,7 @@
 use normrl_agents::nn::Architecture;
 use normrl_agents::replay::Sampler;
 
-use crate::config::{parse_device_spec, DeviceSpec, TrainConfig};
+use crate::config::{parse_device_spec, TrainConfig};
 
 /// Every problem of `config`, each a line naming its key; empty when it is valid.
 pub fn problems(config: &TrainConfig) -> Vec<String> {
@@ -19,7 +19,6 @@ pub fn problems(config: &TrainConfig) -> Vec<String> {
     add("norm", config.norm.problems());
     add("optimizer", config.optimizer.problems());
     add("dqn", config.dqn.problems());
-    add("dqn", update_problems(config));
     add("replay", replay_problems(config));
     add("run", run_problems(config));
     add("network", network_problems(config));
@@ -109,28 +108,6 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
         p.push((
             "name",
             "a plain name (not empty, no '/', '\\', '.' or '..'): it names a directory under runs/",
-        ));
-    }
-    p
-}
-
-/// What the update cannot do yet: a population's joint forward with a target network
-/// or scaled rewards, and a distributional loss anywhere but a single agent on the CPU's
-/// graph.
-fn update_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
-    let mut p = vec![];
-    let dqn = &config.dqn;
-    if !dqn.loss.is_distributional() {
-        return p;
-    }
-    // `auto` on a machine with a GPU is refused when the agent is built.
-    if matches!(
-        parse_device_spec(&config.run.device),
-        Ok(DeviceSpec::Cuda(_))
-    ) {
-        p.push((
-            "loss",
-            "\"huber\" or \"mse\" with run.device other than \"cpu\" (a distributional loss trains on the CPU for now)",
         ));
     }
     p

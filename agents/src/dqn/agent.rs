@@ -665,12 +665,13 @@ impl Dqn {
     }
 }
 
-/// Why an agent cannot train with its distributional loss here: a distributional loss
-/// runs on the CPU's graph for now.
+/// Why a single agent cannot train with its distributional loss here: its targets are
+/// host functions, so on a device it trains as a population of one (whose targets are
+/// tensor ops), as `normrl train` runs every device run.
 fn distributional_problem(config: &DqnConfig, device: &Device) -> Result<()> {
     if !device.is_cpu() {
         candle_core::bail!(
-            "dqn.loss = {:?} trains on the CPU for now (run.device = \"cpu\")",
+            "a single agent's dqn.loss = {:?} trains on the CPU; on a device, train it as a population of one (PopulationDqn)",
             config.loss
         );
     }

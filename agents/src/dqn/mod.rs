@@ -4,6 +4,7 @@
 mod agent;
 mod config;
 pub mod distribution;
+pub mod distribution_targets;
 mod schedule;
 pub mod td;
 mod td_loss;

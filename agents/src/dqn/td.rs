@@ -36,12 +36,17 @@ pub fn bootstrap(
     best: &Tensor,
     gamma: Discount,
 ) -> Result<Tensor> {
-    let not_ended = terminated.affine(-1.0, 1.0)?;
-    let keep = match gamma {
-        Discount::All(gamma) => (not_ended * gamma)?,
-        Discount::PerAgent(gammas) => not_ended.broadcast_mul(gammas)?,
-    };
+    let keep = discounts(terminated, gamma)?;
     (rewards + (best.detach() * keep)?)?.detach().contiguous()
+}
+
+/// Each row's discount of its next value, `gamma (1 - terminated)`.
+pub fn discounts(terminated: &Tensor, gamma: Discount) -> Result<Tensor> {
+    let not_ended = terminated.affine(-1.0, 1.0)?;
+    match gamma {
+        Discount::All(gamma) => not_ended * gamma,
+        Discount::PerAgent(gammas) => not_ended.broadcast_mul(gammas),
+    }
 }
 
 /// The index of the first largest value (0 for an empty slice).

@@ -20,6 +20,7 @@ use super::count::read_to_host;
 use super::graph::StepGraph;
 use super::inputs::{self, Inputs, Stacked};
 use super::{DeviceFrames, PopulationNet};
+use crate::dqn::distribution_targets::SupportTensors;
 use crate::dqn::td::{self, TargetSync};
 use crate::dqn::{epsilon_greedy, Dqn, DqnConfig, Loss};
 use crate::dqn::{population_mean_taken, population_td, TdOutput};
@@ -58,6 +59,8 @@ pub struct PopulationDqn {
     graphs: [StepGraph; 2],
     /// The frames the update's graph gathers from.
     frames_id: Option<candle_core::TensorId>,
+    /// A distributional loss's support, as constants on the device.
+    support_tensors: Option<SupportTensors>,
 }
 
 /// A device step's fixed inputs, made once (an upload inside a step could not be
@@ -104,9 +107,18 @@ impl PopulationDqn {
         config: DqnConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Self> {
-        if config.loss.is_distributional() && !online.device().is_cpu() {
-            candle_core::bail!("a population's distributional loss trains on the CPU");
-        }
+        let support_tensors = match config.loss.is_distributional() {
+            true => {
+                let (loss, values) = (config.loss, online.support());
+                Some(SupportTensors::new(
+                    loss,
+                    &config.support,
+                    values,
+                    online.device(),
+                )?)
+            }
+            false => None,
+        };
         let max_grad_norm = optimizer.max_grad_norm;
         let unclipped = OptimizerConfig {
             max_grad_norm: 0.0,
@@ -131,6 +143,7 @@ impl PopulationDqn {
                 StepGraph::new("acting forward", false),
             ],
             frames_id: None,
+            support_tensors,
         })
     }
 
@@ -353,11 +366,11 @@ impl PopulationDqn {
         let (p, device) = (self.online.agents(), self.device());
         let (x, remade) = self.inputs.acting(obs, p, &device)?;
         let mode = self.config.acting_bn_mode;
-        if self.distributional() {
+        if self.distributional() && self.host_distributions() {
             return self.distribution_greedy(&x);
         }
         if !self.inputs.fixed() {
-            let q = self.online.forward(&x, mode)?;
+            let q = self.q_of(self.online.forward(&x, mode)?)?;
             // `[P, 1]`, read as rows: a flatten would be one more operation.
             let rows = read_rows_to_host::<u32>(&q.argmax(D::Minus1)?)?;
             return Ok(rows.into_iter().flatten().collect());
@@ -368,7 +381,7 @@ impl PopulationDqn {
         let out = inputs::output(&mut self.outputs[ACTING], (&[p, 1], DType::U32), &device)?;
         let mut graph = self.take_graph(ACTING);
         let region = || -> Result<()> {
-            let q = self.online.forward(&x, mode)?;
+            let q = self.q_of(self.online.forward(&x, mode)?)?;
             out.slice_set(&q.argmax(D::Minus1)?, 0, 0)
         };
         let ran = self.run_graph(&mut graph, &out, &region);
@@ -505,14 +518,7 @@ impl PopulationDqn {
                 norm.unsqueeze(0)?
             }
         };
-        match stats.dim(0)? {
-            2 => Tensor::cat(&[stats, grad_norm], 0),
-            // A distributional loss's entropy comes last.
-            _ => Tensor::cat(
-                &[&stats.narrow(0, 0, 2)?, &grad_norm, &stats.narrow(0, 2, 1)?],
-                0,
-            ),
-        }
+        with_grad_norms(&stats, &grad_norm)
     }
 
     /// Each agent's TD loss and mean taken Q `[2, P]` (a distributional loss's with its
@@ -546,7 +552,13 @@ impl PopulationDqn {
         c: crate::kernels::cuda::optimizer::StepCoefficients,
     ) -> Result<Tensor> {
         let (p, device) = (self.online.agents(), self.device());
-        let out = inputs::output(&mut self.outputs[UPDATE], (&[3, p], DType::F32), &device)?;
+        // A distributional loss's entropy is a fourth row.
+        let metrics = 3 + usize::from(self.distributional());
+        let out = inputs::output(
+            &mut self.outputs[UPDATE],
+            (&[metrics, p], DType::F32),
+            &device,
+        )?;
         let mut graph = self.take_graph(UPDATE);
         let region = || -> Result<()> {
             let stacked = self.inputs.current()?.stacked(frames)?;
@@ -554,7 +566,7 @@ impl PopulationDqn {
             let ratios = self.constants.as_ref().and_then(|k| k.lr_ratios.as_ref());
             let norms = self.optimizer.device_step(&grads, p, ratios, c)?;
             self.online.project()?;
-            out.slice_set(&Tensor::cat(&[stats, norms.unsqueeze(0)?], 0)?, 0, 0)
+            out.slice_set(&with_grad_norms(&stats, &norms.unsqueeze(0)?)?, 0, 0)
         };
         let ran = self.run_graph(&mut graph, &out, &region);
         self.graphs[UPDATE] = graph;
@@ -781,6 +793,19 @@ impl PopulationDqn {
             }
         }
         Ok(norm)
+    }
+}
+
+/// An update's metrics with each agent's gradient norm `[1, P]` after the loss and the
+/// mean taken Q (`stats` `[2, P]`); a distributional loss's entropy (`stats`' third
+/// row) comes last.
+fn with_grad_norms(stats: &Tensor, norms: &Tensor) -> Result<Tensor> {
+    match stats.dim(0)? {
+        2 => Tensor::cat(&[stats, norms], 0),
+        _ => Tensor::cat(
+            &[&stats.narrow(0, 0, 2)?, norms, &stats.narrow(0, 2, 1)?],
+            0,
+        ),
     }
 }
 

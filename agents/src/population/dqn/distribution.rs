@@ -1,10 +1,12 @@
-//! A population's distributional loss (`dqn.loss = "c51"` or `"hl_gauss"`), on the CPU:
-//! each agent's target distributions and loss are the single agent's host functions
-//! (`dqn::distribution`) on its own rows, with its own discount, so that a member trains
-//! as it would alone. The head's logits `[P, B, A K]` come from the population's one
-//! forward; their gradient, `(p - m) / B` on each taken action's, goes back through the
-//! fused ops' explicit backward, or (the tensor forms, and XQC's joint forward) the same
-//! loss in tensor ops goes through candle's.
+//! A population's distributional loss (`dqn.loss = "c51"` or `"hl_gauss"`). On the
+//! CPU's fused path each agent's target distributions and loss are the single agent's
+//! host functions (`dqn::distribution`) on its own rows, with its own discount, so that
+//! a member trains as it would alone; the head's logits `[P, B, A K]` come from the
+//! population's one forward, and their gradient, `(p - m) / B` on each taken action's,
+//! goes back through the fused ops' explicit backward. Elsewhere (a device, the tensor
+//! forms, XQC's joint forward) the targets are the tensor forms of the same functions
+//! (`dqn::distribution_targets`, nothing read back to the host) and the loss goes
+//! through candle's graph.
 
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, WithDType, D};
@@ -12,13 +14,23 @@ use candle_core::{Result, Tensor, WithDType, D};
 use super::PopulationDqn;
 use crate::count::read_to_host;
 use crate::dqn::distribution::{host_distribution_loss, target_distributions, Bootstrap};
+use crate::dqn::distribution_targets::{SupportTensors, TensorBootstrap};
 use crate::dqn::td::first_argmax;
 use crate::nn::{expectations, BnStats};
 use crate::population::inputs::Stacked;
+use crate::population::net::Path;
 
 /// A tensor's values on the host, flattened, counted as one read (`crate::count`).
 fn host<T: WithDType>(t: &Tensor) -> Result<Vec<T>> {
     read_to_host(&t.flatten_all()?)
+}
+
+/// The logits the targets come from: the next observations' `[P, B, A K]` under the
+/// target network (the online one without a target network), and under Double DQN the
+/// online network's, whose expected values choose the next action.
+struct NextLogits {
+    next: Tensor,
+    chooser: Option<Tensor>,
 }
 
 impl PopulationDqn {
@@ -27,13 +39,36 @@ impl PopulationDqn {
         self.config.loss.is_distributional()
     }
 
+    /// Whether the targets are the single agents' host functions (the CPU's fused
+    /// path), not their tensor forms.
+    pub(super) fn host_distributions(&self) -> bool {
+        self.online.path(false) == Path::CpuOps
+    }
+
     /// The head's values `[K]` (C51's atoms, HL-Gauss's bin centres).
     fn values(&self) -> &[f32] {
         self.online.support()
     }
 
-    /// Each agent's greedy action on its observation `x` `[P, 1, obs]`: the largest
-    /// expected value, as a single agent's.
+    /// The support's constants on the device.
+    fn forms(&self) -> Result<&SupportTensors> {
+        match &self.support_tensors {
+            Some(forms) => Ok(forms),
+            None => candle_core::bail!("a distributional loss without its support's tensors"),
+        }
+    }
+
+    /// The Q-values `[P, B, A]` of the network's output: the expectations of a
+    /// distributional head's logits, a regression head's values as they are.
+    pub(super) fn q_of(&self, out: Tensor) -> Result<Tensor> {
+        match &self.support_tensors {
+            Some(forms) => forms.q_values(&out),
+            None => Ok(out),
+        }
+    }
+
+    /// Each agent's greedy action on its observation `x` `[P, 1, obs]` on the host: the
+    /// largest expected value, as a single agent's.
     pub(super) fn distribution_greedy(&self, x: &Tensor) -> Result<Vec<u32>> {
         let logits = self.online.forward(x, self.config.acting_bn_mode)?;
         let q = expectations(&host(&logits)?, self.values());
@@ -41,31 +76,53 @@ impl PopulationDqn {
         Ok(q.chunks_exact(a).map(|q| first_argmax(q) as u32).collect())
     }
 
-    /// Each agent's target distributions `[P, B, K]` (host values, row-major) from the
-    /// target network's logits of its next observations (the online network's without
-    /// a target network), the online network's expected values choosing the next
-    /// action with Double DQN.
-    fn distribution_targets(&self, b: &Stacked) -> Result<Vec<f32>> {
+    /// The next observations' logits (the targets first, as a single agent's: a
+    /// target-free agent's running statistics then see the next observations before
+    /// the observations).
+    fn next_logits(&self, b: &Stacked) -> Result<NextLogits> {
         let target = match self.config.target_update.bootstraps_from_online() {
             true => &self.online,
             false => &self.target,
         };
-        let next = host(&target.forward(&b.next_obs, self.config.target_bn_mode)?)?;
+        let next = target.forward(&b.next_obs, self.config.target_bn_mode)?;
         let chooser = match self.config.double_dqn {
-            true => {
-                let logits = self.online.forward(&b.next_obs, BnStats::Running)?;
-                Some(expectations(&host(&logits)?, self.values()))
-            }
+            true => Some(self.online.forward(&b.next_obs, BnStats::Running)?),
             false => None,
         };
-        self.targets_from(b, &next, chooser.as_deref())
+        Ok(NextLogits { next, chooser })
     }
 
-    /// Each agent's target distributions from the next observations' logits `next`
-    /// `[P, B, A K]` (host values), `chooser`'s Q-values `[P, B, A]` picking the next
-    /// action where given: a single agent's function on each agent's rows, with its
-    /// own discount.
-    fn targets_from(&self, b: &Stacked, next: &[f32], chooser: Option<&[f32]>) -> Result<Vec<f32>> {
+    /// Each agent's target distributions `[P, B, K]` from `logits`: the host functions'
+    /// on the CPU's fused path, else their tensor forms.
+    fn targets_of(&self, b: &Stacked, logits: &NextLogits) -> Result<Tensor> {
+        let (p, rows) = b.rewards.dims2()?;
+        if self.host_distributions() {
+            let targets = self.host_targets(b, logits)?;
+            let k = self.values().len();
+            return Tensor::from_vec(targets, (p, rows, k), b.rewards.device());
+        }
+        let forms = self.forms()?;
+        let chooser = match &logits.chooser {
+            Some(c) => Some(forms.q_values(c)?),
+            None => None,
+        };
+        let bootstrap = TensorBootstrap {
+            rewards: &b.rewards,
+            terminated: &b.terminated,
+            gamma: self.discount(),
+        };
+        forms.targets(&logits.next, chooser.as_ref(), &bootstrap)
+    }
+
+    /// Each agent's target distributions `[P, B, K]` (host values, row-major): a
+    /// single agent's function on each agent's rows, with its own discount.
+    fn host_targets(&self, b: &Stacked, logits: &NextLogits) -> Result<Vec<f32>> {
+        let next: Vec<f32> = host(&logits.next)?;
+        let chooser = match &logits.chooser {
+            Some(c) => Some(expectations(&host(c)?, self.values())),
+            None => None,
+        };
+        let chooser = chooser.as_deref();
         let (rewards, terminated) = (host(&b.rewards)?, host(&b.terminated)?);
         let (p, rows) = b.rewards.dims2()?;
         let gammas = match &self.gammas {
@@ -96,24 +153,27 @@ impl PopulationDqn {
     /// from the second half's, detached, or from the target network's logits over the
     /// same `2B` rows, the online second half's expectations choosing the next action
     /// under Double DQN (as a single agent's).
-    fn joint_distributions(&self, b: &Stacked) -> Result<(Tensor, Vec<f32>)> {
+    fn joint_distributions(&self, b: &Stacked) -> Result<(Tensor, Tensor)> {
         let rows = b.obs.dim(1)?;
         let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
         let all = self
             .online
             .forward_in_graph(&both, self.config.online_bn_mode)?;
-        let online_next = host(&all.narrow(1, rows, rows)?.detach().contiguous()?)?;
-        let targets = match self.config.target_update.bootstraps_from_online() {
-            true => self.targets_from(b, &online_next, None)?,
+        let online_next = all.narrow(1, rows, rows)?.detach().contiguous()?;
+        let logits = match self.config.target_update.bootstraps_from_online() {
+            true => NextLogits {
+                next: online_next,
+                chooser: None,
+            },
             false => {
                 let t = self.target.forward(&both, self.config.target_bn_mode)?;
-                let next = host(&t.narrow(1, rows, rows)?.contiguous()?)?;
-                let chooser =
-                    (self.config.double_dqn).then(|| expectations(&online_next, self.values()));
-                self.targets_from(b, &next, chooser.as_deref())?
+                NextLogits {
+                    next: t.narrow(1, rows, rows)?.contiguous()?,
+                    chooser: self.config.double_dqn.then_some(online_next),
+                }
             }
         };
-        Ok((all.narrow(1, 0, rows)?, targets))
+        Ok((all.narrow(1, 0, rows)?, self.targets_of(b, &logits)?))
     }
 
     /// Each agent's loss, mean expected Q of its taken actions and their mean entropy
@@ -123,8 +183,11 @@ impl PopulationDqn {
         &self,
         stacked: &Stacked,
     ) -> Result<Option<(Tensor, GradStore)>> {
+        if !self.host_distributions() {
+            return Ok(None);
+        }
         // The targets first, as the graph's path and a single agent's.
-        let targets = self.distribution_targets(stacked)?;
+        let targets = self.host_targets(stacked, &self.next_logits(stacked)?)?;
         let stats = self.config.online_bn_mode;
         let Some((logits, tape)) = self.online.forward_with_tape(&stacked.obs, stats)? else {
             return Ok(None);
@@ -177,7 +240,7 @@ impl PopulationDqn {
         let (logits, targets) = match self.config.joint_forward {
             true => self.joint_distributions(stacked)?,
             false => {
-                let targets = self.distribution_targets(stacked)?;
+                let targets = self.targets_of(stacked, &self.next_logits(stacked)?)?;
                 let stats = self.config.online_bn_mode;
                 (self.online.forward_in_graph(&stacked.obs, stats)?, targets)
             }
@@ -188,11 +251,10 @@ impl PopulationDqn {
         let taken = stacked.actions.reshape((p, rows, 1, 1))?;
         let taken = taken.broadcast_as((p, rows, 1, k))?.contiguous()?;
         let log_p = candle_nn::ops::log_softmax(&logits.gather(&taken, 2)?.squeeze(2)?, D::Minus1)?;
-        let m = Tensor::from_vec(targets, (p, rows, k), logits.device())?;
-        let losses = (m * &log_p)?.sum(D::Minus1)?.neg()?.mean(1)?;
-        let values = Tensor::from_slice(self.values(), k, logits.device())?;
+        let losses = (targets * &log_p)?.sum(D::Minus1)?.neg()?.mean(1)?;
         let (log_p, p_taken) = (log_p.detach(), log_p.detach().exp()?);
-        let q = p_taken.broadcast_mul(&values)?.sum(D::Minus1)?.mean(1)?;
+        let values = self.forms()?.values();
+        let q = p_taken.broadcast_mul(values)?.sum(D::Minus1)?.mean(1)?;
         let entropy = (p_taken * log_p)?.sum(D::Minus1)?.neg()?.mean(1)?;
         Ok((losses, Tensor::stack(&[q, entropy], 0)?))
     }
