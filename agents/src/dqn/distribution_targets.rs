@@ -72,12 +72,16 @@ impl SupportTensors {
     /// Q-values `[.., A]` of a head's logits `[.., A K]`: the expectations over the
     /// support.
     pub fn q_values(&self, logits: &Tensor) -> Result<Tensor> {
+        expected_q(&self.per_atom(logits)?, &self.values)
+    }
+
+    /// A head's logits `[.., A K]` as `[.., A, K]`.
+    fn per_atom(&self, logits: &Tensor) -> Result<Tensor> {
         let mut dims = logits.dims().to_vec();
-        let k = self.values.dim(0)?;
-        let last = dims.len() - 1;
+        let (k, last) = (self.values.dim(0)?, dims.len() - 1);
         dims[last] /= k;
         dims.push(k);
-        expected_q(&logits.reshape(dims)?, &self.values)
+        logits.reshape(dims)
     }
 
     /// The target distributions `[.., B, K]` from the next observations' logits
@@ -92,27 +96,27 @@ impl SupportTensors {
     ) -> Result<Tensor> {
         let next_logits = next_logits.detach();
         let out = match self.loss {
-            ValueLoss::HlGauss => self.histograms(&next_logits, chooser, rows)?,
+            ValueLoss::HlGauss => {
+                let chooser = chooser.map(|c| c.detach());
+                let best = best_next(&self.q_values(&next_logits)?, chooser.as_ref())?;
+                self.histograms(&bootstrap(
+                    rows.rewards,
+                    rows.terminated,
+                    &best,
+                    rows.gamma,
+                )?)?
+            }
             _ => self.projections(&next_logits, chooser, rows)?,
         };
         out.detach().contiguous()
     }
 
-    /// HL-Gauss: the scalar TD targets `r + gamma (1 - done) Q(s', a*)`, clipped to the
-    /// support, each turned into the mass its Gaussian puts in each bin (renormalized
-    /// to the support).
-    fn histograms(
-        &self,
-        next: &Tensor,
-        chooser: Option<&Tensor>,
-        rows: &TensorBootstrap,
-    ) -> Result<Tensor> {
+    /// HL-Gauss: each scalar TD target of `y` `[.., B]`, clipped to the support, turned
+    /// into the mass its Gaussian puts in each bin (renormalized to the support).
+    fn histograms(&self, y: &Tensor) -> Result<Tensor> {
         let Some(edges) = &self.scaled_edges else {
             candle_core::bail!("HL-Gauss's targets without its bin edges");
         };
-        let next_q = self.q_values(next)?;
-        let best = best_next(&next_q, chooser.map(|c| c.detach()).as_ref())?;
-        let y = bootstrap(rows.rewards, rows.terminated, &best, rows.gamma)?;
         let s = &self.support;
         let y = y
             .clamp(s.v_min as f32, s.v_max as f32)?
@@ -139,19 +143,15 @@ impl SupportTensors {
         rows: &TensorBootstrap,
     ) -> Result<Tensor> {
         let k = self.values.dim(0)?;
-        let mut dims = next.dims().to_vec();
-        let last = dims.len() - 1;
-        dims[last] /= k;
-        dims.push(k);
         // `[.., B, A, K]`.
-        let probs = candle_nn::ops::softmax_last_dim(&next.reshape(dims.as_slice())?)?;
+        let probs = candle_nn::ops::softmax_last_dim(&self.per_atom(next)?)?;
         let q = match chooser {
             Some(c) => c.detach(),
             None => probs.broadcast_mul(&self.values)?.sum(D::Minus1)?,
         };
         // The chosen action's distribution `[.., B, K]`.
         let action_axis = probs.rank() - 2;
-        let mut index_dims = dims.clone();
+        let mut index_dims = probs.dims().to_vec();
         index_dims[action_axis] = 1;
         let best = q.argmax_keepdim(D::Minus1)?.unsqueeze(D::Minus1)?;
         let best = best.broadcast_as(index_dims)?.contiguous()?;

@@ -72,6 +72,14 @@ struct DeviceConstants {
     lr_ratios: Option<Tensor>,
 }
 
+/// The outputs the targets come from: the next observations' `[P, B, ..]` under the
+/// target network (the online one without a target network), and under Double DQN the
+/// online network's, whose (expected) values choose the next action.
+struct NextOutputs {
+    next: Tensor,
+    chooser: Option<Tensor>,
+}
+
 /// Which of [`PopulationDqn::graphs`] and [`PopulationDqn::outputs`].
 const UPDATE: usize = 0;
 const ACTING: usize = 1;
@@ -696,28 +704,41 @@ impl PopulationDqn {
         self.bootstrap(b, td::best_next(&next_q, online_q.as_ref())?)
     }
 
-    /// CrossQ's joint forward: one training forward of each agent's observations and
-    /// next observations together (`2B` rows, so batch statistics come from both); the
-    /// second half's Q-values, detached, make the targets, or with a target network
-    /// choose the next action under Double DQN while the target network's forward of
-    /// the same `2B` rows gives its values (as a single agent's).
+    /// CrossQ's joint forward: the observations' Q-values, and the targets from the
+    /// next observations' ([`Self::joint_outputs`]).
     fn joint_forward(&self, b: &Stacked) -> Result<(Tensor, Tensor)> {
+        let (q, next) = self.joint_outputs(b)?;
+        let best = td::best_next(&next.next, next.chooser.as_ref())?;
+        Ok((q, self.bootstrap(b, best)?))
+    }
+
+    /// The joint forward (CrossQ's, XQC's): one training forward of each agent's
+    /// observations and next observations together (`2B` rows, so batch statistics
+    /// come from both), the first half's outputs for the loss. The targets come from
+    /// the second half's, detached, or with a target network from the target network's
+    /// forward of the same `2B` rows, the online second half choosing the next action
+    /// under Double DQN (as a single agent's).
+    fn joint_outputs(&self, b: &Stacked) -> Result<(Tensor, NextOutputs)> {
         let rows = b.obs.dim(1)?;
         let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
-        let q_all = self
+        let all = self
             .online
             .forward_in_graph(&both, self.config.online_bn_mode)?;
-        let (q, online_next) = td::split_joint(&q_all, 1, rows)?;
-        let best = match self.config.target_update.bootstraps_from_online() {
-            true => td::best_next(&online_next, None)?,
+        let (out, online_next) = td::split_joint(&all, 1, rows)?;
+        let next = match self.config.target_update.bootstraps_from_online() {
+            true => NextOutputs {
+                next: online_next,
+                chooser: None,
+            },
             false => {
                 let t = self.target.forward(&both, self.config.target_bn_mode)?;
-                let next = t.narrow(1, rows, rows)?.contiguous()?;
-                let chooser = self.config.double_dqn.then_some(&online_next);
-                td::best_next(&next, chooser)?
+                NextOutputs {
+                    next: t.narrow(1, rows, rows)?.contiguous()?,
+                    chooser: self.config.double_dqn.then_some(online_next),
+                }
             }
         };
-        Ok((q, self.bootstrap(b, best)?))
+        Ok((out, next))
     }
 
     /// `r + gamma (1 - terminated) best`, each agent with its own gamma, detached.

@@ -11,7 +11,7 @@
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, WithDType, D};
 
-use super::PopulationDqn;
+use super::{NextOutputs, PopulationDqn};
 use crate::count::read_to_host;
 use crate::dqn::distribution::{host_distribution_loss, target_distributions, Bootstrap};
 use crate::dqn::distribution_targets::{SupportTensors, TensorBootstrap};
@@ -23,14 +23,6 @@ use crate::population::net::Path;
 /// A tensor's values on the host, flattened, counted as one read (`crate::count`).
 fn host<T: WithDType>(t: &Tensor) -> Result<Vec<T>> {
     read_to_host(&t.flatten_all()?)
-}
-
-/// The logits the targets come from: the next observations' `[P, B, A K]` under the
-/// target network (the online one without a target network), and under Double DQN the
-/// online network's, whose expected values choose the next action.
-struct NextLogits {
-    next: Tensor,
-    chooser: Option<Tensor>,
 }
 
 impl PopulationDqn {
@@ -79,7 +71,7 @@ impl PopulationDqn {
     /// The next observations' logits (the targets first, as a single agent's: a
     /// target-free agent's running statistics then see the next observations before
     /// the observations).
-    fn next_logits(&self, b: &Stacked) -> Result<NextLogits> {
+    fn next_logits(&self, b: &Stacked) -> Result<NextOutputs> {
         let target = match self.config.target_update.bootstraps_from_online() {
             true => &self.online,
             false => &self.target,
@@ -89,12 +81,12 @@ impl PopulationDqn {
             true => Some(self.online.forward(&b.next_obs, BnStats::Running)?),
             false => None,
         };
-        Ok(NextLogits { next, chooser })
+        Ok(NextOutputs { next, chooser })
     }
 
     /// Each agent's target distributions `[P, B, K]` from `logits`: the host functions'
     /// on the CPU's fused path, else their tensor forms.
-    fn targets_of(&self, b: &Stacked, logits: &NextLogits) -> Result<Tensor> {
+    fn targets_of(&self, b: &Stacked, logits: &NextOutputs) -> Result<Tensor> {
         let (p, rows) = b.rewards.dims2()?;
         if self.host_distributions() {
             let targets = self.host_targets(b, logits)?;
@@ -116,7 +108,7 @@ impl PopulationDqn {
 
     /// Each agent's target distributions `[P, B, K]` (host values, row-major): a
     /// single agent's function on each agent's rows, with its own discount.
-    fn host_targets(&self, b: &Stacked, logits: &NextLogits) -> Result<Vec<f32>> {
+    fn host_targets(&self, b: &Stacked, logits: &NextOutputs) -> Result<Vec<f32>> {
         let next: Vec<f32> = host(&logits.next)?;
         let chooser = match &logits.chooser {
             Some(c) => Some(expectations(&host(c)?, self.values())),
@@ -148,32 +140,11 @@ impl PopulationDqn {
         Ok(out)
     }
 
-    /// The joint forward (XQC's): one training forward of each agent's observations and
-    /// next observations together, the first half's logits for the loss; the targets
-    /// from the second half's, detached, or from the target network's logits over the
-    /// same `2B` rows, the online second half's expectations choosing the next action
-    /// under Double DQN (as a single agent's).
+    /// The joint forward (XQC's, [`Self::joint_outputs`]): the observations' logits and
+    /// the targets from the next observations'.
     fn joint_distributions(&self, b: &Stacked) -> Result<(Tensor, Tensor)> {
-        let rows = b.obs.dim(1)?;
-        let both = Tensor::cat(&[&b.obs, &b.next_obs], 1)?;
-        let all = self
-            .online
-            .forward_in_graph(&both, self.config.online_bn_mode)?;
-        let online_next = all.narrow(1, rows, rows)?.detach().contiguous()?;
-        let logits = match self.config.target_update.bootstraps_from_online() {
-            true => NextLogits {
-                next: online_next,
-                chooser: None,
-            },
-            false => {
-                let t = self.target.forward(&both, self.config.target_bn_mode)?;
-                NextLogits {
-                    next: t.narrow(1, rows, rows)?.contiguous()?,
-                    chooser: self.config.double_dqn.then_some(online_next),
-                }
-            }
-        };
-        Ok((all.narrow(1, 0, rows)?, self.targets_of(b, &logits)?))
+        let (logits, next) = self.joint_outputs(b)?;
+        Ok((logits, self.targets_of(b, &next)?))
     }
 
     /// Each agent's loss, mean expected Q of its taken actions and their mean entropy
