@@ -20,6 +20,9 @@ use super::dense::f32_slice_mut;
 use super::feature_pass::{
     affine_features, affine_features_into, affine_in_place, block, Affine, BLOCK,
 };
+use super::per_agent::OpGradient;
+#[cfg(feature = "cuda")]
+use super::per_agent::{DeviceOutput, OpInputs};
 use super::units::Units;
 use super::with_values;
 use super::{cpu_forward, gradient_like, Grads3};
@@ -530,14 +533,9 @@ impl super::per_agent::AgentKernel<2> for AgentBatchNorm {
         op.normalize(&self.units, t, gamma, beta, op.relu)
     }
 
-    fn backward(
-        &self,
-        agent: usize,
-        x: &[f32],
-        [gamma, _]: [&[f32]; 2],
-        out: &[f32],
-        dy: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+    fn backward(&self, pass: OpGradient<'_, [f32], 2>) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+        let (x, [gamma, _], out, dy) = pass.parts();
+        let agent = pass.inputs.agent;
         let op = self.op(agent, x, gamma)?;
         if self.units.inner == 1 {
             let mut dt = dy.to_vec();
@@ -567,15 +565,14 @@ impl super::per_agent::AgentKernel<2> for AgentBatchNorm {
 
     fn backward_extend(
         &self,
-        agent: usize,
-        (x, [gamma, beta]): (&[f32], [&[f32]; 2]),
-        out: &[f32],
-        dy: &[f32],
+        pass: OpGradient<'_, [f32], 2>,
         dt: &mut Vec<f32>,
     ) -> Result<[Vec<f32>; 2]> {
+        let (x, [gamma, _], out, dy) = pass.parts();
+        let agent = pass.inputs.agent;
         let op = self.op(agent, x, gamma)?;
         if self.units.inner != 1 || dy.len() != x.len() || out.len() != x.len() {
-            let (d, params) = self.backward(agent, x, [gamma, beta], out, dy)?;
+            let (d, params) = self.backward(pass)?;
             dt.extend(d);
             return Ok(params);
         }
@@ -626,36 +623,20 @@ impl super::per_agent::AgentKernel<2> for DeviceBatchNorm {
         candle_core::bail!("batch norm's CUDA op runs on a CUDA device only")
     }
 
-    fn backward(
-        &self,
-        _: usize,
-        _: &[f32],
-        _: [&[f32]; 2],
-        _: &[f32],
-        _: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+    fn backward(&self, _: OpGradient<'_, [f32], 2>) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
         candle_core::bail!("batch norm's CUDA op runs on a CUDA device only")
     }
 
-    fn cuda_forward(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [gamma, beta]: [&Tensor; 2],
-    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, x: OpInputs<'_, Tensor, 2>) -> DeviceOutput {
+        let (agents, t, [gamma, beta]) = (x.agent, x.t, x.params);
         let s = self.dims(agents);
         let out = super::cuda::device::batch_norm_forward(t, &self.statistics(), (gamma, beta), s)?;
         Ok(Some((out, None)))
     }
 
-    fn cuda_gradients(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [gamma, _]: [&Tensor; 2],
-        (out, _): (&Tensor, Option<&Tensor>),
-        dy: &Tensor,
-    ) -> Result<(Tensor, [Tensor; 2])> {
+    fn cuda_gradients(&self, pass: OpGradient<'_, Tensor, 2>) -> Result<(Tensor, [Tensor; 2])> {
+        let (t, [gamma, _], out, dy) = pass.parts();
+        let agents = pass.inputs.agent;
         let s = self.dims(agents);
         let stats = self.statistics();
         let (dt, dg, db) =

@@ -18,6 +18,9 @@ use candle_core::{CustomOp1, CustomOp2, Result, Shape, Tensor};
 use super::feature_pass::{
     affine_features, affine_features_into, output_gradient, Affine, SavedOutput,
 };
+use super::per_agent::OpGradient;
+#[cfg(feature = "cuda")]
+use super::per_agent::{DeviceOutput, OpInputs};
 use super::units::Units;
 use super::{cpu_forward, gradient_like, with_values, Grads2};
 
@@ -247,14 +250,8 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
         })
     }
 
-    fn backward(
-        &self,
-        _agent: usize,
-        _t: &[f32],
-        _b: [&[f32]; 1],
-        out: &[f32],
-        dy: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+    fn backward(&self, pass: OpGradient<'_, [f32], 1>) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        let (_, _, out, dy) = pass.parts();
         let dt = match self.relu {
             true => relu_mask(out, dy),
             false => dy.to_vec(),
@@ -278,16 +275,14 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
 
     fn backward_extend(
         &self,
-        agent: usize,
-        (t, [b]): (&[f32], [&[f32]; 1]),
-        out: &[f32],
-        dy: &[f32],
+        pass: OpGradient<'_, [f32], 1>,
         dt: &mut Vec<f32>,
     ) -> Result<[Vec<f32>; 1]> {
+        let (t, _, out, dy) = pass.parts();
         match extend_feature_gradients(&self.units, self.relu, (t, None), (out, dy), dt) {
             Some(sums) => Ok([sums.d]),
             None => {
-                let (d, [db]) = self.backward(agent, t, [b], out, dy)?;
+                let (d, [db]) = self.backward(pass)?;
                 dt.extend(d);
                 Ok([db])
             }
@@ -295,25 +290,16 @@ impl super::per_agent::AgentKernel<1> for AgentBias {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_forward(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [b]: [&Tensor; 1],
-    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, x: OpInputs<'_, Tensor, 1>) -> DeviceOutput {
+        let (agents, t, [b]) = (x.agent, x.t, x.params);
         let out = super::cuda::device::bias_forward(t, None, b, (agents, &self.units, self.relu))?;
         Ok(Some((out, None)))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_gradients(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [b]: [&Tensor; 1],
-        (out, _): (&Tensor, Option<&Tensor>),
-        dy: &Tensor,
-    ) -> Result<(Tensor, [Tensor; 1])> {
+    fn cuda_gradients(&self, pass: OpGradient<'_, Tensor, 1>) -> Result<(Tensor, [Tensor; 1])> {
+        let (t, [b], out, dy) = pass.parts();
+        let agents = pass.inputs.agent;
         let layout = (agents, &self.units, self.relu);
         let (dt, _, db) = super::cuda::device::bias_backward((t, None, b), out, dy, layout)?;
         Ok((dt, [db]))
@@ -389,14 +375,8 @@ impl super::per_agent::AgentKernel<2> for AgentScaledBias {
         })
     }
 
-    fn backward(
-        &self,
-        _agent: usize,
-        t: &[f32],
-        [s, _b]: [&[f32]; 2],
-        out: &[f32],
-        dy: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+    fn backward(&self, pass: OpGradient<'_, [f32], 2>) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+        let (t, [s, _b], out, dy) = pass.parts();
         let d = through_relu(self.relu, out, dy);
         let dt = self.units.map(&d, s, |d, s| d * s);
         let ds = self.units.sums2(&d, t, &vec![(); s.len()], |d, t, _| d * t);
@@ -419,16 +399,14 @@ impl super::per_agent::AgentKernel<2> for AgentScaledBias {
 
     fn backward_extend(
         &self,
-        agent: usize,
-        (t, [s, b]): (&[f32], [&[f32]; 2]),
-        out: &[f32],
-        dy: &[f32],
+        pass: OpGradient<'_, [f32], 2>,
         dt: &mut Vec<f32>,
     ) -> Result<[Vec<f32>; 2]> {
+        let (t, [s, _], out, dy) = pass.parts();
         match extend_feature_gradients(&self.units, self.relu, (t, Some(s)), (out, dy), dt) {
             Some(sums) => Ok([sums.d_t, sums.d]),
             None => {
-                let (d, [ds, db]) = self.backward(agent, t, [s, b], out, dy)?;
+                let (d, [ds, db]) = self.backward(pass)?;
                 dt.extend(d);
                 Ok([ds, db])
             }
@@ -436,26 +414,17 @@ impl super::per_agent::AgentKernel<2> for AgentScaledBias {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_forward(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [s, b]: [&Tensor; 2],
-    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, x: OpInputs<'_, Tensor, 2>) -> DeviceOutput {
+        let (agents, t, [s, b]) = (x.agent, x.t, x.params);
         let layout = (agents, &self.units, self.relu);
         let out = super::cuda::device::bias_forward(t, Some(s), b, layout)?;
         Ok(Some((out, None)))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_gradients(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [s, b]: [&Tensor; 2],
-        (out, _): (&Tensor, Option<&Tensor>),
-        dy: &Tensor,
-    ) -> Result<(Tensor, [Tensor; 2])> {
+    fn cuda_gradients(&self, pass: OpGradient<'_, Tensor, 2>) -> Result<(Tensor, [Tensor; 2])> {
+        let (t, [s, b], out, dy) = pass.parts();
+        let agents = pass.inputs.agent;
         let layout = (agents, &self.units, self.relu);
         let (dt, ds, db) = super::cuda::device::bias_backward((t, Some(s), b), out, dy, layout)?;
         let Some(ds) = ds else {

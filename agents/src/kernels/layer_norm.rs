@@ -9,6 +9,9 @@ use candle_core::{CustomOp3, Result, Shape, Tensor};
 
 use super::bias_relu::gradient_through_relu;
 use super::dense::lane_sum;
+use super::per_agent::OpGradient;
+#[cfg(feature = "cuda")]
+use super::per_agent::{DeviceOutput, OpInputs};
 use super::with_values;
 use super::{cpu_forward, gradient_like, Grads3};
 
@@ -128,14 +131,8 @@ impl super::per_agent::AgentKernel<2> for FusedLayerNorm {
         Ok(self.forward_values(t, gamma, beta))
     }
 
-    fn backward(
-        &self,
-        _agent: usize,
-        t: &[f32],
-        [gamma, _]: [&[f32]; 2],
-        out: &[f32],
-        dy: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+    fn backward(&self, pass: OpGradient<'_, [f32], 2>) -> Result<(Vec<f32>, [Vec<f32>; 2])> {
+        let (t, [gamma, _], out, dy) = pass.parts();
         self.check(t, gamma)?;
         let dy = &super::bias_relu::through_relu(self.relu, out, dy);
         let (dt, dg, db) = self.gradients(t, gamma, dy);
@@ -143,27 +140,18 @@ impl super::per_agent::AgentKernel<2> for FusedLayerNorm {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_forward(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [gamma, beta]: [&Tensor; 2],
-    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, x: OpInputs<'_, Tensor, 2>) -> DeviceOutput {
+        let (agents, t, [gamma, beta]) = (x.agent, x.t, x.params);
         let s = self.cuda_dims(agents, t, gamma)?;
         let (out, stats) = super::cuda::device::row_norm_forward(t, gamma, Some(beta), s)?;
         Ok(Some((out, Some(stats))))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_gradients(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [gamma, _]: [&Tensor; 2],
-        (out, stats): (&Tensor, Option<&Tensor>),
-        dy: &Tensor,
-    ) -> Result<(Tensor, [Tensor; 2])> {
-        let Some(stats) = stats else {
+    fn cuda_gradients(&self, pass: OpGradient<'_, Tensor, 2>) -> Result<(Tensor, [Tensor; 2])> {
+        let (t, [gamma, _], out, dy) = pass.parts();
+        let agents = pass.inputs.agent;
+        let Some(stats) = pass.kept else {
             candle_core::bail!("layer norm: the CUDA forward kept no statistics");
         };
         let s = self.cuda_dims(agents, t, gamma)?;

@@ -4,6 +4,9 @@
 use candle_core::{CustomOp1, CustomOp2, Result, Tensor};
 
 use super::bias_relu::{bias_relu_gradients, bias_relu_values, unit_bias_fits};
+use super::per_agent::OpGradient;
+#[cfg(feature = "cuda")]
+use super::per_agent::{DeviceOutput, OpInputs};
 use super::units::Units;
 use super::with_values;
 use super::{cpu_forward, gradient_like, Grads2};
@@ -104,14 +107,9 @@ impl super::per_agent::AgentKernel<1> for AgentCenteredBiasRelu {
         Ok(bias_relu_values(&self.units, t, &mean_shift(Some(b), mean)))
     }
 
-    fn backward(
-        &self,
-        agent: usize,
-        t: &[f32],
-        [b]: [&[f32]; 1],
-        out: &[f32],
-        dy: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+    fn backward(&self, pass: OpGradient<'_, [f32], 1>) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        let (t, [b], out, dy) = pass.parts();
+        let agent = pass.inputs.agent;
         self.mean(agent, t, b)?;
         let d = super::bias_relu::relu_mask(out, dy);
         let db = self.units.sums(&d);
@@ -144,38 +142,22 @@ impl super::per_agent::AgentKernel<1> for DeviceCenteredBiasRelu {
         candle_core::bail!("mean-only batch norm's CUDA op runs on a CUDA device only")
     }
 
-    fn backward(
-        &self,
-        _: usize,
-        _: &[f32],
-        _: [&[f32]; 1],
-        _: &[f32],
-        _: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+    fn backward(&self, _: OpGradient<'_, [f32], 1>) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
         candle_core::bail!("mean-only batch norm's CUDA op runs on a CUDA device only")
     }
 
-    fn cuda_forward(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [b]: [&Tensor; 1],
-    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, x: OpInputs<'_, Tensor, 1>) -> DeviceOutput {
+        let (agents, t, [b]) = (x.agent, x.t, x.params);
         let shift = (b - &self.mean)?.contiguous()?;
         let layout = (agents, &self.units, true);
         let out = super::cuda::device::bias_forward(t, None, &shift, layout)?;
         Ok(Some((out, Some(shift))))
     }
 
-    fn cuda_gradients(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        _: [&Tensor; 1],
-        (out, shift): (&Tensor, Option<&Tensor>),
-        dy: &Tensor,
-    ) -> Result<(Tensor, [Tensor; 1])> {
-        let Some(shift) = shift else {
+    fn cuda_gradients(&self, pass: OpGradient<'_, Tensor, 1>) -> Result<(Tensor, [Tensor; 1])> {
+        let (t, _, out, dy) = pass.parts();
+        let agents = pass.inputs.agent;
+        let Some(shift) = pass.kept else {
             candle_core::bail!("mean-only batch norm: the CUDA forward kept no shift");
         };
         let layout = (agents, &self.units, true);

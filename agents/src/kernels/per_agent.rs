@@ -12,8 +12,71 @@ use candle_core::{CustomOp2, CustomOp3, Result, Tensor, TensorId};
 
 use super::{cpu_forward, with_values, Grads2, Grads3};
 
-/// A method's loops on one agent's host values: pre-activations `t` and `N` per-unit
-/// parameters (a gain, and a shift where the method has one).
+/// An op's inputs: pre-activations `t` and `N` per-unit parameters (a gain, and a
+/// shift where the method has one); one agent's host values (`T = [f32]`, `agent` its
+/// index) or every agent's on a device (`T = Tensor`, `agent` how many are stacked).
+pub(crate) struct OpInputs<'a, T: ?Sized, const N: usize> {
+    pub agent: usize,
+    pub t: &'a T,
+    pub params: [&'a T; N],
+}
+
+/// What an op's backward reads: its inputs, its output `out`, what a device forward
+/// kept for it (a normalization's statistics; `None` on the host) and the output's
+/// gradient `dy`.
+pub(crate) struct OpGradient<'a, T: ?Sized, const N: usize> {
+    pub inputs: OpInputs<'a, T, N>,
+    pub out: &'a T,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub kept: Option<&'a T>,
+    pub dy: &'a T,
+}
+
+// By hand, not derived: a derive would ask `T: Copy`, and `[f32]` is not sized.
+impl<T: ?Sized, const N: usize> Clone for OpInputs<'_, T, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized, const N: usize> Copy for OpInputs<'_, T, N> {}
+impl<T: ?Sized, const N: usize> Clone for OpGradient<'_, T, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized, const N: usize> Copy for OpGradient<'_, T, N> {}
+
+impl<'a, T: ?Sized, const N: usize> OpGradient<'a, T, N> {
+    /// `(t, params, out, dy)`.
+    pub(crate) fn parts(&self) -> (&'a T, [&'a T; N], &'a T, &'a T) {
+        (self.inputs.t, self.inputs.params, self.out, self.dy)
+    }
+}
+
+impl<'a, const N: usize> OpGradient<'a, [f32], N> {
+    /// Agent `agent`'s host values.
+    pub(crate) fn host(
+        agent: usize,
+        (t, params): (&'a [f32], [&'a [f32]; N]),
+        out: &'a [f32],
+        dy: &'a [f32],
+    ) -> Self {
+        let inputs = OpInputs { agent, t, params };
+        Self {
+            inputs,
+            out,
+            kept: None,
+            dy,
+        }
+    }
+}
+
+/// A device op's output and what its backward keeps, or `None` where the method has
+/// no device kernel.
+#[cfg(feature = "cuda")]
+pub(crate) type DeviceOutput = Result<Option<(Tensor, Option<Tensor>)>>;
+
+/// A method's loops on one agent's host values ([`OpInputs`]).
 pub(crate) trait AgentKernel<const N: usize>: Send + Sync + 'static {
     /// The op's name in candle's graph.
     fn name(&self) -> &'static str;
@@ -23,14 +86,7 @@ pub(crate) trait AgentKernel<const N: usize>: Send + Sync + 'static {
 
     /// The gradients with respect to `t` and each parameter, from the output `out` and
     /// its gradient `dy`.
-    fn backward(
-        &self,
-        agent: usize,
-        t: &[f32],
-        params: [&[f32]; N],
-        out: &[f32],
-        dy: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; N])>;
+    fn backward(&self, g: OpGradient<'_, [f32], N>) -> Result<(Vec<f32>, [Vec<f32>; N])>;
 
     /// [`Self::forward`] appended to `out`, where a population stacks each agent's
     /// (a kernel that can write there saves the copy).
@@ -48,13 +104,10 @@ pub(crate) trait AgentKernel<const N: usize>: Send + Sync + 'static {
     /// [`Self::backward`] with the gradient of `t` appended to `dt`.
     fn backward_extend(
         &self,
-        agent: usize,
-        (t, params): (&[f32], [&[f32]; N]),
-        out: &[f32],
-        dy: &[f32],
+        g: OpGradient<'_, [f32], N>,
         dt: &mut Vec<f32>,
     ) -> Result<[Vec<f32>; N]> {
-        let (d, dparams) = self.backward(agent, t, params, out, dy)?;
+        let (d, dparams) = self.backward(g)?;
         dt.extend(d);
         Ok(dparams)
     }
@@ -63,26 +116,14 @@ pub(crate) trait AgentKernel<const N: usize>: Send + Sync + 'static {
     /// what its backward keeps (a normalization's statistics); `None` where the method
     /// has no CUDA kernel.
     #[cfg(feature = "cuda")]
-    fn cuda_forward(
-        &self,
-        _agents: usize,
-        _t: &Tensor,
-        _params: [&Tensor; N],
-    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, _: OpInputs<'_, Tensor, N>) -> DeviceOutput {
         Ok(None)
     }
 
     /// [`Self::cuda_forward`]'s gradients with respect to `t` and each parameter, from
     /// its output `out`, what it kept and the output's gradient `dy`.
     #[cfg(feature = "cuda")]
-    fn cuda_gradients(
-        &self,
-        _agents: usize,
-        _t: &Tensor,
-        _params: [&Tensor; N],
-        _saved: (&Tensor, Option<&Tensor>),
-        _dy: &Tensor,
-    ) -> Result<(Tensor, [Tensor; N])> {
+    fn cuda_gradients(&self, _: OpGradient<'_, Tensor, N>) -> Result<(Tensor, [Tensor; N])> {
         candle_core::bail!("{}: no CUDA kernel", self.name())
     }
 }
@@ -161,16 +202,17 @@ impl<K> PerAgent<K> {
     {
         if self.agents == 1 {
             let (t, params) = (self.run(t, 0)?, self.runs(params, 0)?);
-            return self
-                .kernel
-                .backward(0, t, params, self.run(out, 0)?, self.run(dy, 0)?);
+            let g = OpGradient::host(0, (t, params), self.run(out, 0)?, self.run(dy, 0)?);
+            return self.kernel.backward(g);
         }
         let mut dt = Vec::with_capacity(t.len());
         let mut dparams: [Vec<f32>; N] = std::array::from_fn(|_| Vec::new());
         for i in 0..self.agents {
             let inputs = (self.run(t, i)?, self.runs(params, i)?);
             let (out, dy) = (self.run(out, i)?, self.run(dy, i)?);
-            let ds = self.kernel.backward_extend(i, inputs, out, dy, &mut dt)?;
+            let ds = self
+                .kernel
+                .backward_extend(OpGradient::host(i, inputs, out, dy), &mut dt)?;
             for (all, one) in dparams.iter_mut().zip(ds) {
                 all.extend(one);
             }
@@ -267,15 +309,29 @@ impl<K: Send + Sync + 'static> PerAgent<K> {
             .map(|p| p.contiguous())
             .collect::<Result<_>>()?;
         let refs: [&Tensor; N] = std::array::from_fn(|i| &params[i]);
-        let Some((out, saved)) = self.kernel.cuda_forward(self.agents, &t, refs)? else {
+        let agent = self.agents;
+        let Some((out, saved)) = self.kernel.cuda_forward(OpInputs {
+            agent,
+            t: &t,
+            params: refs,
+        })?
+        else {
             candle_core::bail!("{}: no CUDA kernel", self.kernel.name());
         };
         let backward = move |out: &Tensor, dy: &Tensor| {
-            let refs: [&Tensor; N] = std::array::from_fn(|i| &params[i]);
-            let kept = (out, saved.as_ref());
-            let (dt, dps) = self
-                .kernel
-                .cuda_gradients(self.agents, &t, refs, kept, dy)?;
+            let params: [&Tensor; N] = std::array::from_fn(|i| &params[i]);
+            let inputs = OpInputs {
+                agent,
+                t: &t,
+                params,
+            };
+            let kept = saved.as_ref();
+            let (dt, dps) = self.kernel.cuda_gradients(OpGradient {
+                inputs,
+                out,
+                kept,
+                dy,
+            })?;
             Ok((dt, dps.into_iter().collect()))
         };
         Ok(Applied {

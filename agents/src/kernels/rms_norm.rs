@@ -10,6 +10,9 @@ use candle_core::{CustomOp2, Tensor};
 use super::bias_relu::gradient_through_relu;
 use super::dense::lane_sum;
 use super::layer_norm::features_per_sample;
+use super::per_agent::OpGradient;
+#[cfg(feature = "cuda")]
+use super::per_agent::{DeviceOutput, OpInputs};
 use super::with_values;
 use super::{cpu_forward, gradient_like, Grads2};
 
@@ -59,12 +62,9 @@ impl super::per_agent::AgentKernel<1> for FusedRmsNorm {
 
     fn backward(
         &self,
-        _agent: usize,
-        t: &[f32],
-        [gamma]: [&[f32]; 1],
-        out: &[f32],
-        dy: &[f32],
+        pass: OpGradient<'_, [f32], 1>,
     ) -> candle_core::Result<(Vec<f32>, [Vec<f32>; 1])> {
+        let (t, [gamma], out, dy) = pass.parts();
         super::layer_norm::check_rows(t, gamma)?;
         let dy = &super::bias_relu::through_relu(self.relu, out, dy);
         let inv = inverse_rms(t, gamma.len(), self.eps);
@@ -73,12 +73,8 @@ impl super::per_agent::AgentKernel<1> for FusedRmsNorm {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_forward(
-        &self,
-        agents: usize,
-        t: &Tensor,
-        [gamma]: [&Tensor; 1],
-    ) -> candle_core::Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, x: OpInputs<'_, Tensor, 1>) -> DeviceOutput {
+        let (agents, t, [gamma]) = (x.agent, x.t, x.params);
         let s = self.cuda_dims(agents, t, gamma)?;
         let (out, stats) = super::cuda::device::row_norm_forward(t, gamma, None, s)?;
         Ok(Some((out, Some(stats))))
@@ -87,13 +83,11 @@ impl super::per_agent::AgentKernel<1> for FusedRmsNorm {
     #[cfg(feature = "cuda")]
     fn cuda_gradients(
         &self,
-        agents: usize,
-        t: &Tensor,
-        [gamma]: [&Tensor; 1],
-        (out, stats): (&Tensor, Option<&Tensor>),
-        dy: &Tensor,
+        pass: OpGradient<'_, Tensor, 1>,
     ) -> candle_core::Result<(Tensor, [Tensor; 1])> {
-        let Some(stats) = stats else {
+        let (t, [gamma], out, dy) = pass.parts();
+        let agents = pass.inputs.agent;
+        let Some(stats) = pass.kept else {
             candle_core::bail!("RMSNorm: the CUDA forward kept no statistics");
         };
         let s = self.cuda_dims(agents, t, gamma)?;

@@ -11,6 +11,7 @@
 
 use candle_core::{CustomOp2, Tensor};
 
+use super::per_agent::OpGradient;
 use super::{cpu_forward, gradient_like, with_values, Grads2};
 
 /// SimbaV2's floor of a feature vector's norm.
@@ -83,12 +84,9 @@ impl super::per_agent::AgentKernel<1> for AgentSphere {
 
     fn backward(
         &self,
-        _agent: usize,
-        t: &[f32],
-        [s]: [&[f32]; 1],
-        out: &[f32],
-        dy: &[f32],
+        pass: OpGradient<'_, [f32], 1>,
     ) -> candle_core::Result<(Vec<f32>, [Vec<f32>; 1])> {
+        let (t, [s], out, dy) = pass.parts();
         let d = self.dims(t, s)?;
         let (_, inv) = sphere_forward(t, s, d);
         let (dt, ds) = sphere_backward(t, s, out, &inv, dy, d);

@@ -15,6 +15,9 @@
 use candle_core::{CustomOp2, CustomOp3, Result, Shape, Storage, Tensor};
 
 use super::dense::{dot, f32_slice, lane_sum};
+use super::per_agent::OpGradient;
+#[cfg(feature = "cuda")]
+use super::per_agent::{DeviceOutput, OpInputs};
 use super::product::Product;
 use super::units::Units;
 use super::with_values;
@@ -370,14 +373,8 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
         Ok(w)
     }
 
-    fn backward(
-        &self,
-        _agent: usize,
-        v: &[f32],
-        [g]: [&[f32]; 1],
-        _w: &[f32],
-        dw: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+    fn backward(&self, pass: OpGradient<'_, [f32], 1>) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        let (v, [g], _, dw) = pass.parts();
         Self::check(v, g)?;
         let inv = Self::inverse_norms(v, g.len());
         let inputs = v.len() / g.len();
@@ -400,12 +397,8 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_forward(
-        &self,
-        _agents: usize,
-        v: &Tensor,
-        [g]: [&Tensor; 1],
-    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, x: OpInputs<'_, Tensor, 1>) -> DeviceOutput {
+        let (v, [g]) = (x.t, x.params);
         // `w = v s` with each unit's `s = g / ||v||` from the scale kernel.
         let s = super::cuda::device::weight_norm_scale(v, g)?;
         let w = v.broadcast_mul(&Self::per_row(&s, v)?)?;
@@ -413,15 +406,9 @@ impl super::per_agent::AgentKernel<1> for AgentWeight {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_gradients(
-        &self,
-        _agents: usize,
-        v: &Tensor,
-        [g]: [&Tensor; 1],
-        (_, s): (&Tensor, Option<&Tensor>),
-        dw: &Tensor,
-    ) -> Result<(Tensor, [Tensor; 1])> {
-        let Some(s) = s else {
+    fn cuda_gradients(&self, pass: OpGradient<'_, Tensor, 1>) -> Result<(Tensor, [Tensor; 1])> {
+        let (v, [g], _, dw) = pass.parts();
+        let Some(s) = pass.kept else {
             candle_core::bail!("weight norm: the CUDA forward kept no scale");
         };
         // `v`'s share through the product `dw s`, the scale's gradient `Σ dw v` per unit,
@@ -454,37 +441,21 @@ impl super::per_agent::AgentKernel<1> for AgentWeightScale {
             .collect())
     }
 
-    fn backward(
-        &self,
-        _agent: usize,
-        g: &[f32],
-        [v]: [&[f32]; 1],
-        _s: &[f32],
-        ds: &[f32],
-    ) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+    fn backward(&self, pass: OpGradient<'_, [f32], 1>) -> Result<(Vec<f32>, [Vec<f32>; 1])> {
+        let (g, [v], _, ds) = pass.parts();
         let (dg, dv) = Self::gradients(v, g, ds)?;
         Ok((dg, [dv]))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_forward(
-        &self,
-        _agents: usize,
-        g: &Tensor,
-        [v]: [&Tensor; 1],
-    ) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    fn cuda_forward(&self, x: OpInputs<'_, Tensor, 1>) -> DeviceOutput {
+        let (g, [v]) = (x.t, x.params);
         Ok(Some((super::cuda::device::weight_norm_scale(v, g)?, None)))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_gradients(
-        &self,
-        _agents: usize,
-        g: &Tensor,
-        [v]: [&Tensor; 1],
-        _kept: (&Tensor, Option<&Tensor>),
-        ds: &Tensor,
-    ) -> Result<(Tensor, [Tensor; 1])> {
+    fn cuda_gradients(&self, pass: OpGradient<'_, Tensor, 1>) -> Result<(Tensor, [Tensor; 1])> {
+        let (g, [v], _, ds) = pass.parts();
         let (dv, dg) = super::cuda::device::weight_norm_scale_backward((v, g, None), None, ds)?;
         Ok((dg, [dv]))
     }
