@@ -93,7 +93,7 @@ struct NnCase {
     binary: bool,
 }
 
-fn nn_cases() -> [NnCase; 4] {
+fn nn_cases() -> [NnCase; 6] {
     let mlp = |name, batch_size| NnCase {
         name,
         network: QNetworkConfig::mlp(vec![64, 64]),
@@ -113,6 +113,10 @@ fn nn_cases() -> [NnCase; 4] {
     [
         mlp("mlp 4-64-64-2 b32", 32),
         mlp("mlp 4-64-64-2 b256", 256),
+        // The study's small batches: at 1 the optimizer's pass dominates, at 4 the
+        // dense layer's few-rows forward.
+        cnn("minatar cnn b1", 1),
+        cnn("minatar cnn b4", 4),
         cnn("minatar cnn b32", 32),
         cnn("minatar cnn b256", 256),
     ]

@@ -63,6 +63,9 @@ impl Product for LinearCore {
 
     fn forward(&self, x: &[f32], w: &[f32]) -> Vec<f32> {
         let (b, n_in, n_out) = (self.b, self.n_in, self.n_out);
+        if let Some(y) = super::few_rows::forward(x, w, b, n_in, n_out) {
+            return y;
+        }
         let (x, w) = (View::row_major(x, b, n_in), View::row_major(w, n_out, n_in));
         // y [b, out] = x [b, in] * W^T [in, out]. Written row-major, gemm packs
         // (gathers) all of W; written column-major it packs x instead, and y then needs
@@ -101,7 +104,8 @@ impl LinearCore {
     /// [`Product::forward`] written into `y` (`[b, out]`, every value; it may start
     /// uninitialized): a population's agent into its run of the stacked output.
     pub(crate) fn forward_into(&self, x: &[f32], w: &[f32], y: &mut [MaybeUninit<f32>]) {
-        if self.packs_the_batch() {
+        // As `forward` chooses, so that a population's agent rounds as it would alone.
+        if self.packs_the_batch() || super::few_rows::serves(self.b, self.n_in) {
             let t = self.forward(x, w);
             for (d, &v) in y.iter_mut().zip(&t) {
                 d.write(v);

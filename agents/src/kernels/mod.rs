@@ -13,6 +13,7 @@ pub(crate) mod conv;
 pub(crate) mod cuda;
 pub(crate) mod dense;
 pub(crate) mod feature_pass;
+pub(crate) mod few_rows;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod mean_only_bn;
