@@ -99,22 +99,23 @@ mod avx512 {
             w.as_ptr().add(j * n_in),
             w.as_ptr().add((j + 1).min(n_out - 1) * n_in),
         );
-        let mut acc = [[_mm512_setzero_ps(); M]; 2];
+        // Row `r`'s sums for the two outputs.
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
         let whole = n_in / 16 * 16;
         let mut k = 0;
         while k < whole {
             let (a, b) = (_mm512_loadu_ps(w0.add(k)), _mm512_loadu_ps(w1.add(k)));
-            for r in 0..M {
+            for (r, sums) in acc.iter_mut().enumerate() {
                 let xr = _mm512_loadu_ps(x.as_ptr().add(r * n_in + k));
-                acc[0][r] = _mm512_fmadd_ps(xr, a, acc[0][r]);
-                acc[1][r] = _mm512_fmadd_ps(xr, b, acc[1][r]);
+                sums[0] = _mm512_fmadd_ps(xr, a, sums[0]);
+                sums[1] = _mm512_fmadd_ps(xr, b, sums[1]);
             }
             k += 16;
         }
         let mut out = [[0f32; M]; 2];
-        for (o, (sums, wo)) in out.iter_mut().zip([(acc[0], w0), (acc[1], w1)]) {
-            for r in 0..M {
-                let mut s = _mm512_reduce_add_ps(sums[r]);
+        for (r, sums) in acc.iter().enumerate() {
+            for (o, (sum, wo)) in out.iter_mut().zip([(sums[0], w0), (sums[1], w1)]) {
+                let mut s = _mm512_reduce_add_ps(sum);
                 for i in whole..n_in {
                     s += x[r * n_in + i] * *wo.add(i);
                 }
