@@ -69,12 +69,29 @@ fn missing(report: &Report, md: &mut String) {
     }
     let n = report.missing.len();
     let runs = if n == 1 { "run is" } else { "runs are" };
+    let envs = super::missing::per_environment(&report.missing);
+    let per_env = match envs.len() {
+        0 | 1 => String::new(),
+        _ => {
+            let counts: Vec<String> = envs.iter().map(|(e, n)| format!("{e} {n}")).collect();
+            format!("; by environment: {}", counts.join(", "))
+        }
+    };
     let _ = writeln!(
         md,
-        "**{n} {runs} missing from this report** (every figure and table below is drawn without them):\n"
+        "**{n} {runs} missing from this report** (every figure and table below is drawn without them{per_env}):\n"
     );
-    for line in &report.missing {
+    let lines = super::missing::grouped(&report.missing);
+    // A long list folds away, so that the report's first page is its figures.
+    let fold = lines.len() > 12;
+    if fold {
+        let _ = writeln!(md, "<details><summary>The missing runs</summary>\n");
+    }
+    for line in &lines {
         let _ = writeln!(md, "- {line}");
+    }
+    if fold {
+        md.push_str("\n</details>\n");
     }
     md.push('\n');
 }

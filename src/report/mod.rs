@@ -9,6 +9,7 @@ pub mod grid;
 #[cfg(test)]
 mod layout_tests;
 mod markdown;
+mod missing;
 mod plots;
 mod records;
 mod samplers;
