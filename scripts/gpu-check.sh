@@ -9,6 +9,7 @@
 #      trained N and 2N steps (MinAtar Breakout, capacity 100,000 per member): the
 #      same peak both times when no step keeps what it made; then the population
 #      kernels' gain: one update at P = 256 through them and through the tensor forms;
+#   2c. a distributional loss (C51, HL-Gauss) on the device: P = 64, batch norm;
 #   3. speed: aggregate agent-steps/s with an update every step through `normrl train`
 #      (the line it prints), MinAtar Breakout, P = 1, 16, 64, 256, 1024 at batch 32 and
 #      P = 256 at batch 4, for none, weight norm and batch norm, with the step captured
@@ -76,17 +77,19 @@ case $code in
        failures=$((failures + 1)) ;;
 esac
 
-# `train P BATCH METHOD STEPS WARMUP [GRAPHS [TF32]]`: a population through `normrl
-# train` (CUDA graphs on unless GRAPHS is false, TF32 products if TF32 is true); prints
-# its rate with updates, and leaves the peak of GPU memory in use (MiB) in $tmp/peak.
+# `train P BATCH METHOD STEPS WARMUP [GRAPHS [TF32 [LOSS]]]`: a population through
+# `normrl train` (CUDA graphs on unless GRAPHS is false, TF32 products if TF32 is true,
+# `dqn.loss` LOSS, Huber by default); prints its rate with updates, and leaves the peak
+# of GPU memory in use (MiB) in $tmp/peak.
 train() {
     local p=$1 batch=$2 method=$3 steps=$4 warmup=$5 graphs=${6:-true} tf32=${7:-false}
+    local loss=${8:-huber}
     local pid peak=0 used
     rm -rf "$tmp/run"
     limited 120 "$BIN" train --config configs/minatar/breakout.toml --device "$DEVICE" \
         --set run.population="$p" --set replay.batch_size="$batch" \
         --set run.cuda_graphs="$graphs" --set run.tf32="$tf32" \
-        --set norm.kind="$method" --set run.total_steps="$steps" \
+        --set norm.kind="$method" --set dqn.loss="$loss" --set run.total_steps="$steps" \
         --set replay.learning_starts="$warmup" --set replay.train_frequency=1 \
         --set eval.interval=0 --set eval.episodes=1 --set checkpoint.interval=0 \
         --set checkpoint.replay=false --set logging.progress=false \
@@ -143,6 +146,13 @@ case $code in
     *) row kernels "P=256 b32 none, one update" "FAIL (exit $code): $(tail -n1 "$tmp/kernels")"
        failures=$((failures + 1)) ;;
 esac
+
+# 2c. A distributional loss on the device: its targets in tensor ops, inside the
+# captured update (C51's scatter, HL-Gauss's erf).
+for loss in c51 hl_gauss; do
+    result=$(train 64 32 batch_norm 400 100 true false "$loss") || failures=$((failures + 1))
+    row speed "P=64 b32 batch_norm, $loss" "$result"
+done
 
 # 3. Speed: the rows that matter most first, in case the deadline cuts the rest.
 speed() {

@@ -4,7 +4,8 @@
 
 use anyhow::Result;
 use candle_core::{Device, Tensor};
-use normrl_agents::nn::{NormConfig, Pass, QNetwork, QNetworkConfig};
+use normrl_agents::dqn::{DqnConfig, ValueLoss};
+use normrl_agents::nn::{NormConfig, NormKind, Pass, QNetwork, QNetworkConfig};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -187,10 +188,23 @@ const POPULATION: (usize, usize, usize) = (3, 8, 5);
 /// the second population takes the tensor forms: a check of this check.
 pub fn population_check(device: &Device) -> Result<Vec<PopulationParity>> {
     let mut out = vec![];
+    let regression = DqnConfig::default();
     for method in NormConfig::every_method() {
         let norm = parity_norm(method);
         for net in &crate::bench::population::nets() {
-            out.push(compare_populations(net, &norm, device)?);
+            out.push(compare_populations(net, (&norm, &regression), device)?);
+        }
+    }
+    // The distributional losses, whose targets a device makes in tensor ops.
+    let norm = parity_norm(NormConfig::from(NormKind::BatchNorm));
+    for loss in [ValueLoss::C51, ValueLoss::HlGauss] {
+        let dqn = DqnConfig {
+            loss,
+            double_dqn: true,
+            ..DqnConfig::default()
+        };
+        for net in &crate::bench::population::nets() {
+            out.push(compare_populations(net, (&norm, &dqn), device)?);
         }
     }
     Ok(out)
@@ -200,7 +214,7 @@ pub fn population_check(device: &Device) -> Result<Vec<PopulationParity>> {
 /// as two populations updated on the same batches.
 fn compare_populations(
     net: &crate::bench::population::Net,
-    norm: &NormConfig,
+    (norm, dqn): (&NormConfig, &DqnConfig),
     device: &Device,
 ) -> Result<PopulationParity> {
     use normrl_agents::optim::OptimizerConfig;
@@ -210,8 +224,9 @@ fn compare_populations(
         max_grad_norm: 1.0,
         ..Default::default()
     };
-    let make =
-        |dev: &Device| crate::bench::population::agents_with(net, norm, &optimizer, agents, dev);
+    let make = |dev: &Device| {
+        crate::bench::population::agents_with(net, (norm, dqn), &optimizer, agents, dev)
+    };
     let (cpu, other) = (make(&Device::Cpu)?, make(device)?);
     for (a, b) in cpu.iter().zip(&other) {
         b.online().store().load_map(&a.online().store().to_map()?)?;
@@ -238,8 +253,13 @@ fn compare_populations(
         let b = tested.update(&batches)?.metrics;
         metric_error = metric_error.max(relative_error(&a, &b)?);
     }
+    let method = match dqn.loss {
+        ValueLoss::C51 => format!("{}+c51", norm.name()),
+        ValueLoss::HlGauss => format!("{}+hl_gauss", norm.name()),
+        _ => norm.name(),
+    };
     Ok(PopulationParity {
-        method: norm.name(),
+        method,
         network: net.name,
         metric_error,
         weight_error: weights_apart(&reference, &tested)?,
@@ -277,7 +297,8 @@ mod tests {
     #[test]
     fn the_population_check_passes_on_the_cpu() {
         let rows = population_check(&Device::Cpu).unwrap();
-        assert_eq!(rows.len(), 2 * NormConfig::every_method().len());
+        // Every method, and batch norm with each distributional loss.
+        assert_eq!(rows.len(), 2 * NormConfig::every_method().len() + 4);
         for r in &rows {
             assert!(
                 r.metric_error <= TOLERANCE && r.weight_error <= TOLERANCE,

@@ -50,24 +50,29 @@ pub(super) fn nets() -> [Net; 2] {
 
 /// `P` single agents (seeds 0..P) of `norm` on `net`, with the default optimizer.
 fn agents(net: &Net, norm: &NormConfig, p: usize, device: &Device) -> Result<Vec<Dqn>> {
-    agents_with(net, norm, &OptimizerConfig::default(), p, device)
+    agents_with(
+        net,
+        (norm, &DqnConfig::default()),
+        &OptimizerConfig::default(),
+        p,
+        device,
+    )
 }
 
 /// `P` single agents (seeds 0..P) of `norm` on `net` with `optimizer`, on `device`.
 pub(super) fn agents_with(
     net: &Net,
-    norm: &NormConfig,
+    (norm, dqn): (&NormConfig, &DqnConfig),
     optimizer: &OptimizerConfig,
     p: usize,
     device: &Device,
 ) -> Result<Vec<Dqn>> {
-    let dqn = DqnConfig::default();
     let (network, obs, actions) = (&net.config, &net.obs, net.actions);
     let config = AgentConfig {
         network,
         norm,
         optimizer,
-        dqn: &dqn,
+        dqn,
     };
     (0..p as u64)
         .map(|seed| Dqn::new(config, obs, actions, seed, device).map_err(Into::into))

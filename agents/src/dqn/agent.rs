@@ -162,7 +162,6 @@ impl Dqn {
                 QNetwork::new(network, norm, obs_shape, n_actions, seed, device)?,
             ),
             true => {
-                distributional_problem(config, device)?;
                 let values = config.support_values();
                 let net = || {
                     let shape = (obs_shape, n_actions);
@@ -663,19 +662,6 @@ impl Dqn {
             synced,
         })
     }
-}
-
-/// Why a single agent cannot train with its distributional loss here: its targets are
-/// host functions, so on a device it trains as a population of one (whose targets are
-/// tensor ops), as `normrl train` runs every device run.
-fn distributional_problem(config: &DqnConfig, device: &Device) -> Result<()> {
-    if !device.is_cpu() {
-        candle_core::bail!(
-            "a single agent's dqn.loss = {:?} trains on the CPU; on a device, train it as a population of one (PopulationDqn)",
-            config.loss
-        );
-    }
-    Ok(())
 }
 
 /// Epsilon-greedy among `n` actions: one uniform draw decides, a second picks the random
