@@ -76,7 +76,9 @@ pub enum Engine {
     /// reading is free.
     CpuGraph,
     /// Candle's graph on an accelerator: targets and losses stay on the device, since
-    /// reading them back would wait for it.
+    /// reading them back would wait for it (but a distributional loss's, whose targets
+    /// are the host functions here: `normrl train` runs a device as a population of
+    /// one, whose targets are tensor ops).
     Device,
 }
 
