@@ -12,6 +12,10 @@
 //!
 //! Each output sums its 16 lanes' partial sums in one fixed order, then the inputs
 //! beyond the last whole 16 in order: the same on every AVX-512 CPU, run after run.
+//!
+//! Not at one row: gemm's one-row path reads `W` about as fast as the cache gives it
+//! (this kernel, eight outputs at a time, left a batch-1 update at 124 us and the
+//! study's setting at batch 1 within noise, 25.9-26.0k frames/s against 24.6-25.7k).
 
 /// The rows this kernel serves.
 const ROWS: std::ops::RangeInclusive<usize> = 2..=4;
@@ -43,9 +47,9 @@ pub(crate) fn forward(
     // the loops read and write, checked just above.
     unsafe {
         match rows {
-            2 => avx512::forward::<2>(x, w, (n_in, n_out), &mut y),
-            3 => avx512::forward::<3>(x, w, (n_in, n_out), &mut y),
-            _ => avx512::forward::<4>(x, w, (n_in, n_out), &mut y),
+            2 => avx512::forward::<2, 2>(x, w, (n_in, n_out), &mut y),
+            3 => avx512::forward::<3, 2>(x, w, (n_in, n_out), &mut y),
+            _ => avx512::forward::<4, 2>(x, w, (n_in, n_out), &mut y),
         }
     }
     Some(y)
@@ -55,69 +59,70 @@ pub(crate) fn forward(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    /// [`super::forward`] for `M` rows.
+    /// [`super::forward`] for `M` rows, `J` outputs at a time (`M J` independent sums:
+    /// at least 8 keep both FMA units busy through their latency).
     ///
     /// # Safety
     /// The CPU has AVX-512F; `x` holds `M * n_in` values, `w` `n_out * n_in`, `y`
     /// `M * n_out`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn forward<const M: usize>(
+    pub(super) unsafe fn forward<const M: usize, const J: usize>(
         x: &[f32],
         w: &[f32],
         (n_in, n_out): (usize, usize),
         y: &mut [f32],
     ) {
         let mut j = 0;
-        while j + 2 <= n_out {
-            let [a, b] = two_outputs::<M>(x, w, n_in, j);
-            for r in 0..M {
-                y[r * n_out + j] = a[r];
-                y[r * n_out + j + 1] = b[r];
+        while j < n_out {
+            let outs = outputs::<M, J>(x, w, n_in, j);
+            // Past the last output the loads repeat it; those sums are dropped.
+            for (i, out) in outs.iter().enumerate().take(n_out - j) {
+                for (r, &v) in out.iter().enumerate() {
+                    y[r * n_out + j + i] = v;
+                }
             }
-            j += 2;
-        }
-        if j < n_out {
-            // An odd last output: its weights against themselves, the second kept.
-            let [a, _] = two_outputs::<M>(x, w, n_in, j);
-            for r in 0..M {
-                y[r * n_out + j] = a[r];
-            }
+            j += J;
         }
     }
 
-    /// Outputs `j` and `j + 1` (or `j` twice, at the last) of each of the `M` rows.
+    /// Outputs `j` to `j + J - 1` (the last output again past the end) of each of the
+    /// `M` rows.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn two_outputs<const M: usize>(
+    unsafe fn outputs<const M: usize, const J: usize>(
         x: &[f32],
         w: &[f32],
         n_in: usize,
         j: usize,
-    ) -> [[f32; M]; 2] {
+    ) -> [[f32; M]; J] {
         let n_out = w.len() / n_in;
-        let (w0, w1) = (
-            w.as_ptr().add(j * n_in),
-            w.as_ptr().add((j + 1).min(n_out - 1) * n_in),
-        );
-        // Row `r`'s sums for the two outputs.
-        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        let mut rows = [w.as_ptr(); J];
+        for (i, row) in rows.iter_mut().enumerate() {
+            *row = w.as_ptr().add((j + i).min(n_out - 1) * n_in);
+        }
+        // Row `r`'s sums for the `J` outputs.
+        let mut acc = [[_mm512_setzero_ps(); J]; M];
         let whole = n_in / 16 * 16;
         let mut k = 0;
         while k < whole {
-            let (a, b) = (_mm512_loadu_ps(w0.add(k)), _mm512_loadu_ps(w1.add(k)));
+            let mut wk = [_mm512_setzero_ps(); J];
+            for (v, row) in wk.iter_mut().zip(&rows) {
+                *v = _mm512_loadu_ps(row.add(k));
+            }
             for (r, sums) in acc.iter_mut().enumerate() {
                 let xr = _mm512_loadu_ps(x.as_ptr().add(r * n_in + k));
-                sums[0] = _mm512_fmadd_ps(xr, a, sums[0]);
-                sums[1] = _mm512_fmadd_ps(xr, b, sums[1]);
+                for (sum, v) in sums.iter_mut().zip(&wk) {
+                    *sum = _mm512_fmadd_ps(xr, *v, *sum);
+                }
             }
             k += 16;
         }
-        let mut out = [[0f32; M]; 2];
+        let mut out = [[0f32; M]; J];
         for (r, sums) in acc.iter().enumerate() {
-            for (o, (sum, wo)) in out.iter_mut().zip([(sums[0], w0), (sums[1], w1)]) {
-                let mut s = _mm512_reduce_add_ps(sum);
+            for (o, (sum, row)) in out.iter_mut().zip(sums.iter().zip(&rows)) {
+                let mut s = _mm512_reduce_add_ps(*sum);
                 for i in whole..n_in {
-                    s += x[r * n_in + i] * *wo.add(i);
+                    s += x[r * n_in + i] * *row.add(i);
                 }
                 o[r] = s;
             }
