@@ -27,6 +27,16 @@ pub struct SupportTensors {
     /// HL-Gauss's bin edges `[K + 1]`, scaled by `1 / (sigma sqrt 2)` (the `erf`'s
     /// argument is `(edge - y) / (sigma sqrt 2)`).
     scaled_edges: Option<Tensor>,
+    /// The clips' bounds, `(v_min, v_max)` and `(0, K - 1)` as one-value tensors: a
+    /// scalar bound would be uploaded at every call, which a captured CUDA graph
+    /// cannot replay.
+    support_bounds: (Tensor, Tensor),
+    index_bounds: (Tensor, Tensor),
+}
+
+/// `x` clipped to `[lo, hi]` (one-value tensors).
+fn clip(x: &Tensor, (lo, hi): &(Tensor, Tensor)) -> Result<Tensor> {
+    x.broadcast_maximum(lo)?.broadcast_minimum(hi)
 }
 
 /// The rows of a batch's bootstrap as tensors: rewards and terminations `[.., B]`,
@@ -56,11 +66,15 @@ impl SupportTensors {
             }
             _ => None,
         };
+        let bound = |v: f64| Tensor::from_vec(vec![v as f32], 1, device);
+        let last = (support.atoms - 1) as f64;
         Ok(Self {
             loss,
             support: *support,
             values: Tensor::from_slice(values, values.len(), device)?,
             scaled_edges,
+            support_bounds: (bound(support.v_min)?, bound(support.v_max)?),
+            index_bounds: (bound(0.0)?, bound(last)?),
         })
     }
 
@@ -118,9 +132,7 @@ impl SupportTensors {
             candle_core::bail!("HL-Gauss's targets without its bin edges");
         };
         let s = &self.support;
-        let y = y
-            .clamp(s.v_min as f32, s.v_max as f32)?
-            .affine(erf_scale(s), 0.0)?;
+        let y = clip(y, &self.support_bounds)?.affine(erf_scale(s), 0.0)?;
         // The CDF at every edge `[.., B, K + 1]`, as the host reference computes it.
         let cdf = edges
             .broadcast_sub(&y.unsqueeze(D::Minus1)?)?
@@ -160,7 +172,7 @@ impl SupportTensors {
         // Mass to the atom below each position and the one above it (the last atom's
         // neighbour above is itself, with no mass: `b - l` is 0 there).
         let below = positions.floor()?;
-        let above = (&below + 1.0)?.minimum((k - 1) as f32)?;
+        let above = (&below + 1.0)?.broadcast_minimum(&self.index_bounds.1)?;
         let to_below = (&p * (&below + 1.0)?.sub(&positions)?)?;
         let to_above = (&p * positions.sub(&below)?)?;
         let zeros = p.zeros_like()?;
@@ -180,10 +192,8 @@ impl SupportTensors {
             .unsqueeze(D::Minus1)?
             .broadcast_mul(&self.values)?
             .broadcast_add(&rows.rewards.unsqueeze(D::Minus1)?)?;
-        shifted
-            .clamp(s.v_min as f32, s.v_max as f32)?
-            .affine(1.0 / dz, -s.v_min / dz)?
-            .clamp(0f32, (k - 1) as f32)
+        let at = clip(&shifted, &self.support_bounds)?.affine(1.0 / dz, -s.v_min / dz)?;
+        clip(&at, &self.index_bounds)
     }
 }
 
