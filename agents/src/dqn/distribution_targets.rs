@@ -154,7 +154,6 @@ impl SupportTensors {
         chooser: Option<&Tensor>,
         rows: &TensorBootstrap,
     ) -> Result<Tensor> {
-        let k = self.values.dim(0)?;
         // `[.., B, A, K]`.
         let probs = candle_nn::ops::softmax_last_dim(&self.per_atom(next)?)?;
         let q = match chooser {
