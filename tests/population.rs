@@ -375,10 +375,13 @@ fn members_train_as_they_would_alone_on_minatar_cnn() {
         member_equals_single("configs/minatar/breakout.toml", norm);
         member_equals_population_of_one("configs/minatar/breakout.toml", norm);
     }
-    // Batch 4, where the dense layer's forward takes the few-rows kernel (on AVX-512).
-    for norm in ["batch_norm", "weight_norm"] {
-        let b4 = |c: &mut TrainConfig| c.replay.batch_size = 4;
-        member_equals_single_with("configs/minatar/breakout.toml", norm, "-b4", b4);
+    // Batch 4, where the dense layer's forward takes the few-rows kernel (on AVX-512),
+    // and weight norm at batch 1, whose data-dependent init measures the trainer's init
+    // batch (`Batch::init_obs`), in the population as alone.
+    for (norm, batch) in [("batch_norm", 4), ("weight_norm", 4), ("weight_norm", 1)] {
+        let edit = |c: &mut TrainConfig| c.replay.batch_size = batch;
+        let label = format!("-b{batch}");
+        member_equals_single_with("configs/minatar/breakout.toml", norm, &label, edit);
     }
 }
 

@@ -188,3 +188,33 @@ fn too_few_transitions_is_an_error() {
         .sample(Sampler::Uniform, &mut batch, &mut rng())
         .unwrap();
 }
+
+/// The data-dependent init's batch: `n` stored observations evenly spaced from the
+/// oldest to the newest (a wrapped ring's live frames only), all of them when fewer are
+/// stored, drawn without the sampler's generator.
+#[test]
+fn spread_observations_span_the_stored_frames() {
+    // 5 episodes of 20 steps: frames 0..=104 (one extra frame per episode's start).
+    let replay = filled(1000, 5, 20);
+    let mut out = vec![];
+    replay.spread_observations(4, &mut out);
+    assert_eq!(out, [0.0, 26.0, 52.0, 78.0]);
+    replay.spread_observations(10_000, &mut out);
+    assert_eq!(out.len(), 105);
+    assert!(
+        out.windows(2).all(|w| w[1] == w[0] + 1.0),
+        "every frame once, in order"
+    );
+
+    let wrapped = filled(50, 40, 10); // 440 frames through a 50-frame ring
+    wrapped.spread_observations(5, &mut out);
+    assert_eq!(out.len(), 5);
+    assert!(
+        out.iter().all(|&f| f >= 439.0 - 50.0),
+        "an evicted frame: {out:?}"
+    );
+    assert!(
+        out.windows(2).all(|w| w[1] > w[0]),
+        "oldest to newest: {out:?}"
+    );
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use normrl_agents::dqn::distribution::ReturnScale;
 use normrl_agents::dqn::{epsilon_greedy, Dqn, RewardScale};
-use normrl_agents::replay::{Batch, FrameEncoding, ReplayBuffer};
+use normrl_agents::replay::{Batch, FrameEncoding, ReplayBuffer, INIT_OBSERVATIONS};
 use normrl_envs::{make, Env};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -691,6 +691,16 @@ impl Trainer {
         self.replay
             .sample(sampler, &mut self.batch, &mut self.replay_rng)?;
         self.scale_rewards();
+        // The first update's init batch, once (a population's member stays
+        // uninitialized until its population's state is written back to it).
+        let agent = &self.agent;
+        if !agent.is_initialized()
+            && agent.online().wants_data_dependent_init()
+            && self.batch.init_obs.is_empty()
+        {
+            let obs = &mut self.batch.init_obs;
+            self.replay.spread_observations(INIT_OBSERVATIONS, obs);
+        }
         Ok(())
     }
 

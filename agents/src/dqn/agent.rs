@@ -326,7 +326,15 @@ impl Dqn {
             return Ok(());
         }
         if self.online.wants_data_dependent_init() {
-            let obs = self.batch_tensor(&batch.obs, batch.size)?;
+            // The init batch where the trainer gave one (see `Batch::init_obs`).
+            let (data, rows) = match batch.init_obs.is_empty() {
+                true => (&batch.obs, batch.size),
+                false => {
+                    let len: usize = self.online.obs_shape().iter().product();
+                    (&batch.init_obs, batch.init_obs.len() / len.max(1))
+                }
+            };
+            let obs = self.batch_tensor(data, rows)?;
             self.online.data_dependent_init(&obs)?;
         }
         self.target.copy_from(&self.online)?;

@@ -474,7 +474,7 @@ impl PopulationDqn {
         }
         if !self.initialized {
             let stacked = self.inputs.current()?.stacked(frames)?;
-            self.initialize_once(&stacked)?;
+            self.initialize_once(&stacked, batches)?;
         }
         self.make_constants()?;
         let metrics = match self.plan_step()? {
@@ -604,13 +604,21 @@ impl PopulationDqn {
     }
 
     /// As a single agent's first update: weight norm's data-dependent init on each
-    /// agent's first batch, then the target sync.
-    fn initialize_once(&mut self, stacked: &Stacked) -> Result<()> {
+    /// agent's init batch (`Batch::init_obs`, where the trainer gave them, else its
+    /// first batch), then the target sync.
+    fn initialize_once<B: Borrow<Batch>>(
+        &mut self,
+        stacked: &Stacked,
+        batches: &[B],
+    ) -> Result<()> {
         if self.initialized {
             return Ok(());
         }
         if self.online.wants_data_dependent_init() {
-            self.online.data_dependent_init(&stacked.obs)?;
+            match init_observations(batches, &stacked.obs)? {
+                Some(obs) => self.online.data_dependent_init(&obs)?,
+                None => self.online.data_dependent_init(&stacked.obs)?,
+            }
         }
         self.target.copy_from(&self.online)?;
         self.initialized = true;
@@ -815,6 +823,30 @@ impl PopulationDqn {
         }
         Ok(norm)
     }
+}
+
+/// Every agent's init batch `[P, N, ..]` on `obs`'s device, shaped as `obs` `[P, B,
+/// ..]` but for its rows; `None` where the batches carry none. Made once, at the first
+/// update (an upload, which no captured graph holds).
+fn init_observations<B: Borrow<Batch>>(batches: &[B], obs: &Tensor) -> Result<Option<Tensor>> {
+    let first = batches
+        .first()
+        .map(|b| b.borrow().init_obs.len())
+        .unwrap_or(0);
+    if first == 0 {
+        return Ok(None);
+    }
+    if batches.iter().any(|b| b.borrow().init_obs.len() != first) {
+        candle_core::bail!("a population's init batches differ in size");
+    }
+    let mut dims = obs.dims().to_vec();
+    let row: usize = dims[2..].iter().product();
+    dims[1] = first / row.max(1);
+    let all: Vec<f32> = batches
+        .iter()
+        .flat_map(|b| b.borrow().init_obs.iter().copied())
+        .collect();
+    Tensor::from_vec(all, dims, obs.device()).map(Some)
 }
 
 /// An update's metrics with each agent's gradient norm `[1, P]` after the loss and the

@@ -31,4 +31,4 @@ mod samplers;
 
 pub use buffer::{ReplayBuffer, ReplayError};
 pub use frames::FrameEncoding;
-pub use samplers::{Batch, Sampler};
+pub use samplers::{Batch, Sampler, INIT_OBSERVATIONS};

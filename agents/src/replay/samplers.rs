@@ -70,6 +70,12 @@ pub struct Batch {
     /// Ring slots of the sampled transitions.
     pub slots: Vec<usize>,
     pub size: usize,
+    /// Observations for weight norm's data-dependent init, rows of `obs`'s width, at
+    /// the run's first update only (else empty: the init then measures `obs`). A
+    /// training batch of one or a few rows has no spread to measure: over one row
+    /// every unit's standard deviation is 0 and the init's gains `1 / (std + eps)`
+    /// are 1e6 (`ReplayBuffer::spread_observations`).
+    pub init_obs: Vec<f32>,
 }
 
 impl Batch {
@@ -82,6 +88,7 @@ impl Batch {
             terminated: vec![0.0; size],
             slots: vec![0; size],
             size,
+            init_obs: vec![],
         }
     }
 
@@ -97,7 +104,27 @@ impl Batch {
     }
 }
 
+/// How many observations weight norm's data-dependent init measures, at most (as many
+/// as the replay holds, if fewer): a minibatch of the size Salimans and Kingma's init
+/// used, whatever the training batch.
+pub const INIT_OBSERVATIONS: usize = 256;
+
 impl ReplayBuffer {
+    /// Up to `n` stored observations evenly spaced from the oldest to the newest,
+    /// into `out` (replaced): the data-dependent init's batch. No random draw, so the
+    /// training batches' draws are the same with and without it.
+    pub fn spread_observations(&self, n: usize, out: &mut Vec<f32>) {
+        let (stored, oldest) = self.stored();
+        let rows = n.min(stored);
+        let len = self.obs_len;
+        out.clear();
+        out.resize(rows * len, 0.0);
+        for (i, row) in out.chunks_exact_mut(len.max(1)).enumerate().take(rows) {
+            let slot = (oldest + i * stored / rows) % self.capacity;
+            self.read_frame(slot, row);
+        }
+    }
+
     pub(super) fn fill(&self, batch: &mut Batch, row: usize, slot: usize) {
         let n = self.obs_len;
         let next = (slot + 1) % self.capacity;
