@@ -121,18 +121,20 @@ fn every_normalization_trains_without_error() {
         config.run.total_steps = 1200;
         config.norm.svb_interval = 50;
         config.replay.batch_size = 4;
-        let dir = temp(&format!("norm-{norm}"));
-        let summary = Trainer::new(config, &dir)
-            .unwrap()
-            .run(None)
-            .unwrap()
-            .unwrap();
+        let summary = trained(config, &format!("norm-{norm}"));
         assert!(
             summary.final_eval_return.is_finite() && summary.final_eval_return >= 8.0,
             "{norm}"
         );
-        let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// A run of `config` to its end in a temporary directory, removed after.
+fn trained(config: TrainConfig, name: &str) -> normrl::train::RunSummary {
+    let dir = temp(name);
+    let summary = Trainer::new(config, &dir).unwrap().run(None).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    summary.expect("a finished run")
 }
 
 /// Weight norm's data-dependent init measures an init batch of the replay's
@@ -146,13 +148,7 @@ fn data_dependent_init_measures_more_than_the_first_batch() {
         let mut config = small_config("weight_norm");
         config.replay.batch_size = batch;
         config.run.total_steps = 1000;
-        let dir = temp(&format!("ddi-b{batch}"));
-        let summary = Trainer::new(config, &dir)
-            .unwrap()
-            .run(None)
-            .unwrap()
-            .unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        let summary = trained(config, &format!("ddi-b{batch}"));
         summary.diagnostics["param_norm/all"][0].1
     });
     eprintln!("parameter norm at step 1000, batch 1 and 32: {norms:?}");
