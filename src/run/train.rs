@@ -698,8 +698,13 @@ impl Trainer {
             && agent.online().wants_data_dependent_init()
             && self.batch.init_obs.is_empty()
         {
+            // As many rows in every member of a population (one config): no more than
+            // the replay holds at the first update, whatever the episodes' lengths.
+            let replay = &self.config.replay;
+            let starts = usize::try_from(replay.learning_starts).unwrap_or(usize::MAX);
+            let rows = INIT_OBSERVATIONS.min(starts.max(1)).min(replay.capacity);
             let obs = &mut self.batch.init_obs;
-            self.replay.spread_observations(INIT_OBSERVATIONS, obs);
+            self.replay.spread_observations(rows, obs);
         }
         Ok(())
     }

@@ -104,9 +104,9 @@ impl Batch {
     }
 }
 
-/// How many observations weight norm's data-dependent init measures, at most (as many
-/// as the replay holds, if fewer): a minibatch of the size Salimans and Kingma's init
-/// used, whatever the training batch.
+/// How many observations weight norm's data-dependent init measures, at most (the
+/// trainer takes `replay.learning_starts` where that is fewer): a minibatch of the size
+/// Salimans and Kingma's init used, whatever the training batch.
 pub const INIT_OBSERVATIONS: usize = 256;
 
 impl ReplayBuffer {
