@@ -111,11 +111,37 @@ pub fn color_of(method: &str) -> (u8, u8, u8) {
     if let Some((_, c)) = KNOWN.iter().find(|(name, _)| *name == method) {
         return *c;
     }
-    // FNV-1a: stable across builds and platforms, unlike std's hasher.
-    let hash = method.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    let hash = fnv1a(method);
+    // A variant of a method (`weight_norm_init256`, `batch_norm_hl_gauss`) takes a
+    // shade of that method's color, so that a reader sees which method it varies.
+    let base = NormKind::ALL
+        .iter()
+        .filter(|k| method.len() > k.name().len() + 1)
+        .filter(|k| method.starts_with(k.name()) && method[k.name().len()..].starts_with('_'))
+        .max_by_key(|k| k.name().len());
+    if let Some(kind) = base {
+        return shade(kind.color(), hash);
+    }
     OTHERS[(hash % OTHERS.len() as u64) as usize]
+}
+
+/// FNV-1a: stable across builds and platforms, unlike std's hasher.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// One of three shades of `color` picked by `hash`: darker, lighter, or much darker.
+fn shade((r, g, b): (u8, u8, u8), hash: u64) -> (u8, u8, u8) {
+    let towards =
+        |c: u8, target: f64, amount: f64| (c as f64 + (target - c as f64) * amount).round() as u8;
+    let (target, amount) = [(0.0, 0.4), (255.0, 0.45), (0.0, 0.65)][(hash % 3) as usize];
+    (
+        towards(r, target, amount),
+        towards(g, target, amount),
+        towards(b, target, amount),
+    )
 }
 
 #[cfg(test)]
@@ -164,5 +190,25 @@ mod tests {
         assert_eq!(color_of("weight_norm"), (0, 114, 178));
         assert_eq!(color_of("my_method"), color_of("my_method"));
         assert!(OTHERS.contains(&color_of("unit_rows+batch_norm")));
+    }
+
+    /// A variant named after a method is a shade of that method's color, picked by the
+    /// longest method name it starts with.
+    #[test]
+    fn a_variant_takes_a_shade_of_its_methods_color() {
+        let (wn, variant) = (color_of("weight_norm"), color_of("weight_norm_init256"));
+        assert_ne!(variant, wn);
+        assert!(shades_of(wn).contains(&variant), "{variant:?}");
+        let mob = color_of("wn_mean_only_bn");
+        assert!(shades_of(mob).contains(&color_of("wn_mean_only_bn_init256")));
+        assert_ne!(color_of("wn_mean_only_bn_init256"), variant);
+        // Blue (0, 114, 178) darkened by 0.4 and lightened by 0.45, by hand.
+        assert_eq!(shades_of(wn)[..2], [(0, 68, 107), (115, 177, 213)]);
+        // Not a prefix at a word's end: `batch_normal` is no variant of `batch_norm`.
+        assert!(OTHERS.contains(&color_of("batch_normal")));
+    }
+
+    fn shades_of(color: (u8, u8, u8)) -> Vec<(u8, u8, u8)> {
+        (0..3).map(|h| shade(color, h)).collect()
     }
 }
