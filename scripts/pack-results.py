@@ -12,6 +12,10 @@ of the episodes that ended in it. The evaluation curve, the diagnostics and the
 summary's numbers are the run's own. To go on from the archive:
 
     mkdir -p runs/minatar-study-v1 && tar -xJf docs/results/minatar-study-v1/runs.tar.xz -C runs/minatar-study-v1
+
+With --machines FILE --machine NAME, each packed run that FILE does not name yet is
+added to it as `NAME <comparison>/<run>`: which CPU trained which run, for a study that
+goes on over several machines (a binary's floating-point sums can differ between CPUs).
 """
 import argparse
 import io
@@ -37,7 +41,11 @@ def main():
     parser.add_argument("runs", type=pathlib.Path)
     parser.add_argument("archive", type=pathlib.Path)
     parser.add_argument("--bin", type=int, default=1000)
+    parser.add_argument("--machines", type=pathlib.Path)
+    parser.add_argument("--machine")
     args = parser.parse_args()
+    if (args.machines is None) != (args.machine is None):
+        sys.exit("--machines and --machine go together")
     results = sorted(args.runs.rglob("result.json"))
     # A run moved aside as damaged (`<dir>.damaged-<secs>`) is not a result.
     results = [r for r in results if ".damaged-" not in str(r)]
@@ -61,8 +69,25 @@ def main():
             if plan.exists():
                 tar.add(plan, arcname="plan.json")
     tmp.replace(args.archive)
+    if args.machines:
+        record_machine(args.machines, args.machine, args.runs, results)
     size = args.archive.stat().st_size
     print(f"{len(results)} runs into {args.archive} ({size / 1e6:.2f} MB)")
+
+
+def record_machine(machines, machine, runs, results):
+    """Adds `machine <comparison>/<run>` to `machines` for each run it does not name."""
+    lines = machines.read_text().splitlines() if machines.exists() else []
+    named = {line.split(" ", 1)[1] for line in lines if line and not line.startswith("#")}
+    new = []
+    for path in results:
+        run = f"{runs.resolve().name}/{path.parent.relative_to(runs)}"
+        if run not in named:
+            new.append(f"{machine} {run}")
+    tmp = machines.with_name(machines.name + ".tmp")
+    tmp.write_text("\n".join(lines + new) + "\n")
+    tmp.replace(machines)
+    print(f"{len(new)} runs recorded as trained on {machine} in {machines}")
 
 
 if __name__ == "__main__":
