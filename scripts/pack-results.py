@@ -79,9 +79,10 @@ def record_machine(machines, machine, runs, results):
     """Adds `machine <comparison>/<run>` to `machines` for each run it does not name."""
     lines = machines.read_text().splitlines() if machines.exists() else []
     named = {line.split(" ", 1)[1] for line in lines if line and not line.startswith("#")}
+    comparison = runs.resolve().name
     new = []
     for path in results:
-        run = f"{runs.resolve().name}/{path.parent.relative_to(runs)}"
+        run = f"{comparison}/{path.parent.relative_to(runs)}"
         if run not in named:
             new.append(f"{machine} {run}")
     tmp = machines.with_name(machines.name + ".tmp")

@@ -114,10 +114,10 @@ pub fn color_of(method: &str) -> (u8, u8, u8) {
     let hash = fnv1a(method);
     // A variant of a method (`weight_norm_init256`, `batch_norm_hl_gauss`) takes a
     // shade of that method's color, so that a reader sees which method it varies.
+    let suffix_of = |k: &NormKind| method.strip_prefix(k.name())?.strip_prefix('_');
     let base = NormKind::ALL
         .iter()
-        .filter(|k| method.len() > k.name().len() + 1)
-        .filter(|k| method.starts_with(k.name()) && method[k.name().len()..].starts_with('_'))
+        .filter(|k| suffix_of(k).is_some_and(|suffix| !suffix.is_empty()))
         .max_by_key(|k| k.name().len());
     if let Some(kind) = base {
         return shade(kind.color(), hash);
