@@ -12,6 +12,34 @@ use crate::config::TrainConfig;
 use crate::logging::video::{FrameInfo, Video};
 use crate::run::diagnostics::Evaluation;
 
+/// A run's evaluation environment, kept between evaluations (outside environments are
+/// costly to start), with the state it was made in where it can say so.
+pub struct EvalEnv {
+    env: Box<dyn Env>,
+    made: Option<serde_json::Value>,
+}
+
+impl EvalEnv {
+    pub fn make(id: &str) -> Result<Self> {
+        let env = make(id)?;
+        let made = env.save_state().ok();
+        Ok(Self { env, made })
+    }
+
+    /// The environment as it was made, for an evaluation. A game's state outlives its
+    /// reset (MinAtar's sticky action repeats the action before it), so an evaluation
+    /// on the environment the last one left would depend on that one: on whether the
+    /// run was resumed since (a resumed run makes a new environment), and unlike
+    /// `normrl eval`'s. An environment that cannot save its state (a Python worker)
+    /// relies on its seeded reset alone.
+    pub fn fresh(&mut self) -> Result<&mut dyn Env> {
+        if let Some(made) = &self.made {
+            self.env.load_state(made)?;
+        }
+        Ok(self.env.as_mut())
+    }
+}
+
 /// An evaluation (see [`Trainer::evaluate`]).
 ///
 /// [`Trainer::evaluate`]: crate::train::Trainer::evaluate

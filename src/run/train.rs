@@ -18,6 +18,7 @@ use crate::config::{parse_device_spec, select_device, TrainConfig};
 use crate::logging::video::{check_renders, Video, TENSORBOARD_VIDEO};
 use crate::run::checkpoint::{self, CheckpointFiles};
 use crate::run::diagnostics::{Diagnostics, Evaluation};
+use crate::run::evaluate::EvalEnv;
 pub use crate::run::evaluate::{evaluate, evaluate_in};
 use crate::run::files::SUMMARY_FILE;
 pub use crate::run::files::{Divergence, RunSummary};
@@ -62,8 +63,7 @@ pub struct Trainer {
     wall_before: f64,
     /// TensorBoard, curves, divergence, heartbeat and the files written at the end.
     record: Recorder,
-    /// Kept between evaluations: outside environments are costly to start.
-    eval_env: Option<Box<dyn Env>>,
+    eval_env: Option<EvalEnv>,
     diagnostics: Diagnostics,
     /// The running return that `dqn.reward_scale = "running_return"` divides the
     /// batches' rewards by.
@@ -164,8 +164,8 @@ impl Trainer {
         // at its start, not at its first evaluation.
         let eval_env = match config.eval.video {
             true => {
-                let mut eval_env = make(&config.env.id)?;
-                check_renders(eval_env.as_mut()).context("eval.video = true")?;
+                let mut eval_env = EvalEnv::make(&config.env.id)?;
+                check_renders(eval_env.fresh()?).context("eval.video = true")?;
                 Some(eval_env)
             }
             false => None,
@@ -367,9 +367,9 @@ impl Trainer {
     pub fn evaluate(&mut self, index: u64, video: Option<&mut Video>) -> Result<Evaluation> {
         let env = match &mut self.eval_env {
             Some(env) => env,
-            None => self.eval_env.insert(make(&self.config.env.id)?),
+            None => self.eval_env.insert(EvalEnv::make(&self.config.env.id)?),
         };
-        evaluate_in(env.as_mut(), &self.agent, &self.config, index, video)
+        evaluate_in(env.fresh()?, &self.agent, &self.config, index, video)
     }
 
     /// Diverges on the first non-finite trainable value of the online network.
