@@ -261,23 +261,28 @@ fn sampler_change(report: &Report, methods: &Methods, out: &Path) -> Result<()> 
     if changes.is_empty() {
         return Ok(());
     }
-    // Panels in the headline's order: larger batches first.
+    // Panels in the headline's order, larger batches first, each batch size's samplers
+    // side by side. A panel whose every method trained the same runs under both
+    // samplers (`sequential` at batch 1) is left out: its change is 0 by construction,
+    // and report.md says so.
     let mut panels: Vec<(&str, Option<usize>)> = changes
         .iter()
+        .filter(|c| !c.same_runs)
         .map(|c| (c.to.as_str(), c.batch_size))
         .collect();
-    panels.sort_by_key(|&(to, b)| (sampler_rank(Some(to)), std::cmp::Reverse(b)));
+    panels.sort_by_key(|&(to, b)| (std::cmp::Reverse(b), sampler_rank(Some(to))));
     panels.dedup();
-    let several = panels.iter().any(|p| p.0 != panels[0].0);
+    if panels.is_empty() {
+        return Ok(());
+    }
     // One range for every panel, so that the batch sizes compare too.
     let ends = changes.iter().flat_map(|c| [c.change.low, c.change.high]);
     let (low, high) = ends
         .filter(|v| v.is_finite())
         .fold((0.0_f64, 0.0_f64), |(a, b), v| (a.min(v), b.max(v)));
     let panel = |&(to, batch): &(&str, Option<usize>)| {
-        let rows = change_rows(changes, methods, to, batch);
         let setting = Setting {
-            sampler: several.then(|| to.to_string()),
+            sampler: None,
             batch_size: batch,
         };
         Panel {
@@ -285,18 +290,18 @@ fn sampler_change(report: &Report, methods: &Methods, out: &Path) -> Result<()> 
             x_label: "change in normalized IQM".into(),
             y_label: String::new(),
             content: Content::Intervals {
-                rows,
+                rows: change_rows(changes, methods, to, batch),
                 mark: Some(0.0),
                 range: Some((low, high)),
             },
         }
     };
-    let batches: BTreeSet<Option<usize>> = panels.iter().map(|p| p.1).collect();
+    // Every row names its method, so the figure needs no legend.
     let figure = Figure {
         title: "Change in normalized IQM from uniform to correlated batches (95% CIs)".into(),
-        columns: batches.len().clamp(1, 3),
+        columns: panels.len().min(4),
         panels: panels.iter().map(panel).collect(),
-        legend: methods.legend(),
+        legend: vec![],
     };
     plots::write(&out.join("sampler_change"), &figure)
 }

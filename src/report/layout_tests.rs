@@ -143,6 +143,18 @@ fn texts(svg: &str) -> Vec<(String, Box2)> {
     out
 }
 
+/// The `width` and `height` of an SVG's root element, in pixels.
+fn canvas(svg: &str) -> (f64, f64) {
+    let root = &svg[svg.find("<svg").expect("an svg element")..];
+    let root = &root[..root.find('>').unwrap()];
+    let attr = |name: &str| -> f64 {
+        let from = root.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+        let len = root[from..].find('"').unwrap();
+        root[from..from + len].parse().unwrap()
+    };
+    (attr("width"), attr("height"))
+}
+
 fn overlap(a: &Box2, b: &Box2) -> bool {
     // Touching is fine; a pixel of shared area is not.
     a.0 < b.2 - 1.0 && b.0 < a.2 - 1.0 && a.1 < b.3 - 1.0 && b.1 < a.3 - 1.0
@@ -160,7 +172,14 @@ pub(super) fn check_svg(path: &Path) {
     let svg = std::fs::read_to_string(path).unwrap();
     let texts = texts(&svg);
     assert!(!texts.is_empty(), "{} has no text", path.display());
+    let (width, height) = canvas(&svg);
     for (i, (a, boxed)) in texts.iter().enumerate() {
+        // Within the canvas: a label past its edge is cut off in the PNG.
+        assert!(
+            boxed.0 >= -1.0 && boxed.1 >= -1.0 && boxed.2 <= width + 1.0 && boxed.3 <= height + 1.0,
+            "{}: '{a}' {boxed:?} leaves the {width}x{height} canvas",
+            path.display()
+        );
         if let Some(d) = significant_digits(a) {
             assert!(
                 d <= 4,

@@ -48,8 +48,9 @@ fn seed_list(seeds: &[u64]) -> String {
     }
 }
 
-/// How many runs each environment's directory misses, in order of first appearance
-/// (lines of another form are not counted).
+/// How many runs each environment misses, in order of first appearance, over every
+/// runs directory of a merged report (whose lines come a directory after another, so
+/// that one environment's lines are apart); lines of another form are not counted.
 pub(super) fn per_environment(missing: &[String]) -> Vec<(String, usize)> {
     let mut out: Vec<(String, usize)> = Vec::new();
     for (variant, _, _) in missing.iter().filter_map(|l| parts(l)) {
@@ -57,9 +58,9 @@ pub(super) fn per_environment(missing: &[String]) -> Vec<(String, usize)> {
             .parent()
             .and_then(Path::file_name)
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        match out.last_mut() {
-            Some((e, n)) if *e == env => *n += 1,
-            _ => out.push((env, 1)),
+        match out.iter_mut().find(|(e, _)| *e == env) {
+            Some((_, n)) => *n += 1,
+            None => out.push((env, 1)),
         }
     }
     out
@@ -82,6 +83,8 @@ mod tests {
             "runs/s/minatar_seaquest/b1-none/seed-2: not finished",
             "runs/s/minatar_seaquest/b1-none/seed-4: not finished",
             "a line of another form",
+            // A second runs directory of a merged report: counted with the first's.
+            "runs/t/minatar_freeway/b1-online-none/seed-3: not finished",
         ]
         .map(String::from)
         .into();
@@ -94,12 +97,13 @@ mod tests {
                 "runs/s/minatar_freeway/b4-none/seed-4 to seed-5: not finished",
                 "runs/s/minatar_seaquest/b1-none/seed-2, seed-4: not finished",
                 "a line of another form",
+                "runs/t/minatar_freeway/b1-online-none/seed-3: not finished",
             ]
         );
         assert_eq!(
             per_environment(&lines),
             [
-                ("minatar_freeway".to_string(), 7),
+                ("minatar_freeway".to_string(), 8),
                 ("minatar_seaquest".to_string(), 2)
             ]
         );

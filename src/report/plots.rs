@@ -421,14 +421,25 @@ fn with_suffix(stem: &Path, ext: &str) -> PathBuf {
     name.into()
 }
 
+/// The legend's column: none without entries, else wide enough for the longest label
+/// (`wn_mean_only_bn_init256` overran the fixed width), at about 9 pixels a character
+/// of the legend's font beside the entry's line.
+fn legend_width(legend: &[Key]) -> u32 {
+    let longest = legend.iter().map(|k| k.label.chars().count()).max();
+    longest.map_or(0, |n| LEGEND_WIDTH.max(60 + 9 * n as u32))
+}
+
 /// Writes `<stem>.png` and `<stem>.svg`.
 pub fn write(stem: &Path, figure: &Figure) -> Result<()> {
     crate::logging::font::register_font();
     let columns = figure.columns.max(1);
     let rows = figure.panels.len().div_ceil(columns).max(1) as u32;
     let legend_rows = figure.legend.len() as u32 * LEGEND_ROW as u32 + 40;
+    // Wide enough for the title too: a figure of one or two panels is narrower than
+    // its longer titles.
+    let title_width = 40 + (figure.title.chars().count() as f64 * TITLE_FONT as f64 * 0.62) as u32;
     let size = (
-        columns as u32 * PANEL.0 + LEGEND_WIDTH,
+        (columns as u32 * PANEL.0 + legend_width(&figure.legend)).max(title_width),
         TITLE_HEIGHT + (rows * PANEL.1).max(legend_rows),
     );
     let png = with_suffix(stem, "png");

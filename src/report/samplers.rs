@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::aggregate::{Estimate, Scores, REPS};
 use super::grid::UNIFORM;
+use super::records::RunRecord;
 use super::stats::{aggregate_iqm, paired_ci};
 
 /// Seeds of these intervals' bootstraps start here, apart from the other figures'.
@@ -24,6 +25,12 @@ pub struct SamplerChange {
     pub to: String,
     /// IQM with `to` less IQM with `from`, normalized, over the environments both ran.
     pub change: Estimate,
+    /// Every run of `to` trained exactly as `from`'s run of the same environment and
+    /// seed, to the same final return (a sampler that draws the same batches, as `sequential` does at batch 1,
+    /// whose runs of one transition are uniform draws). The change is then exactly 0:
+    /// the bootstrap, which resamples the two samplers apart, would draw a spread
+    /// where there is none.
+    pub same_runs: bool,
 }
 
 /// Every method's [`SamplerChange`] at every batch size where it ran `uniform` and
@@ -47,18 +54,58 @@ pub fn sampler_changes(scores: &Scores, variants: &[String]) -> Vec<SamplerChang
         };
         for (to, &variant) in samplers.iter().filter(|(s, _)| *s != UNIFORM) {
             let seed = SEED + out.len() as u64;
-            if let Some(change) = iqm_change(scores, from, variant, seed) {
+            let same_runs = same_runs(scores, from, variant);
+            let exact = Estimate {
+                value: 0.0,
+                low: 0.0,
+                high: 0.0,
+            };
+            let change = match same_runs {
+                true => Some(exact),
+                false => iqm_change(scores, from, variant, seed),
+            };
+            if let Some(change) = change {
                 out.push(SamplerChange {
                     method: method.clone(),
                     batch_size,
                     from: UNIFORM.to_string(),
                     to: to.clone(),
                     change,
+                    same_runs,
                 });
             }
         }
     }
     out
+}
+
+/// A run as [`same_runs`] compares it: its training curve and final return.
+type Trained<'a> = (&'a Vec<(u64, f64)>, f64);
+
+/// Whether `a` and `b` ran the same seeds on the same environments (at least one) and
+/// every pair of runs trained alike (the same training curve) to the same final
+/// return, bit for bit. Not the whole evaluation curve: the study's binary evaluated
+/// a run resumed between two evaluations otherwise (fixed since), and one such pair
+/// differs in an evaluation midway.
+fn same_runs(scores: &Scores, a: &str, b: &str) -> bool {
+    let mut pairs = 0;
+    for env in scores.envs {
+        let runs = |v: &str| -> BTreeMap<u64, Trained> {
+            let rs = scores
+                .groups
+                .get(&(*env, v))
+                .map_or(&[][..], |r| r.as_slice());
+            rs.iter()
+                .map(|r: &&RunRecord| (r.seed, (&r.train_curve, r.final_return)))
+                .collect()
+        };
+        let (x, y) = (runs(a), runs(b));
+        if x != y {
+            return false;
+        }
+        pairs += x.len();
+    }
+    pairs > 0
 }
 
 /// IQM of `to`'s normalized final scores less IQM of `from`'s, with its 95% interval;
