@@ -5,13 +5,16 @@
 //!   panel per method in its color on one shared y axis, a line per sampler (when the
 //!   grid has two batch sizes or more);
 //! - `sampler_change`: each method's change in IQM from uniform to correlated batches,
-//!   a panel per batch size (when the grid has both samplers);
+//!   a panel per batch size and correlated sampler (when the grid has both kinds);
 //! - `aggregate`: median, IQM, mean and optimality gap as interval plots, a row of
 //!   panels per setting;
 //! - `improvement`: each method's probability of improving on the baseline method in
 //!   the same setting;
 //! - `performance_profile`: a panel per setting, bands from the bootstrap;
 //! - per environment `curves`, `train-curves` and `diagnostics-*`: a panel per setting.
+//!
+//! Where the settings vary in batch size and sampler both, the figures of a panel per
+//! setting are a grid of them (`Methods::grid`): rows by batch size, columns by sampler.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -94,6 +97,52 @@ impl Methods {
     /// Two columns of setting panels at most beside each other, else one.
     fn columns(&self) -> usize {
         self.settings.len().clamp(1, 2)
+    }
+
+    /// A figure's columns and its panels' settings: where the settings vary in batch
+    /// size and sampler both, a row per batch size (larger first) and a column per
+    /// sampler (uniform first), with a gap where the grid did not run a pair (the
+    /// study's `online` sampler at batch 1 only); else the settings in order.
+    fn grid(&self) -> (usize, Vec<Option<&Setting>>) {
+        let mut samplers: Vec<Option<&str>> =
+            self.settings.iter().map(|s| s.sampler.as_deref()).collect();
+        samplers.sort_by_key(|s| sampler_rank(*s));
+        samplers.dedup();
+        let mut batches: Vec<Option<usize>> = self.settings.iter().map(|s| s.batch_size).collect();
+        batches.sort_by_key(|b| std::cmp::Reverse(*b));
+        batches.dedup();
+        if samplers.len() < 2 || batches.len() < 2 {
+            return (self.columns(), self.settings.iter().map(Some).collect());
+        }
+        let cell = |b: Option<usize>, s: Option<&str>| {
+            let at = |x: &&Setting| x.batch_size == b && x.sampler.as_deref() == s;
+            self.settings.iter().find(at)
+        };
+        let cells = batches
+            .iter()
+            .flat_map(|&b| samplers.iter().map(move |&s| cell(b, s)))
+            .collect();
+        (samplers.len(), cells)
+    }
+
+    /// A panel per cell of [`Methods::grid`], blank in its gaps.
+    fn figure(&self, title: String, panel: impl Fn(&Setting) -> Panel) -> Figure {
+        let (columns, cells) = self.grid();
+        let blank = || Panel {
+            title: String::new(),
+            x_label: String::new(),
+            y_label: String::new(),
+            content: Content::Blank,
+        };
+        Figure {
+            title,
+            columns,
+            panels: cells
+                .into_iter()
+                .map(|c| c.map_or_else(blank, &panel))
+                .collect(),
+            legend: self.legend(),
+        }
     }
 }
 
@@ -402,58 +451,41 @@ fn improvement(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
     let Some(base) = report.base_method() else {
         return Ok(());
     };
-    let panels: Vec<Panel> = methods
-        .settings
-        .iter()
-        .map(|setting| Panel {
-            title: panel_title(&format!("P(method > {base})"), setting),
-            x_label: "probability of improvement".into(),
-            y_label: String::new(),
-            content: Content::Intervals {
-                rows: rows(report, methods, setting, |a| a.improvement),
-                mark: Some(0.5),
-                range: Some((0.0, 1.0)),
-            },
-        })
-        .collect();
-    let figure = Figure {
-        title: format!("Probability of improvement over {base} in the same setting (95% CIs)"),
-        columns: methods.columns(),
-        panels,
-        legend: methods.legend(),
+    let panel = |setting: &Setting| Panel {
+        title: panel_title(&format!("P(method > {base})"), setting),
+        x_label: "probability of improvement".into(),
+        y_label: String::new(),
+        content: Content::Intervals {
+            rows: rows(report, methods, setting, |a| a.improvement),
+            mark: Some(0.5),
+            range: Some((0.0, 1.0)),
+        },
     };
-    plots::write(&out.join("improvement"), &figure)
+    let title = format!("Probability of improvement over {base} in the same setting (95% CIs)");
+    plots::write(&out.join("improvement"), &methods.figure(title, panel))
 }
 
 /// Performance profiles with bootstrap bands, a panel per setting.
 fn profiles(report: &Report, methods: &Methods, out: &Path) -> Result<()> {
     let taus = &report.performance_profile_taus;
-    let panels: Vec<Panel> = methods
-        .settings
-        .iter()
-        .map(|setting| {
-            let lines = methods.lines(|m| {
-                let a = aggregate_of(report, m, setting)?;
-                let points = taus.iter().zip(&a.profile);
-                Some(points.map(|(&t, e)| (t, e.value, e.low, e.high)).collect())
-            });
-            Panel {
-                title: panel_title("Performance profile", setting),
-                x_label: "normalized score τ".into(),
-                y_label: "fraction of runs > τ".into(),
-                content: Content::Lines {
-                    lines,
-                    x_ticks: None,
-                },
-            }
-        })
-        .collect();
-    let figure = Figure {
-        title: "Performance profiles over all environments (95% CIs)".into(),
-        columns: methods.columns(),
-        panels,
-        legend: methods.legend(),
+    let panel = |setting: &Setting| {
+        let lines = methods.lines(|m| {
+            let a = aggregate_of(report, m, setting)?;
+            let points = taus.iter().zip(&a.profile);
+            Some(points.map(|(&t, e)| (t, e.value, e.low, e.high)).collect())
+        });
+        Panel {
+            title: panel_title("Performance profile", setting),
+            x_label: "normalized score τ".into(),
+            y_label: "fraction of runs > τ".into(),
+            content: Content::Lines {
+                lines,
+                x_ticks: None,
+            },
+        }
     };
+    let title = "Performance profiles over all environments (95% CIs)".into();
+    let figure = methods.figure(title, panel);
     plots::write(&out.join("performance_profile"), &figure)
 }
 
@@ -463,36 +495,27 @@ fn environment(report: &Report, env: &str, methods: &Methods, out: &Path) -> Res
     let runs: Vec<&RunRecord> = report.runs.iter().filter(|r| r.env == env).collect();
     let stem = |what: &str| out.join(format!("{what}-{}", sanitize(env)));
     let figure = |title: String, y_label: &str, series: &Series| {
-        let panels = methods
-            .settings
-            .iter()
-            .map(|setting| {
-                let lines = methods.lines(|m| {
-                    let rs: Vec<&RunRecord> = runs
-                        .iter()
-                        .copied()
-                        .filter(|r| &r.axes.method == m && &r.axes.setting == setting)
-                        .collect();
-                    let points = series(&rs);
-                    (!points.is_empty()).then_some(points)
-                });
-                Panel {
-                    title: panel_title(env, setting),
-                    x_label: "environment steps".into(),
-                    y_label: y_label.to_string(),
-                    content: Content::Lines {
-                        lines,
-                        x_ticks: None,
-                    },
-                }
-            })
-            .collect();
-        Figure {
-            title,
-            columns: methods.columns(),
-            panels,
-            legend: methods.legend(),
-        }
+        let panel = |setting: &Setting| {
+            let lines = methods.lines(|m| {
+                let rs: Vec<&RunRecord> = runs
+                    .iter()
+                    .copied()
+                    .filter(|r| &r.axes.method == m && &r.axes.setting == setting)
+                    .collect();
+                let points = series(&rs);
+                (!points.is_empty()).then_some(points)
+            });
+            Panel {
+                title: panel_title(env, setting),
+                x_label: "environment steps".into(),
+                y_label: y_label.to_string(),
+                content: Content::Lines {
+                    lines,
+                    x_ticks: None,
+                },
+            }
+        };
+        methods.figure(title, panel)
     };
     let eval = |rs: &[&RunRecord]| curve(rs, |r| Some(&r.eval_curve));
     let title = format!("{env}: evaluation return (mean over seeds, 95% CI)");

@@ -83,9 +83,12 @@ impl RunAxes {
 pub const UNIFORM: &str = Sampler::IID.name();
 
 /// Where a sampler goes in a figure's lines and a table's columns: uniform, the
-/// reference, first, then the others by name.
-pub fn sampler_rank(sampler: Option<&str>) -> (bool, Option<&str>) {
-    (sampler != Some(UNIFORM), sampler)
+/// reference, first, then the others from the least correlated to the most, in the
+/// order `Sampler::ALL` lists them (`recent`, `sequential`, `online`), then any other
+/// label by name.
+pub fn sampler_rank(sampler: Option<&str>) -> (usize, Option<&str>) {
+    let known = Sampler::ALL.iter().position(|s| Some(s.name()) == sampler);
+    (known.unwrap_or(Sampler::ALL.len()), sampler)
 }
 
 /// Colors of labels that name no method of the registry (whose colors are its own:
@@ -120,7 +123,7 @@ pub fn color_of(method: &str) -> (u8, u8, u8) {
         .filter(|k| suffix_of(k).is_some_and(|suffix| !suffix.is_empty()))
         .max_by_key(|k| k.name().len());
     if let Some(kind) = base {
-        return shade(kind.color(), hash);
+        return shade(*kind, hash);
     }
     OTHERS[(hash % OTHERS.len() as u64) as usize]
 }
@@ -132,16 +135,40 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
-/// One of three shades of `color` picked by `hash`: darker, lighter, or much darker.
-fn shade((r, g, b): (u8, u8, u8), hash: u64) -> (u8, u8, u8) {
+/// Shades a variant's color is picked from: darker and lighter. Not much darker (that
+/// read as `none`'s black: weight norm's blue darkened by 0.65 is (0, 40, 62)), nor much
+/// lighter (faint on white).
+const SHADES: [(f64, f64); 2] = [(0.0, 0.4), (255.0, 0.45)];
+
+/// How far (RGB distance) a shade stays from every other method's color to be picked.
+const APART: f64 = 50.0;
+
+/// A shade of `base`'s color picked by `hash` among those at least [`APART`] from every
+/// other method's color (weight norm's blue lightened is group norm's sky blue); the
+/// darker one where neither is. Two variants of one method may share a shade.
+fn shade(base: NormKind, hash: u64) -> (u8, u8, u8) {
+    let (r, g, b) = base.color();
     let towards =
         |c: u8, target: f64, amount: f64| (c as f64 + (target - c as f64) * amount).round() as u8;
-    let (target, amount) = [(0.0, 0.4), (255.0, 0.45), (0.0, 0.65)][(hash % 3) as usize];
-    (
-        towards(r, target, amount),
-        towards(g, target, amount),
-        towards(b, target, amount),
-    )
+    let shades = SHADES.map(|(target, amount)| {
+        let c = |v| towards(v, target, amount);
+        (c(r), c(g), c(b))
+    });
+    let apart = |s: &(u8, u8, u8)| {
+        let mut others = NormKind::ALL.iter().filter(|k| k.name() != base.name());
+        others.all(|k| distance(*s, k.color()) >= APART)
+    };
+    let picked: Vec<(u8, u8, u8)> = shades.into_iter().filter(apart).collect();
+    match picked.is_empty() {
+        false => picked[(hash % picked.len() as u64) as usize],
+        true => shades[0],
+    }
+}
+
+/// Distance between two colors in RGB.
+fn distance(a: (u8, u8, u8), b: (u8, u8, u8)) -> f64 {
+    let d = |x: u8, y: u8| (f64::from(x) - f64::from(y)).powi(2);
+    (d(a.0, b.0) + d(a.1, b.1) + d(a.2, b.2)).sqrt()
 }
 
 #[cfg(test)]
@@ -170,11 +197,23 @@ mod tests {
 
     #[test]
     fn uniform_comes_first() {
-        let mut samplers = vec![Some("sequential"), Some("uniform"), Some("recent")];
+        let mut samplers = vec![
+            Some("online"),
+            Some("sequential"),
+            Some("later"),
+            Some("uniform"),
+            Some("recent"),
+        ];
         samplers.sort_by_key(|s| sampler_rank(*s));
         assert_eq!(
             samplers,
-            [Some("uniform"), Some("recent"), Some("sequential")]
+            [
+                Some("uniform"),
+                Some("recent"),
+                Some("sequential"),
+                Some("online"),
+                Some("later")
+            ]
         );
     }
 
@@ -198,17 +237,32 @@ mod tests {
     fn a_variant_takes_a_shade_of_its_methods_color() {
         let (wn, variant) = (color_of("weight_norm"), color_of("weight_norm_init256"));
         assert_ne!(variant, wn);
-        assert!(shades_of(wn).contains(&variant), "{variant:?}");
-        let mob = color_of("wn_mean_only_bn");
+        assert!(
+            shades_of(NormKind::WeightNorm).contains(&variant),
+            "{variant:?}"
+        );
+        let mob = NormKind::WnMeanOnlyBn;
         assert!(shades_of(mob).contains(&color_of("wn_mean_only_bn_init256")));
         assert_ne!(color_of("wn_mean_only_bn_init256"), variant);
-        // Blue (0, 114, 178) darkened by 0.4 and lightened by 0.45, by hand.
-        assert_eq!(shades_of(wn)[..2], [(0, 68, 107), (115, 177, 213)]);
+        // Blue (0, 114, 178) darkened by 0.4, by hand: lightened by 0.45 it is
+        // (115, 177, 213), 35 from group norm's sky blue (86, 180, 233).
+        assert_eq!(variant, (0, 68, 107));
+        // No method's variant lies near another method's color (`none`'s black too),
+        // unless neither shade is apart.
+        for kind in NormKind::ALL.iter().filter(|k| k.color() != (0, 0, 0)) {
+            let shade = color_of(&format!("{}_variant", kind.name()));
+            let near = NormKind::ALL
+                .iter()
+                .filter(|o| o.name() != kind.name())
+                .any(|o| distance(shade, o.color()) < APART);
+            assert!(!near || shade == shades_of(*kind)[0], "{}", kind.name());
+        }
         // Not a prefix at a word's end: `batch_normal` is no variant of `batch_norm`.
         assert!(OTHERS.contains(&color_of("batch_normal")));
     }
 
-    fn shades_of(color: (u8, u8, u8)) -> Vec<(u8, u8, u8)> {
-        (0..3).map(|h| shade(color, h)).collect()
+    /// The shades `kind`'s variants take, by hash.
+    fn shades_of(kind: NormKind) -> Vec<(u8, u8, u8)> {
+        (0..2).map(|h| shade(kind, h)).collect()
     }
 }

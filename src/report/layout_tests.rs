@@ -69,10 +69,10 @@ fn runs() -> Vec<RunRecord> {
 }
 
 /// A text's box in pixels: `(x0, y0, x1, y1)`.
-type Box2 = (f64, f64, f64, f64);
+pub(super) type Box2 = (f64, f64, f64, f64);
 
 /// Every `<text>` of an SVG written by plotters, with its estimated box.
-fn texts(svg: &str) -> Vec<(String, Box2)> {
+pub(super) fn texts(svg: &str) -> Vec<(String, Box2)> {
     let mut out = vec![];
     for part in svg.split("<text ").skip(1) {
         let (attrs, rest) = part.split_once('>').expect("a text tag ends");
@@ -162,7 +162,7 @@ fn overlap(a: &Box2, b: &Box2) -> bool {
 
 /// Significant digits of a number label (`0.125` 3, `1.5M` 2), none for words.
 fn significant_digits(label: &str) -> Option<usize> {
-    let number = label.trim_end_matches(['k', 'M']);
+    let number = label.trim_end_matches(['k', 'M', 'G', 'T']);
     number.parse::<f64>().ok()?;
     let digits: String = number.chars().filter(char::is_ascii_digit).collect();
     Some(digits.trim_start_matches('0').len().max(1))

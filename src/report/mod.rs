@@ -15,6 +15,7 @@ mod records;
 mod samplers;
 #[cfg(test)]
 mod samplers_tests;
+mod scale;
 pub mod settings;
 pub mod stats;
 mod summary;

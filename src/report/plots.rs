@@ -13,6 +13,8 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use super::scale::YScale;
+
 /// Pixels of one panel, and of the legend beside the panels.
 const PANEL: (u32, u32) = (430, 320);
 const LEGEND_WIDTH: u32 = 190;
@@ -78,6 +80,9 @@ pub enum Content {
         mark: Option<f64>,
         range: Option<(f64, f64)>,
     },
+    /// Nothing: a gap that keeps a grid's rows and columns aligned (a setting the grid
+    /// did not run).
+    Blank,
 }
 
 pub struct Panel {
@@ -130,7 +135,7 @@ where
 }
 
 /// A number as people write it: at most 4 significant digits (3 before a unit), no
-/// trailing zeros, and thousands and millions as k and M (0.6, 12.5, 1.2k, 50k, 1.5M).
+/// trailing zeros, and thousands up to 10^12 as k, M, G and T (0.6, 12.5, 1.2k, 50k, 1.5M).
 pub fn tick_label(x: f64) -> String {
     if !x.is_finite() {
         return String::new();
@@ -139,6 +144,12 @@ pub fn tick_label(x: f64) -> String {
     // A tick stepped to zero in floating point (-0.2 + 0.2) is zero, not -5.551e-17.
     if a < 1e-9 {
         return "0".into();
+    }
+    if a >= 1e12 {
+        return format!("{}T", significant(x / 1e12, 3));
+    }
+    if a >= 1e9 {
+        return format!("{}G", significant(x / 1e9, 3));
     }
     if a >= 1e6 {
         return format!("{}M", significant(x / 1e6, 3));
@@ -203,14 +214,39 @@ where
     let (panels, legend) = body.split_horizontally(columns as u32 * PANEL.0);
     let rows = figure.panels.len().div_ceil(columns).max(1);
     // Panels share their value axis (a figure's curves one y range, each column of
-    // intervals one x range), so that a method reads the same across settings.
-    let y_range = bounds(figure.panels.iter().flat_map(|p| {
-        match &p.content {
+    // intervals one x range), so that a method reads the same across settings; curves
+    // that span decades share a symmetric-log one.
+    let curve_values = || {
+        figure.panels.iter().flat_map(|p| match &p.content {
             Content::Lines { lines, .. } => lines
                 .iter()
-                .flat_map(|l| l.points.iter().flat_map(|p| [p.1, p.2, p.3]))
+                .flat_map(|l| l.points.iter().map(|p| p.1))
                 .collect(),
-            Content::Intervals { .. } => vec![],
+            _ => vec![],
+        })
+    };
+    let scale = YScale::of(curve_values());
+    let on_axis = |lines: &[Line]| -> Vec<Line> {
+        let at = |v: f64| scale.axis(v);
+        let point = |p: &Point| (p.0, at(p.1), at(p.2), at(p.3));
+        let line = |l: &Line| Line {
+            points: l.points.iter().map(point).collect(),
+            ..*l
+        };
+        lines.iter().map(line).collect()
+    };
+    let y_range = bounds(figure.panels.iter().flat_map(|p| {
+        match &p.content {
+            Content::Lines { lines, .. } => on_axis(lines)
+                .iter()
+                .flat_map(|l| {
+                    l.points
+                        .iter()
+                        .flat_map(|p| [p.1, p.2, p.3])
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+            _ => vec![],
         }
     }));
     let x_range = |column: usize| {
@@ -227,7 +263,7 @@ where
                         .chain(*mark)
                         .chain(range.iter().flat_map(|r| [r.0, r.1]))
                         .collect(),
-                    Content::Lines { .. } => vec![],
+                    _ => vec![],
                 }),
         )
     };
@@ -235,11 +271,13 @@ where
     for (i, (area, panel)) in areas.iter().zip(&figure.panels).enumerate() {
         match &panel.content {
             Content::Lines { lines, x_ticks } => {
-                draw_lines(area, panel, lines, x_ticks.as_deref(), y_range)?
+                let axis = (y_range, scale);
+                draw_lines(area, panel, &on_axis(lines), x_ticks.as_deref(), axis)?
             }
             Content::Intervals { rows, mark, .. } => {
                 draw_intervals(area, panel, rows, *mark, x_range(i % columns))?
             }
+            Content::Blank => {}
         }
     }
     draw_legend(&legend, &figure.legend)?;
@@ -268,7 +306,7 @@ fn draw_lines<DB: DrawingBackend>(
     panel: &Panel,
     lines: &[Line],
     x_ticks: Option<&[(f64, String)]>,
-    (y0, y1): (f64, f64),
+    ((y0, y1), scale): ((f64, f64), YScale),
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
@@ -287,27 +325,44 @@ where
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(err)?;
     let label = |v: &f64| tick_label(*v);
+    let y_ticks = scale.ticks((y0, y1));
+    let y_desc = match scale {
+        YScale::Linear => panel.y_label.clone(),
+        YScale::SymLog { .. } => format!("{} (symlog)", panel.y_label),
+    };
     chart
         .configure_mesh()
         .x_desc(&panel.x_label)
-        .y_desc(&panel.y_label)
+        .y_desc(&y_desc)
         .axis_desc_style(font(LABEL_FONT))
         .label_style(font(TICK_FONT))
         .x_labels(if x_ticks.is_some() { 0 } else { 5 })
-        .y_labels(5)
+        .y_labels(if y_ticks.is_empty() { 5 } else { 0 })
         .x_label_formatter(&label)
         .y_label_formatter(&label)
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(err)?;
+    let base = area.get_base_pixel();
     if let Some(ticks) = x_ticks {
         let style = font(TICK_FONT).pos(Pos::new(HPos::Center, VPos::Top));
-        let base = area.get_base_pixel();
         for (x, text) in ticks {
             let (px, py) = chart.backend_coord(&(*x, y0));
             area.draw_text(text, &style, (px - base.0, py - base.1 + 6))
                 .map_err(err)?;
         }
+    }
+    // A symmetric-log axis's ticks, which plotters cannot place: a label and a grid line
+    // at each.
+    let style = font(TICK_FONT).pos(Pos::new(HPos::Right, VPos::Center));
+    for &(at, value) in &y_ticks {
+        let grid = [(x0, at), (x1, at)];
+        chart
+            .draw_series(std::iter::once(PathElement::new(grid, BLACK.mix(0.2))))
+            .map_err(err)?;
+        let (px, py) = chart.backend_coord(&(x0, at));
+        area.draw_text(&tick_label(value), &style, (px - base.0 - 6, py - base.1))
+            .map_err(err)?;
     }
     for line in lines {
         let color = rgb(line.color);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::grid::RunAxes;
-use super::layout_tests::check_svg;
+use super::layout_tests::{check_svg, texts};
 use super::records::{Loaded, RunRecord};
 use super::settings::{ReportConfig, ScoreRange};
 use super::summary::{build, Report};
@@ -315,4 +315,71 @@ fn a_study_sized_grid_reads_cleanly() {
     } else {
         eprintln!("{}", dir.display());
     }
+}
+
+/// Uniform and sequential at batch 32, 4 and 1, and `online` at batch 1 only: each
+/// environment's figures are a row per batch size and a column per sampler (uniform,
+/// sequential, online), with gaps where online did not run. One method's parameter norm
+/// near 1e7 (weight norm's first-batch init), the others' near 100: the axis is
+/// symmetric-log, with whole decades as ticks, so that the others do not lie on zero.
+#[test]
+fn settings_are_a_grid_and_a_wide_diagnostic_takes_a_symmetric_log_axis() {
+    let mut runs = vec![];
+    let settings = [
+        (32, "uniform"),
+        (32, "sequential"),
+        (4, "uniform"),
+        (4, "sequential"),
+        (1, "uniform"),
+        (1, "sequential"),
+        (1, "online"),
+    ];
+    for (batch, sampler) in settings {
+        for (method, norm) in [
+            ("none", 80.0),
+            ("layer_norm", 120.0),
+            ("weight_norm", 1.4e7),
+        ] {
+            let variant = format!("b{batch}-{sampler}-{method}");
+            for seed in 1..=3u64 {
+                let mut r = run(ENVS[0], &variant, seed, seed as f64);
+                let curve = vec![(1_000, norm + seed as f64), (2_000, norm * 1.1)];
+                r.diagnostics.insert("param_norm/all".into(), curve);
+                runs.push(r);
+            }
+        }
+    }
+    let (dir, _) = written(&report(runs), "settings-grid");
+    let svg = dir.join("diagnostics-param_norm-all-minatar_breakout.svg");
+    check_svg(&svg);
+    let texts = texts(&std::fs::read_to_string(&svg).unwrap());
+    let at = |label: &str| {
+        let found = texts.iter().find(|(t, _)| t == label);
+        found
+            .unwrap_or_else(|| panic!("no '{label}' in {texts:?}"))
+            .1
+    };
+    // A title's center and top: titles are centered over their panels.
+    let title = |setting: &str| {
+        let b = at(&format!("minatar/breakout, {setting}"));
+        ((b.0 + b.2) / 2.0, b.1)
+    };
+    let (u32_, s32) = (title("uniform, batch 32"), title("sequential, batch 32"));
+    let (u1, s1, o1) = (
+        title("uniform, batch 1"),
+        title("sequential, batch 1"),
+        title("online, batch 1"),
+    );
+    // Rows: batch 32 above batch 1; columns: uniform, sequential, online.
+    assert!(u32_.1 < u1.1 && (u1.1 - s1.1).abs() < 1.0 && (u1.1 - o1.1).abs() < 1.0);
+    assert!(u1.0 < s1.0 && s1.0 < o1.0, "{u1:?} {s1:?} {o1:?}");
+    assert!((u32_.0 - u1.0).abs() < 1.0 && (s32.0 - s1.0).abs() < 1.0);
+    // Batch 32 has no online panel: the row's third column is blank.
+    assert!(!texts.iter().any(|(t, _)| t.contains("online, batch 32")));
+    // The axis: symmetric-log, ticks on every other decade (80 to 1.4e7 spans six).
+    assert!(texts.iter().any(|(t, _)| t == "parameter norm (symlog)"));
+    for tick in ["100", "10k", "1M"] {
+        at(tick);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
