@@ -279,6 +279,14 @@ fn setting_table(report: &Report, md: &mut String) {
     let names: Vec<String> = settings.iter().map(|s| column(s)).collect();
     let _ = writeln!(md, "| method | {} |", names.join(" | "));
     let _ = writeln!(md, "|---|{}", "---|".repeat(settings.len()));
+    // A cell whose runs are uniform's own, seed for seed (sequential at batch 1), is
+    // marked: the same number twice is not two measurements agreeing.
+    let same = |method: &str, s: &Setting| {
+        let of = |c: &&SamplerChange| c.method == method && c.batch_size == s.batch_size;
+        let to = |c: &&SamplerChange| Some(&c.to) == s.sampler.as_ref();
+        let changes = report.sampler_changes.iter();
+        changes.filter(of).filter(to).any(|c| c.same_runs)
+    };
     for method in report.methods() {
         let cells: Vec<String> = settings
             .iter()
@@ -287,13 +295,17 @@ fn setting_table(report: &Report, md: &mut String) {
                     .aggregate
                     .iter()
                     .find(|a| a.method == method && &a.setting == *s);
+                let mark = if same(&method, s) { " †" } else { "" };
                 a.filter(|a| a.runs > 0)
-                    .map_or_else(|| "-".into(), |a| est(&a.iqm))
+                    .map_or_else(|| "-".into(), |a| format!("{}{mark}", est(&a.iqm)))
             })
             .collect();
         let _ = writeln!(md, "| {method} | {} |", cells.join(" | "));
     }
     md.push('\n');
+    if report.sampler_changes.iter().any(|c| c.same_runs) {
+        md.push_str("† The same runs as uniform at that batch size, seed for seed (trained alike to the same final return): one measurement, not two.\n\n");
+    }
 }
 
 /// The aggregate figures, their captions and table.

@@ -150,6 +150,18 @@ fn a_setting_of_the_same_runs_is_named_and_left_out_of_the_figure() {
     );
     // The sentence on the drawn changes counts batch 4's two, not batch 1's.
     assert!(md.contains("2 of 2 intervals lie below zero"), "{md}");
+    // The table marks batch 1's sequential cells, and only those, as uniform's runs.
+    let header = "| method | b1 uniform | b1 sequential | b4 uniform | b4 sequential |";
+    let table = &md[md.find(header).unwrap_or_else(|| panic!("{md}"))..];
+    for row in table.lines().skip(2).take(2) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        assert!(cells[2].ends_with(" †") && !cells[1].contains('†'), "{row}");
+        assert!(!cells[3].contains('†') && !cells[4].contains('†'), "{row}");
+    }
+    assert!(
+        md.contains("† The same runs as uniform at that batch size"),
+        "{md}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
