@@ -311,13 +311,23 @@ fn setting_table(report: &Report, md: &mut String) {
 /// The aggregate figures, their captions and table.
 fn aggregates(report: &Report, md: &mut String) {
     md.push_str("## Across environments\n\n");
-    let mut leaders = vec![];
+    let mut leaders: Vec<&AggregateStats> = vec![];
     for a in &report.aggregate {
         let better = |b: &&AggregateStats| b.setting == a.setting && b.iqm.value > a.iqm.value;
         if !report.aggregate.iter().any(|b| better(&b)) {
-            leaders.push(format!("{} ({})", named(a), est(&a.iqm)));
+            leaders.push(a);
         }
     }
+    // In the figures' order: larger batches first, uniform first within a batch size.
+    leaders.sort_by(|a, b| {
+        let key = |x: &AggregateStats| std::cmp::Reverse(x.setting.batch_size);
+        let rank = |x: &AggregateStats| sampler_rank(x.setting.sampler.as_deref()).0;
+        (key(a), rank(a)).cmp(&(key(b), rank(b)))
+    });
+    let leaders: Vec<String> = leaders
+        .iter()
+        .map(|a| format!("{} ({})", named(a), est(&a.iqm)))
+        .collect();
     let caption = format!(
         "Median, IQM, mean and optimality gap of normalized final scores per method, a row per setting. Highest IQM: {}.",
         leaders.join("; ")

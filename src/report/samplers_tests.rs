@@ -223,6 +223,23 @@ fn two_samplers_get_the_change_figure_its_section_and_the_table() {
         "{md}"
     );
     assert!(md.contains("With the sequential sampler, **"), "{md}");
+    // The leaders of each setting in the figures' order: batch 4 before batch 1,
+    // uniform before sequential.
+    let leaders = md
+        .split("Highest IQM: ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap();
+    let at = |setting: &str| leaders.find(setting).unwrap_or_else(|| panic!("{leaders}"));
+    let order = [
+        "uniform, batch 4",
+        "sequential, batch 4",
+        "uniform, batch 1",
+        "sequential, batch 1",
+    ];
+    assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{leaders}");
     assert!(md.contains(" loses most and **"), "{md}");
     // The table: methods as rows (the baseline-less order is by name), a column per
     // batch size and sampler, smallest batch first and uniform first.
