@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The first edition of the study on one machine, session after session: its three
+# comparisons (docs/results/minatar-study-v1/README.md says what each is) run in the
+# background from the committed archives, by binaries built from the commits that
+# trained them, and their finished runs are packed back at a session's end.
+#
+#   scripts/study-v1.sh start          unpack what runs/ lacks, build the two binaries
+#                                      (about 5 minutes each, once), start the three
+#                                      comparisons under nice, their ids in runs/*.pid
+#   scripts/study-v1.sh pause|resume   stop and continue them (benchmarks, test suites)
+#   scripts/study-v1.sh status         each comparison's process and finished runs
+#   scripts/study-v1.sh pack NAME      pack every finished run into the archives, the
+#                                      CPU that trained the new ones recorded as NAME
+#
+# Processes are found by the ids this script wrote, never by name.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+results=docs/results/minatar-study-v1
+# archive:comparison:binary:jobs, the binary named by the commit that trains it.
+parts=(
+  "runs:minatar-study-v1:normrl-9ad77c5:2"
+  "init256:minatar-study-v1-init256:normrl-init256-c8d9ba3:1"
+  "online:minatar-study-v1-online:normrl-init256-c8d9ba3:1"
+)
+field() { echo "$1" | cut -d: -f"$2"; }
+
+# The study's binary (commit 9ad77c5) and the retrain's (9ad77c5 with the init fix),
+# built in worktrees outside the checkout and copied into runs/.bin, so that a rebuild of
+# the checkout never changes them mid-study.
+build() {
+  mkdir -p runs/.bin
+  local name=$1 patch=${2:-} tree=/tmp/normrl-study-$1
+  [ -x "runs/.bin/$name" ] && return
+  [ -d "$tree" ] || git worktree add --detach "$tree" 9ad77c5
+  # The patch once: a tree with changes has it already.
+  if [ -n "$patch" ] && git -C "$tree" diff --quiet; then
+    git -C "$tree" apply "$PWD/$patch"
+  fi
+  (cd "$tree" && cargo build --release)
+  cp "$tree/target/release/normrl" "runs/.bin/$name"
+}
+
+running() { [ -f "runs/$1.pid" ] && kill -0 "$(cat "runs/$1.pid")" 2>/dev/null; }
+
+# Runs of comparison $2 that a live process holds, by `normrl status` (binary $1): a
+# comparison started without this script, or whose id file was lost. A second one
+# would only skip the held runs and take the next, two processes more on the cores.
+held() {
+  "runs/.bin/$1" status "runs/$2" | awk -F'|' '/^\| b/ { n += $4 } END { print n + 0 }'
+}
+
+start() {
+  for part in "${parts[@]}"; do
+    local archive comparison
+    archive=$(field "$part" 1) comparison=$(field "$part" 2)
+    if [ ! -f "runs/$comparison/plan.json" ]; then
+      mkdir -p "runs/$comparison"
+      tar -xJf "$results/$archive.tar.xz" -C "runs/$comparison"
+    fi
+  done
+  build normrl-9ad77c5
+  build normrl-init256-c8d9ba3 "$results/init256.patch"
+  for part in "${parts[@]}"; do
+    local archive comparison binary jobs
+    archive=$(field "$part" 1) comparison=$(field "$part" 2)
+    binary=$(field "$part" 3) jobs=$(field "$part" 4)
+    if running "$archive"; then
+      echo "$comparison: already running (pid $(cat "runs/$archive.pid"))"
+      continue
+    fi
+    if [ "$(held "$binary" "$comparison")" -gt 0 ]; then
+      echo "$comparison: runs held by a process not in runs/$archive.pid; not started" >&2
+      continue
+    fi
+    nohup nice -n 10 "runs/.bin/$binary" compare \
+      --config "configs/compare/$comparison.toml" --jobs "$jobs" \
+      >>"runs/$comparison.log" 2>&1 &
+    echo $! >"runs/$archive.pid"
+    echo "$comparison: started (pid $!), log runs/$comparison.log"
+  done
+}
+
+signal() {
+  for part in "${parts[@]}"; do
+    local archive
+    archive=$(field "$part" 1)
+    if running "$archive"; then kill "-$1" "$(cat "runs/$archive.pid")"; fi
+  done
+}
+
+status() {
+  for part in "${parts[@]}"; do
+    local archive comparison state=stopped
+    archive=$(field "$part" 1) comparison=$(field "$part" 2)
+    running "$archive" && state="running (pid $(cat "runs/$archive.pid"))"
+    local done
+    done=$(find "runs/$comparison" -name result.json 2>/dev/null | wc -l)
+    echo "$comparison: $state, $done runs finished"
+  done
+}
+
+pack() {
+  local machine=${1:?"pack needs the machine's name, e.g. amd-epyc"}
+  for part in "${parts[@]}"; do
+    local archive comparison
+    archive=$(field "$part" 1) comparison=$(field "$part" 2)
+    python3 scripts/pack-results.py "runs/$comparison" "$results/$archive.tar.xz" \
+      --machines "$results/machines.txt" --machine "$machine"
+  done
+}
+
+case "${1:-}" in
+  start) start ;;
+  pause) signal STOP ;;
+  resume) signal CONT ;;
+  status) status ;;
+  pack) pack "${2:-}" ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac
