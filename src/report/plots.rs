@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -196,6 +197,31 @@ fn font(size: u32) -> TextStyle<'static> {
     ("sans-serif", size).into_font().color(&BLACK)
 }
 
+/// The y axis the curves of `figure` share: its scale (symmetric-log where they span
+/// decades) and its range on that scale.
+fn curve_axis(figure: &Figure) -> (YScale, (f64, f64)) {
+    let lines = || {
+        figure.panels.iter().flat_map(|p| match &p.content {
+            Content::Lines { lines, .. } => lines.as_slice(),
+            _ => &[],
+        })
+    };
+    let scale = YScale::of(lines().flat_map(|l| l.points.iter().map(|p| p.1)));
+    let ends = lines().flat_map(|l| l.points.iter().flat_map(|p| [p.1, p.2, p.3]));
+    (scale, bounds(ends.map(|v| scale.axis(v))))
+}
+
+/// `lines` with their values where `scale` puts them.
+fn on_axis(lines: &[Line], scale: YScale) -> Vec<Line> {
+    let at = |v: f64| scale.axis(v);
+    let point = |p: &Point| (p.0, at(p.1), at(p.2), at(p.3));
+    let line = |l: &Line| Line {
+        points: l.points.iter().map(point).collect(),
+        ..*l
+    };
+    lines.iter().map(line).collect()
+}
+
 fn draw_figure<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, figure: &Figure) -> Result<()>
 where
     DB::ErrorType: 'static,
@@ -214,41 +240,8 @@ where
     let (panels, legend) = body.split_horizontally(columns as u32 * PANEL.0);
     let rows = figure.panels.len().div_ceil(columns).max(1);
     // Panels share their value axis (a figure's curves one y range, each column of
-    // intervals one x range), so that a method reads the same across settings; curves
-    // that span decades share a symmetric-log one.
-    let curve_values = || {
-        figure.panels.iter().flat_map(|p| match &p.content {
-            Content::Lines { lines, .. } => lines
-                .iter()
-                .flat_map(|l| l.points.iter().map(|p| p.1))
-                .collect(),
-            _ => vec![],
-        })
-    };
-    let scale = YScale::of(curve_values());
-    let on_axis = |lines: &[Line]| -> Vec<Line> {
-        let at = |v: f64| scale.axis(v);
-        let point = |p: &Point| (p.0, at(p.1), at(p.2), at(p.3));
-        let line = |l: &Line| Line {
-            points: l.points.iter().map(point).collect(),
-            ..*l
-        };
-        lines.iter().map(line).collect()
-    };
-    let y_range = bounds(figure.panels.iter().flat_map(|p| {
-        match &p.content {
-            Content::Lines { lines, .. } => on_axis(lines)
-                .iter()
-                .flat_map(|l| {
-                    l.points
-                        .iter()
-                        .flat_map(|p| [p.1, p.2, p.3])
-                        .collect::<Vec<_>>()
-                })
-                .collect(),
-            _ => vec![],
-        }
-    }));
+    // intervals one x range), so that a method reads the same across settings.
+    let (scale, y_range) = curve_axis(figure);
     let x_range = |column: usize| {
         bounds(
             figure
@@ -272,7 +265,8 @@ where
         match &panel.content {
             Content::Lines { lines, x_ticks } => {
                 let axis = (y_range, scale);
-                draw_lines(area, panel, &on_axis(lines), x_ticks.as_deref(), axis)?
+                let lines = on_axis(lines, scale);
+                draw_lines(area, panel, &lines, x_ticks.as_deref(), axis)?
             }
             Content::Intervals { rows, mark, .. } => {
                 draw_intervals(area, panel, rows, *mark, x_range(i % columns))?
@@ -365,29 +359,42 @@ where
             .map_err(err)?;
     }
     for line in lines {
-        let color = rgb(line.color);
-        let mut band: Vec<(f64, f64)> = line.points.iter().map(|p| (p.0, p.3)).collect();
-        band.extend(line.points.iter().rev().map(|p| (p.0, p.2)));
-        chart
-            .draw_series(std::iter::once(Polygon::new(band, color.mix(0.15))))
-            .map_err(err)?;
-        let path = line.points.iter().map(|p| (p.0, p.1));
-        let style = color.stroke_width(2);
-        match line.stroke {
-            Stroke::Solid => chart.draw_series(LineSeries::new(path, style)),
-            Stroke::Dashed => chart.draw_series(DashedLineSeries::new(path, 8, 5, style)),
-            Stroke::Dotted => chart.draw_series(DashedLineSeries::new(path, 2, 4, style)),
-        }
+        draw_curve(&mut chart, line)?;
+    }
+    Ok(())
+}
+
+/// A panel's chart: numbers on both axes.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// One line of a panel: its band, its path in its stroke, and marks on its points where
+/// it has few.
+fn draw_curve<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, line: &Line) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let color = rgb(line.color);
+    let mut band: Vec<(f64, f64)> = line.points.iter().map(|p| (p.0, p.3)).collect();
+    band.extend(line.points.iter().rev().map(|p| (p.0, p.2)));
+    chart
+        .draw_series(std::iter::once(Polygon::new(band, color.mix(0.15))))
         .map_err(err)?;
-        if line.points.len() <= 8 {
-            // Hollow marks on a broken line: the two read apart where they cross.
-            let mark = match line.stroke {
-                Stroke::Solid => color.filled(),
-                _ => color.stroke_width(2),
-            };
-            let marks = line.points.iter().map(|p| Circle::new((p.0, p.1), 3, mark));
-            chart.draw_series(marks).map_err(err)?;
-        }
+    let path = line.points.iter().map(|p| (p.0, p.1));
+    let style = color.stroke_width(2);
+    match line.stroke {
+        Stroke::Solid => chart.draw_series(LineSeries::new(path, style)),
+        Stroke::Dashed => chart.draw_series(DashedLineSeries::new(path, 8, 5, style)),
+        Stroke::Dotted => chart.draw_series(DashedLineSeries::new(path, 2, 4, style)),
+    }
+    .map_err(err)?;
+    if line.points.len() <= 8 {
+        // Hollow marks on a broken line: the two read apart where they cross.
+        let mark = match line.stroke {
+            Stroke::Solid => color.filled(),
+            _ => color.stroke_width(2),
+        };
+        let marks = line.points.iter().map(|p| Circle::new((p.0, p.1), 3, mark));
+        chart.draw_series(marks).map_err(err)?;
     }
     Ok(())
 }
