@@ -87,6 +87,24 @@ fn result_files_merge_by_copying_and_keep_says_which_checkpoints_stay() {
                 .collect()
         };
         assert_eq!(table(&merged.join("report")), table(&runs.join("report")));
+        // A method left out on request: named at the top, none of its runs counted; a
+        // method with no run is an error that writes nothing.
+        let out = dir.join("left-out");
+        let args = ["report", s(&runs), "--out", s(&out), "--baseline", "none"];
+        let (code, _, err) = normrl(&[&args[..], &["--leave-out", "weigth_norm"]].concat());
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("--leave-out 'weigth_norm'") && err.contains("none, weight_norm"));
+        assert!(!out.exists(), "nothing written");
+        let (code, _, err) = normrl(&[&args[..], &["--leave-out", "weight_norm"]].concat());
+        assert_eq!(code, 0, "{err}");
+        let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+        let named = "Left out on request (`--leave-out`): **weight_norm**, with their 2 finished and 0 missing runs.";
+        assert!(md.contains(named), "{md}");
+        let csv = std::fs::read_to_string(out.join("runs.csv")).unwrap();
+        assert!(
+            !csv.contains("weight_norm") && csv.lines().count() == 3,
+            "{csv}"
+        );
         let result: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(run.join("result.json")).unwrap())
                 .unwrap();

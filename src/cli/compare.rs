@@ -148,6 +148,10 @@ pub struct ReportArgs {
     /// Output directory (default: <first dir>/report).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Leave out every run of this method (repeatable): one that another comparison
+    /// retrained, say. The report names it at the top.
+    #[arg(long = "leave-out", value_name = "METHOD")]
+    pub leave_out: Vec<String>,
 }
 
 pub fn compare(args: &CompareArgs) -> Result<()> {
@@ -407,8 +411,10 @@ pub fn report(args: &ReportArgs) -> Result<()> {
     if args.baseline.is_some() {
         settings.baseline = args.baseline.clone();
     }
-    let loaded = report::load_runs(&args.dirs, &settings.thresholds)?;
-    let built = report::build(loaded, &settings)?;
+    let mut loaded = report::load_runs(&args.dirs, &settings.thresholds)?;
+    let left_out = report::leave_out(&mut loaded, &args.leave_out)?;
+    let mut built = report::build(loaded, &settings)?;
+    built.left_out = left_out;
     let out = args
         .out
         .clone()

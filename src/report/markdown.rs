@@ -57,6 +57,17 @@ pub fn markdown(report: &Report) -> String {
 
 /// The runs the report leaves out, named before any number that lacks them.
 fn missing(report: &Report, md: &mut String) {
+    let left = &report.left_out;
+    if !left.methods.is_empty() {
+        let named: Vec<String> = left.methods.iter().map(|m| format!("**{m}**")).collect();
+        let _ = writeln!(
+            md,
+            "Left out on request (`--leave-out`): {}, with their {} finished and {} missing runs.\n",
+            named.join(", "),
+            left.runs,
+            left.missing
+        );
+    }
     if report.duplicates > 0 {
         let _ = writeln!(
             md,

@@ -14,6 +14,12 @@ fn parts(line: &str) -> Option<(&str, u64, &str)> {
     Some((variant, seed, why))
 }
 
+/// A missing run's variant label (`b32-uniform-none`), for a line of that form.
+pub(super) fn variant_of(line: &str) -> Option<&str> {
+    let (dir, _, _) = parts(line)?;
+    Path::new(dir).file_name()?.to_str()
+}
+
 /// The lines with the runs of one variant that share a reason together (`<dir>/seed-1
 /// to seed-5: not finished`), in order; a run alone keeps its own line.
 pub(super) fn grouped(missing: &[String]) -> Vec<String> {

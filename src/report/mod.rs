@@ -8,6 +8,7 @@ mod charts;
 pub mod grid;
 #[cfg(test)]
 mod layout_tests;
+mod leave_out;
 mod markdown;
 mod missing;
 mod plots;
@@ -26,6 +27,7 @@ use anyhow::{Context, Result};
 
 use crate::storage::write_atomic;
 pub use aggregate::{AggregateStats, BatchPoint, Estimate};
+pub use leave_out::{leave_out, LeftOut};
 pub use markdown::markdown;
 pub use records::{load_runs, Loaded, RunRecord, VariantStats};
 pub use samplers::SamplerChange;

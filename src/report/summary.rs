@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 
 use super::aggregate::{self, AggregateStats, BatchChange, BatchPoint, Scores};
+use super::leave_out::LeftOut;
 use super::records::{group, variant_stats, Loaded, RunRecord, VariantStats};
 use super::samplers::{sampler_changes, SamplerChange};
 use crate::report::settings::{ReportConfig, ScoreRange};
@@ -31,6 +32,8 @@ pub struct Report {
     pub missing: Vec<String>,
     /// Runs found more than once and counted once.
     pub duplicates: usize,
+    /// Methods left out on request (`normrl report --leave-out`), set by the caller.
+    pub left_out: LeftOut,
 }
 
 pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
@@ -105,6 +108,7 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
         runs,
         missing,
         duplicates,
+        left_out: LeftOut::default(),
     })
 }
 
