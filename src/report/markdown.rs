@@ -319,6 +319,23 @@ fn setting_table(report: &Report, md: &mut String) {
     }
 }
 
+/// The methods whose IQM interval in `leader`'s setting overlaps the leader's, as a
+/// clause (`, its interval overlapping none's, layer_norm's`): the ones the data does
+/// not tell from the leader. Empty where none does.
+fn overlapping(report: &Report, leader: &AggregateStats) -> String {
+    let tied: Vec<String> = report
+        .aggregate
+        .iter()
+        .filter(|b| b.setting == leader.setting && b.method != leader.method && b.runs > 0)
+        .filter(|b| b.iqm.high >= leader.iqm.low)
+        .map(|b| format!("{}'s", b.method))
+        .collect();
+    match tied.is_empty() {
+        true => String::new(),
+        false => format!(", its interval overlapping {}", tied.join(", ")),
+    }
+}
+
 /// The aggregate figures, their captions and table.
 fn aggregates(report: &Report, md: &mut String) {
     md.push_str("## Across environments\n\n");
@@ -337,7 +354,7 @@ fn aggregates(report: &Report, md: &mut String) {
     });
     let leaders: Vec<String> = leaders
         .iter()
-        .map(|a| format!("{} ({})", named(a), est(&a.iqm)))
+        .map(|a| format!("{} ({}){}", named(a), est(&a.iqm), overlapping(report, a)))
         .collect();
     let caption = format!(
         "Median, IQM, mean and optimality gap of normalized final scores per method, a row per setting. Highest IQM: {}.",

@@ -240,6 +240,13 @@ fn two_samplers_get_the_change_figure_its_section_and_the_table() {
         "sequential, batch 1",
     ];
     assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{leaders}");
+    // layer_norm leads every setting by 0.1 normalized over none, with intervals 0.06
+    // wide: apart, so no overlap is named.
+    assert!(
+        leaders.contains("layer_norm at uniform, batch 4 ("),
+        "{leaders}"
+    );
+    assert!(!leaders.contains("overlapping"), "{leaders}");
     assert!(md.contains(" loses most and **"), "{md}");
     // The table: methods as rows (the baseline-less order is by name), a column per
     // batch size and sampler, smallest batch first and uniform first.
@@ -410,5 +417,35 @@ fn settings_are_a_grid_and_a_wide_diagnostic_takes_a_symmetric_log_axis() {
     for tick in ["100", "10k", "1M"] {
         at(tick);
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two methods with the same returns and a third far below: the leader's sentence
+/// names the one whose interval overlaps its own, not the one apart.
+#[test]
+fn a_leader_names_the_methods_it_is_not_told_from() {
+    let mut runs = vec![];
+    seeds(&mut runs, "b4-uniform-layer_norm", 2.0);
+    seeds(&mut runs, "b4-uniform-group_norm", 1.9);
+    seeds(&mut runs, "b4-uniform-none", -20.0);
+    seeds(&mut runs, "b1-uniform-none", 0.0);
+    let (dir, _) = written(&report(runs), "overlap");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let leaders = md
+        .split("Highest IQM: ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap();
+    let b4 = leaders.split("; ").find(|l| l.contains("batch 4")).unwrap();
+    assert!(
+        b4.starts_with("layer_norm at uniform, batch 4 ("),
+        "{leaders}"
+    );
+    assert!(
+        b4.ends_with(", its interval overlapping group_norm's"),
+        "{leaders}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
