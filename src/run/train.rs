@@ -302,6 +302,11 @@ impl Trainer {
         &self.agent
     }
 
+    /// The evaluations so far, `(step, mean return)`.
+    pub fn eval_curve(&self) -> &[(u64, f64)] {
+        &self.record.eval_curve
+    }
+
     /// Episodes ended so far.
     pub fn episodes(&self) -> u64 {
         self.record.episodes
