@@ -144,6 +144,14 @@ impl CompareConfig {
     pub fn from_toml_str(text: &str, dir: &Path) -> Result<Self> {
         let table: toml::Table =
             toml::from_str(text).context("the comparison is not valid TOML")?;
+        if table.contains_key("extends") {
+            bail!("extends = ... needs the comparison's file: load it with CompareConfig::load");
+        }
+        Self::from_table(table, dir)
+    }
+
+    /// A comparison from its table (what it extends merged in), `base` relative to `dir`.
+    fn from_table(table: toml::Table, dir: &Path) -> Result<Self> {
         let mut config: CompareConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
             .map_err(|e| {
                 anyhow::anyhow!(
@@ -178,10 +186,10 @@ impl CompareConfig {
         Ok(config)
     }
 
+    /// The comparison at `path`, with the one it `extends` (`extends.rs`) merged in.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read comparison {}", path.display()))?;
-        Self::from_toml_str(&text, path.parent().unwrap_or(Path::new(".")))
+        let table = crate::study::extends::load_table(path)?;
+        Self::from_table(table, path.parent().unwrap_or(Path::new(".")))
             .with_context(|| format!("in comparison {}", path.display()))
     }
 

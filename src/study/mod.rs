@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod estimate;
 pub mod execute;
+mod extends;
 pub mod finished;
 pub mod plan;
 pub mod rates;
