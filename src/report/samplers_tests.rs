@@ -225,13 +225,7 @@ fn two_samplers_get_the_change_figure_its_section_and_the_table() {
     assert!(md.contains("With the sequential sampler, **"), "{md}");
     // The leaders of each setting in the figures' order: batch 4 before batch 1,
     // uniform before sequential.
-    let leaders = md
-        .split("Highest IQM: ")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap();
+    let leaders = leaders(&md);
     let at = |setting: &str| leaders.find(setting).unwrap_or_else(|| panic!("{leaders}"));
     let order = [
         "uniform, batch 4",
@@ -264,6 +258,14 @@ fn two_samplers_get_the_change_figure_its_section_and_the_table() {
     assert_eq!(json["sampler_changes"].as_array().unwrap().len(), 4);
     assert!(json["sampler_changes"][0]["change"]["low"].is_number());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The sentence of report.md that names each setting's leader.
+fn leaders(md: &str) -> &str {
+    let sentence = md.split("Highest IQM: ").nth(1);
+    sentence
+        .and_then(|s| s.lines().next())
+        .unwrap_or_else(|| panic!("{md}"))
 }
 
 /// Whether `cell` reads `v [lo, hi]`, each with two decimals.
@@ -431,13 +433,7 @@ fn a_leader_names_the_methods_it_is_not_told_from() {
     seeds(&mut runs, "b1-uniform-none", 0.0);
     let (dir, _) = written(&report(runs), "overlap");
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    let leaders = md
-        .split("Highest IQM: ")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap();
+    let leaders = leaders(&md);
     let b4 = leaders.split("; ").find(|l| l.contains("batch 4")).unwrap();
     assert!(
         b4.starts_with("layer_norm at uniform, batch 4 ("),
