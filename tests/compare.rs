@@ -196,6 +196,13 @@ fn goes_on_from_its_archive(config: &Path, runs: &Path, fresh: &Path) {
     let (code, _, err) = dry(config);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("all 4 of these runs have finished"), "{err}");
+    // The throughput per environment and batch size: with one environment, the same
+    // rates as the whole plan's.
+    let overall = err.split("steps/s with updates: ").nth(1).unwrap();
+    let overall = overall.split(')').next().unwrap();
+    let table = "steps/s with updates, by environment and batch size:\n  classic/cartpole: ";
+    let per_env = err.split(table).nth(1).unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(per_env.lines().next().unwrap(), overall, "{err}");
     std::fs::remove_dir_all(&run).unwrap();
     let (code, _, err) = dry(config);
     assert_eq!(code, 0, "{err}");

@@ -11,7 +11,8 @@ use crate::report;
 use crate::report::settings::ReportConfig;
 use crate::study::compare::{CompareConfig, PlannedRun};
 use crate::study::estimate::{
-    check_plan, class_costs, describe_plan, measure_rate, study_on_gpu, Timing, MEASURED_STEPS,
+    check_plan, class_costs, describe_plan, measure_rate, rates_by_env, study_on_gpu, Timing,
+    MEASURED_STEPS,
 };
 use crate::study::execute::execute;
 use crate::study::plan::{task_index, Plan};
@@ -254,6 +255,9 @@ fn dry_run(
         ),
     };
     eprintln!("{}", describe(&mine)?);
+    if rate.is_none() {
+        eprintln!("{}", rates_by_env(&class_costs(config, &mine)?));
+    }
     // A study that goes on (a restart, an archive merged) costs only what is left.
     let left: Vec<PlannedRun> = mine
         .iter()

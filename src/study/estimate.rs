@@ -1,6 +1,7 @@
 //! A comparison's plan before it runs: the checks that refuse it early, its cost
 //! estimated on the CPU or measured on its device, and the plan as printed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Result};
@@ -137,6 +138,8 @@ pub struct ClassCosts {
     /// Environment steps per second with updates, per batch size (the mean over its
     /// classes, weighted by their steps).
     pub rates: Vec<(usize, f64)>,
+    /// The same per environment and batch size: a study's throughput per setting.
+    pub by_env: Vec<(String, Vec<(usize, f64)>)>,
 }
 
 /// `runs`' costs on this CPU by their classes: measured now where this binary has not
@@ -149,21 +152,44 @@ pub fn class_costs(config: &CompareConfig, runs: &[PlannedRun]) -> Result<ClassC
     let (costs, measured_now) = crate::study::rates::step_costs(&configs)?;
     let cost = |c: &TrainConfig| costs[&crate::study::rates::class_of(c)];
     let run_seconds = configs.iter().map(|c| cost(c).run_seconds(c)).collect();
-    let mut by_batch: std::collections::BTreeMap<usize, (f64, f64)> = Default::default();
+    // Steps and seconds by environment and batch size; summed over environments too.
+    type Sums = BTreeMap<(String, usize), (f64, f64)>;
+    let mut sums: Sums = BTreeMap::new();
     for c in &configs {
-        let (steps, seconds) = by_batch.entry(c.replay.batch_size).or_default();
-        *steps += c.run.total_steps as f64;
-        *seconds += c.run.total_steps as f64 * cost(c).training;
+        for env in [c.env.id.clone(), String::new()] {
+            let (steps, seconds) = sums.entry((env, c.replay.batch_size)).or_default();
+            *steps += c.run.total_steps as f64;
+            *seconds += c.run.total_steps as f64 * cost(c).training;
+        }
+    }
+    let mut by_env: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
+    for ((env, batch), (steps, seconds)) in sums {
+        let rate = steps / seconds.max(1e-12);
+        by_env.entry(env).or_default().push((batch, rate));
     }
     Ok(ClassCosts {
         run_seconds,
         classes: costs.len(),
         measured_now,
-        rates: by_batch
-            .into_iter()
-            .map(|(b, (steps, seconds))| (b, steps / seconds.max(1e-12)))
-            .collect(),
+        rates: by_env.remove("").unwrap_or_default(),
+        by_env: by_env.into_iter().collect(),
     })
+}
+
+/// [`ClassCosts::by_env`] as lines: `minatar/breakout: batch 1 22600, batch 4 17000`.
+pub fn rates_by_env(costs: &ClassCosts) -> String {
+    let line = |(env, rates): &(String, Vec<(usize, f64)>)| {
+        let rates: Vec<String> = rates
+            .iter()
+            .map(|(b, r)| format!("batch {b} {r:.0}"))
+            .collect();
+        format!("  {env}: {}", rates.join(", "))
+    };
+    let lines: Vec<String> = costs.by_env.iter().map(line).collect();
+    format!(
+        "steps/s with updates, by environment and batch size:\n{}",
+        lines.join("\n")
+    )
 }
 
 /// The wall time of runs taking `seconds` each, `jobs` at a time in plan order (each
