@@ -11,6 +11,9 @@
 #   scripts/study-v1.sh status         each comparison's process and finished runs
 #   scripts/study-v1.sh pack NAME      pack every finished run into the archives, the
 #                                      CPU that trained the new ones recorded as NAME
+#   scripts/study-v1.sh report DIR     the report of all three into DIR/all, and of the
+#                                      seven methods (weight norm's two with the fixed
+#                                      init only) into DIR/seven, by the checkout's build
 #
 # Processes are found by the ids this script wrote, never by name.
 set -euo pipefail
@@ -110,11 +113,22 @@ pack() {
   done
 }
 
+report() {
+  local out=${1:?"report needs an output folder"}
+  local dirs=(runs/minatar-study-v1 runs/minatar-study-v1-init256 runs/minatar-study-v1-online)
+  cargo build --release --quiet
+  target/release/normrl report "${dirs[@]}" --config configs/compare/minatar-study-v1.toml \
+    --out "$out/all" >/dev/null
+  target/release/normrl report "${dirs[@]}" --config configs/compare/minatar-study-v1.toml \
+    --leave-out weight_norm --leave-out wn_mean_only_bn --out "$out/seven" >/dev/null
+}
+
 case "${1:-}" in
   start) start ;;
   pause) signal STOP ;;
   resume) signal CONT ;;
   status) status ;;
   pack) pack "${2:-}" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  report) report "${2:-}" ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
