@@ -181,7 +181,7 @@ fn sampler_changes(report: &Report, md: &mut String) {
         .collect();
     sentences.extend(same_runs_sentence(changes));
     let caption = format!(
-        "Change in each method's IQM of the normalized final return over all environments when its batches come from a correlated sampler instead of uniform, a panel per batch size, with 95% stratified-bootstrap intervals of the difference (seeds resampled within each environment, for each sampler apart). {}",
+        "Change in each method's IQM of the normalized final return over all environments when its batches come from a correlated sampler instead of uniform, a panel per batch size and correlated sampler, with 95% stratified-bootstrap intervals of the difference (seeds resampled within each environment, for each sampler apart). {}",
         sentences.join(" ")
     );
     figure(
