@@ -665,9 +665,27 @@ fn the_docs_comparisons_run_as_written() {
     .unwrap();
     let studies: Vec<String> = toml_blocks(&config_md)
         .into_iter()
-        .filter(|b| b.contains("[axes]"))
+        .filter(|b| b.contains("[axes]") && !b.starts_with("extends"))
         .collect();
     assert_eq!(studies.len(), 1, "docs/config.md's example study");
+    // The example of `extends`, beside the study it extends: 5 games x 5 seeds of one
+    // method at batch 1 under the online sampler.
+    let extension = toml_blocks(&config_md)
+        .into_iter()
+        .find(|b| b.starts_with("extends"))
+        .expect("docs/config.md's example of extends");
+    std::fs::copy(
+        "configs/compare/minatar-study-v1.toml",
+        dir.join("compare/minatar-study-v1.toml"),
+    )
+    .unwrap();
+    let config = dir.join("compare/extension.toml");
+    std::fs::write(&config, &extension).unwrap();
+    let runs = dir.join("runs");
+    let (code, out, err) = normrl(&compare_args(&config, &runs, &["--dry-run"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 25, "{out}");
+    assert!(out.contains("minatar_seaquest/b1-online-layer_norm/seed-5\tlayer_norm"), "{out}");
     let slurm = toml_blocks(&cluster_md)
         .into_iter()
         .find(|b| b.starts_with("[slurm]"))
