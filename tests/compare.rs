@@ -685,7 +685,10 @@ fn the_docs_comparisons_run_as_written() {
     let (code, out, err) = normrl(&compare_args(&config, &runs, &["--dry-run"]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 25, "{out}");
-    assert!(out.contains("minatar_seaquest/b1-online-layer_norm/seed-5\tlayer_norm"), "{out}");
+    assert!(
+        out.contains("minatar_seaquest/b1-online-layer_norm/seed-5\tlayer_norm"),
+        "{out}"
+    );
     let slurm = toml_blocks(&cluster_md)
         .into_iter()
         .find(|b| b.starts_with("[slurm]"))
