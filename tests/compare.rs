@@ -645,6 +645,19 @@ fn compare_commands(markdown: &str) -> Vec<Vec<String>> {
     commands
 }
 
+/// `text`, written as `dir/compare/<name>.toml`, dry-runs to `count` runs, `run` among
+/// them, and creates nothing.
+fn assert_plans(dir: &Path, name: &str, text: &str, count: usize, run: &str) {
+    let config = dir.join(format!("compare/{name}.toml"));
+    std::fs::write(&config, text).unwrap();
+    let runs = dir.join("runs");
+    let (code, out, err) = normrl(&compare_args(&config, &runs, &["--dry-run"]));
+    assert_eq!(code, 0, "{name}: {err}");
+    assert_eq!(out.lines().count(), count, "{name}: {out}");
+    assert!(out.contains(run), "{name}: {out}");
+    assert!(!runs.exists());
+}
+
 /// Every comparison the docs show runs as written: `docs/config.md`'s example study
 /// (with `docs/cluster.md`'s `[slurm]` table) plans the runs its text says, and each
 /// `normrl compare` command of the two pages, as a dry run, shows the runs it would
@@ -679,34 +692,17 @@ fn the_docs_comparisons_run_as_written() {
         dir.join("compare/minatar-study-v1.toml"),
     )
     .unwrap();
-    let config = dir.join("compare/extension.toml");
-    std::fs::write(&config, &extension).unwrap();
-    let runs = dir.join("runs");
-    let (code, out, err) = normrl(&compare_args(&config, &runs, &["--dry-run"]));
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(out.lines().count(), 25, "{out}");
-    assert!(
-        out.contains("minatar_seaquest/b1-online-layer_norm/seed-5\tlayer_norm"),
-        "{out}"
-    );
+    let run = "minatar_seaquest/b1-online-layer_norm/seed-5\tlayer_norm";
+    assert_plans(&dir, "extension", &extension, 25, run);
     let slurm = toml_blocks(&cluster_md)
         .into_iter()
         .find(|b| b.starts_with("[slurm]"))
         .expect("docs/cluster.md's [slurm] table");
     let with_slurm = studies[0].split("[slurm]").next().unwrap().to_string() + &slurm;
     for (name, text) in [("example", &studies[0]), ("example-slurm", &with_slurm)] {
-        let config = dir.join(format!("compare/{name}.toml"));
-        std::fs::write(&config, text).unwrap();
-        let runs = dir.join("runs");
-        let (code, out, err) = normrl(&compare_args(&config, &runs, &["--dry-run"]));
-        assert_eq!(code, 0, "{name}: {err}");
         // 2 games x 3 batch sizes x 2 samplers x 3 variants x 5 seeds.
-        assert_eq!(out.lines().count(), 180, "{name}: {out}");
-        assert!(
-            out.contains("minatar_breakout/b1-sequential-wn-g10/seed-5\tweight_norm"),
-            "{out}"
-        );
-        assert!(!runs.exists());
+        let run = "minatar_breakout/b1-sequential-wn-g10/seed-5\tweight_norm";
+        assert_plans(&dir, name, text, 180, run);
     }
 
     let mut tried = 0;

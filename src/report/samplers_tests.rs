@@ -426,11 +426,16 @@ fn settings_are_a_grid_and_a_wide_diagnostic_takes_a_symmetric_log_axis() {
 /// names the one whose interval overlaps its own, not the one apart.
 #[test]
 fn a_leader_names_the_methods_it_is_not_told_from() {
+    let firsts = [
+        ("b4-uniform-layer_norm", 2.0),
+        ("b4-uniform-group_norm", 1.9),
+        ("b4-uniform-none", -20.0),
+        ("b1-uniform-none", 0.0),
+    ];
     let mut runs = vec![];
-    seeds(&mut runs, "b4-uniform-layer_norm", 2.0);
-    seeds(&mut runs, "b4-uniform-group_norm", 1.9);
-    seeds(&mut runs, "b4-uniform-none", -20.0);
-    seeds(&mut runs, "b1-uniform-none", 0.0);
+    for (variant, first) in firsts {
+        seeds(&mut runs, variant, first);
+    }
     let (dir, _) = written(&report(runs), "overlap");
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     let leaders = leaders(&md);
