@@ -105,6 +105,27 @@ fn result_files_merge_by_copying_and_keep_says_which_checkpoints_stay() {
             !csv.contains("weight_norm") && csv.lines().count() == 3,
             "{csv}"
         );
+        // Leaving out the best method keeps the normalization: the score ranges are
+        // every run's, the left-out included.
+        let json = |dir: &Path| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
+        };
+        let full = json(&runs.join("report"));
+        let mean = |v: &serde_json::Value| v["final_mean"].as_f64().unwrap();
+        let per_env = full["per_env"].as_array().unwrap();
+        let best = per_env
+            .iter()
+            .max_by(|a, b| mean(a).total_cmp(&mean(b)))
+            .unwrap();
+        let best = best["variant"].as_str().unwrap();
+        let out = dir.join("best-left-out");
+        let (code, _, err) = normrl(&["report", s(&runs), "--out", s(&out), "--leave-out", best]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            json(&out)["score_ranges"],
+            full["score_ranges"],
+            "left out {best}"
+        );
         let result: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(run.join("result.json")).unwrap())
                 .unwrap();

@@ -150,7 +150,8 @@ pub struct ReportArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Leave out every run of this method (repeatable): one that another comparison
-    /// retrained, say. The report names it at the top.
+    /// retrained, say. The report names it at the top; scores are normalized as with
+    /// it, so that the other methods' normalized scores stay where they were.
     #[arg(long = "leave-out", value_name = "METHOD")]
     pub leave_out: Vec<String>,
 }
@@ -416,6 +417,10 @@ pub fn report(args: &ReportArgs) -> Result<()> {
         settings.baseline = args.baseline.clone();
     }
     let mut loaded = report::load_runs(&args.dirs, &settings.thresholds)?;
+    if !args.leave_out.is_empty() {
+        // Normalized by every run's ranges, the left-out methods' included.
+        settings.scores = report::all_score_ranges(&loaded, &settings);
+    }
     let left_out = report::leave_out(&mut loaded, &args.leave_out)?;
     let mut built = report::build(loaded, &settings)?;
     built.left_out = left_out;

@@ -31,7 +31,7 @@ pub use leave_out::{leave_out, LeftOut};
 pub use markdown::markdown;
 pub use records::{load_runs, Loaded, RunRecord, VariantStats};
 pub use samplers::SamplerChange;
-pub use summary::{build, Report};
+pub use summary::{all_score_ranges, build, Report};
 
 /// Writes `report` into `out`: `report.md`, `runs.csv`, `summary.csv`, `report.json`
 /// and the charts.

@@ -131,6 +131,21 @@ impl Report {
     }
 }
 
+/// [`score_ranges`] of every run `loaded` holds: a report that leaves methods out
+/// (`--leave-out`) normalizes by these, so that leaving a method out does not move the
+/// others' normalized scores (the best variant may be one left out).
+pub fn all_score_ranges(loaded: &Loaded, config: &ReportConfig) -> BTreeMap<String, ScoreRange> {
+    let groups = group(&loaded.runs);
+    let mut envs: Vec<&str> = loaded.runs.iter().map(|r| r.env.as_str()).collect();
+    envs.sort_unstable();
+    envs.dedup();
+    let per_env: Vec<VariantStats> = groups
+        .iter()
+        .map(|((env, variant), rs)| variant_stats(env, variant, rs))
+        .collect();
+    score_ranges(&envs, &per_env, config)
+}
+
 /// Score ranges: configured, else the random-policy score (from the environment
 /// registry) and the best variant's mean final return in this comparison.
 fn score_ranges(
