@@ -255,9 +255,15 @@ fn dry_run(
             Timing::Classes(&class_costs(config, runs)?),
         ),
     };
-    eprintln!("{}", describe(&mine)?);
-    if rate.is_none() {
-        eprintln!("{}", rates_by_env(&class_costs(config, &mine)?));
+    match &rate {
+        Some(_) => eprintln!("{}", describe(&mine)?),
+        // The plan's cost classes once, for its line and its table per setting.
+        None => {
+            let costs = class_costs(config, &mine)?;
+            let timing = Timing::Classes(&costs);
+            eprintln!("{}", describe_plan(config, &mine, args.jobs, timing)?);
+            eprintln!("{}", rates_by_env(&costs));
+        }
     }
     // A study that goes on (a restart, an archive merged) costs only what is left.
     let left: Vec<PlannedRun> = mine

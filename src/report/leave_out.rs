@@ -51,27 +51,11 @@ pub fn leave_out(loaded: &mut Loaded, methods: &[String]) -> Result<LeftOut> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::report::records::RunRecord;
 
     fn run(variant: &str) -> RunRecord {
-        RunRecord {
-            env: "minatar/breakout".into(),
-            axes: RunAxes::of(variant, None, "none"),
-            variant: variant.into(),
-            seed: 1,
-            final_return: 1.0,
-            auc: 1.0,
-            steps_to_threshold: None,
-            wall_seconds: 1.0,
-            steps_per_second: 1.0,
-            diverged: false,
-            eval_curve: vec![],
-            train_curve: vec![],
-            diagnostics: BTreeMap::new(),
-        }
+        crate::report::samplers_tests::run("minatar/breakout", variant, 1, 1.0)
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::summary::{build, Report};
 const ENVS: [&str; 2] = ["minatar/breakout", "minatar/asterix"];
 
 /// A finished run with only what the aggregates read: its final return.
-fn run(env: &str, variant: &str, seed: u64, final_return: f64) -> RunRecord {
+pub(super) fn run(env: &str, variant: &str, seed: u64, final_return: f64) -> RunRecord {
     RunRecord {
         env: env.to_string(),
         axes: RunAxes::of(variant, None, "none"),

@@ -82,10 +82,7 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
         baseline,
         ..config.clone()
     };
-    let per_env: Vec<VariantStats> = groups
-        .iter()
-        .map(|((env, variant), rs)| variant_stats(env, variant, rs))
-        .collect();
+    let per_env = per_variant(&groups);
     let ranges = score_ranges(&envs, &per_env, config);
     let scores = Scores {
         envs: &envs,
@@ -131,6 +128,14 @@ impl Report {
     }
 }
 
+/// Each environment's and variant's statistics, from its runs.
+fn per_variant(groups: &BTreeMap<(&str, &str), Vec<&RunRecord>>) -> Vec<VariantStats> {
+    groups
+        .iter()
+        .map(|((env, variant), rs)| variant_stats(env, variant, rs))
+        .collect()
+}
+
 /// [`score_ranges`] of every run `loaded` holds: a report that leaves methods out
 /// (`--leave-out`) normalizes by these, so that leaving a method out does not move the
 /// others' normalized scores (the best variant may be one left out).
@@ -139,10 +144,7 @@ pub fn all_score_ranges(loaded: &Loaded, config: &ReportConfig) -> BTreeMap<Stri
     let mut envs: Vec<&str> = loaded.runs.iter().map(|r| r.env.as_str()).collect();
     envs.sort_unstable();
     envs.dedup();
-    let per_env: Vec<VariantStats> = groups
-        .iter()
-        .map(|((env, variant), rs)| variant_stats(env, variant, rs))
-        .collect();
+    let per_env = per_variant(&groups);
     score_ranges(&envs, &per_env, config)
 }
 

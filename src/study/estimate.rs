@@ -152,17 +152,18 @@ pub fn class_costs(config: &CompareConfig, runs: &[PlannedRun]) -> Result<ClassC
     let (costs, measured_now) = crate::study::rates::step_costs(&configs)?;
     let cost = |c: &TrainConfig| costs[&crate::study::rates::class_of(c)];
     let run_seconds = configs.iter().map(|c| cost(c).run_seconds(c)).collect();
-    // Steps and seconds by environment and batch size; summed over environments too.
-    type Sums = BTreeMap<(String, usize), (f64, f64)>;
+    // Steps and seconds by environment and batch size, and over all environments
+    // (`None`).
+    type Sums = BTreeMap<(Option<String>, usize), (f64, f64)>;
     let mut sums: Sums = BTreeMap::new();
     for c in &configs {
-        for env in [c.env.id.clone(), String::new()] {
+        for env in [Some(c.env.id.clone()), None] {
             let (steps, seconds) = sums.entry((env, c.replay.batch_size)).or_default();
             *steps += c.run.total_steps as f64;
             *seconds += c.run.total_steps as f64 * cost(c).training;
         }
     }
-    let mut by_env: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
+    let mut by_env: BTreeMap<Option<String>, Vec<(usize, f64)>> = BTreeMap::new();
     for ((env, batch), (steps, seconds)) in sums {
         let rate = steps / seconds.max(1e-12);
         by_env.entry(env).or_default().push((batch, rate));
@@ -171,8 +172,11 @@ pub fn class_costs(config: &CompareConfig, runs: &[PlannedRun]) -> Result<ClassC
         run_seconds,
         classes: costs.len(),
         measured_now,
-        rates: by_env.remove("").unwrap_or_default(),
-        by_env: by_env.into_iter().collect(),
+        rates: by_env.remove(&None).unwrap_or_default(),
+        by_env: by_env
+            .into_iter()
+            .filter_map(|(env, rates)| Some((env?, rates)))
+            .collect(),
     })
 }
 

@@ -4,7 +4,7 @@
 //! study's `[set]` block. This file's keys win: a scalar or a list replaces the other's
 //! (`seeds`, `variants`, an axis' values); the tables `set`, `axes`, `slurm` and
 //! `report` (with its `thresholds` and `scores`) merge key by key. A value inside
-//! `set` is never merged (`{ type = "soft", tau = 0.005 }` replaces a hard target
+//! `set` is never merged (`{ type = "polyak", tau = 0.005 }` replaces a hard target
 //! update whole). `name` must be its own: runs go to `runs/<name>/`.
 
 use std::path::{Path, PathBuf};
