@@ -66,8 +66,13 @@ impl Methods {
         let names = report.methods();
         let set: BTreeSet<Setting> = report.runs.iter().map(|r| r.axes.setting.clone()).collect();
         let mut settings: Vec<Setting> = set.into_iter().collect();
-        // Larger batches first: the small-batch end of a row is on the right.
-        settings.sort_by_key(|s| (s.sampler.clone(), std::cmp::Reverse(s.batch_size)));
+        // Samplers from the least correlated to the most (as the grids' columns), and
+        // within one, larger batches first: the small-batch end of a row is on the right.
+        settings.sort_by(|a, b| {
+            let key = |s: &Setting| (sampler_rank(s.sampler.as_deref()).0, s.batch_size);
+            let ((ra, ba), (rb, bb)) = (key(a), key(b));
+            ra.cmp(&rb).then(bb.cmp(&ba)).then(a.cmp(b))
+        });
         Self { names, settings }
     }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::grid::RunAxes;
-use super::layout_tests::{check_svg, texts};
+use super::layout_tests::{check_svg, texts, Box2};
 use super::records::{Loaded, RunRecord};
 use super::settings::{ReportConfig, ScoreRange};
 use super::summary::{build, Report};
@@ -390,7 +390,7 @@ fn settings_are_a_grid_and_a_wide_diagnostic_takes_a_symmetric_log_axis() {
     let (dir, _) = written(&report(runs), "settings-grid");
     let svg = dir.join("diagnostics-param_norm-all-minatar_breakout.svg");
     check_svg(&svg);
-    let texts = texts(&std::fs::read_to_string(&svg).unwrap());
+    let texts = texts_of(&svg);
     let at = |label: &str| {
         let found = texts.iter().find(|(t, _)| t == label);
         found
@@ -414,12 +414,28 @@ fn settings_are_a_grid_and_a_wide_diagnostic_takes_a_symmetric_log_axis() {
     assert!((u32_.0 - u1.0).abs() < 1.0 && (s32.0 - s1.0).abs() < 1.0);
     // Batch 32 has no online panel: the row's third column is blank.
     assert!(!texts.iter().any(|(t, _)| t.contains("online, batch 32")));
+    // The aggregate figure's rows: samplers from the least correlated to the most
+    // (not by name: online, sequential, uniform), larger batches first within one.
+    let aggregate = texts_of(&dir.join("aggregate.svg"));
+    let top = |setting: &str| {
+        let title = format!("IQM, {setting}");
+        let found = aggregate.iter().find(|(t, _)| *t == title);
+        found.unwrap_or_else(|| panic!("no '{title}'")).1 .1
+    };
+    let rows = settings.map(|(b, s)| top(&format!("{s}, batch {b}")));
+    let order = [0, 2, 4, 1, 3, 5, 6].map(|i| rows[i]);
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{rows:?}");
     // The axis: symmetric-log, ticks on every other decade (80 to 1.4e7 spans six).
     assert!(texts.iter().any(|(t, _)| t == "parameter norm (symlog)"));
     for tick in ["100", "10k", "1M"] {
         at(tick);
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The labels of the SVG at `path` and their boxes.
+fn texts_of(path: &std::path::Path) -> Vec<(String, Box2)> {
+    texts(&std::fs::read_to_string(path).unwrap())
 }
 
 /// Two methods with the same returns and a third far below: the leader's sentence
