@@ -591,6 +591,21 @@ fn ranges(report: &Report, md: &mut String) {
             r.random, r.reference
         );
     }
+    // A reference derived from the runs moves when runs are added; a study fixes its
+    // ranges once its grid is done, so that every later report normalizes alike. The
+    // block is exact (`{:?}` prints the shortest form that reads back as the same f64).
+    md.push_str(
+        "\nTo normalize later reports by exactly these ranges, put them in the comparison's config:\n\n```toml\n[report.scores]\n",
+    );
+    for (env, r) in &report.score_ranges {
+        let key = toml::Value::String(env.clone());
+        let _ = writeln!(
+            md,
+            "{key} = {{ random = {:?}, reference = {:?} }}",
+            r.random, r.reference
+        );
+    }
+    md.push_str("```\n");
 }
 
 /// Appends the CSV row of `fields` to `csv`: joined by commas, unquoted.

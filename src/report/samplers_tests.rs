@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::aggregate::AggregateStats;
 use super::grid::RunAxes;
 use super::layout_tests::{check_svg, texts, Box2};
 use super::records::{Loaded, RunRecord};
@@ -464,5 +465,44 @@ fn a_leader_names_the_methods_it_is_not_told_from() {
         b4.ends_with(", its interval overlapping group_norm's"),
         "{leaders}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Ranges derived from the runs (no `[report] scores`): report.md gives them as a TOML
+/// block that reads back as the same numbers, and a report configured with it
+/// normalizes every score exactly as the one that derived them.
+#[test]
+fn derived_ranges_are_written_to_be_fixed_in_the_config() {
+    let mut runs = vec![];
+    seeds(&mut runs, "b4-uniform-none", 1.0 / 3.0);
+    seeds(&mut runs, "b4-uniform-layer_norm", 2.0 / 7.0);
+    let loaded = || Loaded {
+        runs: runs.clone(),
+        ..Loaded::default()
+    };
+    let derived = build(loaded(), &ReportConfig::default()).unwrap();
+    let (dir, _) = written(&derived, "fixed-ranges");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let block = md
+        .split("```toml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let table: toml::Table = toml::from_str(block).unwrap();
+    let config: ReportConfig = table["report"].clone().try_into().unwrap();
+    assert_eq!(config.scores, derived.score_ranges);
+    // Breakout's best mean (none's seeds, 1/3 + 0..3) is no short decimal: the list's
+    // two decimals would have moved it.
+    let breakout = config.scores["minatar/breakout"].reference;
+    assert!((breakout - (1.0 / 3.0 + 1.5)).abs() < 1e-12);
+    assert_ne!(format!("{breakout:.2}").parse::<f64>().unwrap(), breakout);
+    let fixed = build(loaded(), &config).unwrap();
+    let iqm = |r: &Report| -> Vec<(f64, f64, f64)> {
+        let est = |a: &AggregateStats| (a.iqm.value, a.iqm.low, a.iqm.high);
+        r.aggregate.iter().map(est).collect()
+    };
+    assert_eq!(iqm(&fixed), iqm(&derived));
     std::fs::remove_dir_all(&dir).unwrap();
 }
