@@ -30,8 +30,10 @@ pub struct Estimate {
 }
 
 impl Estimate {
-    fn of(tasks: &[Vec<f64>], stat: fn(&[Vec<f64>]) -> f64, seed: u64) -> Self {
-        let (low, high) = stratified_bootstrap_ci(tasks, stat, REPS, 0.95, seed);
+    /// `salt` tells the statistics apart; the data seeds the rest (the same runs, the
+    /// same interval, wherever they sit in a report).
+    fn of(tasks: &[Vec<f64>], stat: fn(&[Vec<f64>]) -> f64, salt: u64) -> Self {
+        let (low, high) = stratified_bootstrap_ci(tasks, stat, REPS, 0.95, salt);
         Self {
             value: stat(tasks),
             low,
@@ -130,24 +132,23 @@ pub fn aggregates(
         .map(|a| a.method.clone());
     let taus = taus();
     let mut out = vec![];
-    for (k, v) in variants.iter().enumerate() {
+    for v in variants {
         let Some(axes) = scores.axes(v).cloned() else {
             continue;
         };
         let tasks: Vec<Vec<f64>> = non_empty(scores.of(v, true));
-        let seed = 10 * k as u64;
         let improvement = base_method
             .as_deref()
             .and_then(|m| scores.variant_of(m, &axes.setting))
             .filter(|b| b != v)
-            .map(|b| improvement(scores, v, b, seed + 5));
+            .map(|b| improvement(scores, v, b, 5));
         let profile = taus
             .iter()
             .enumerate()
             .map(|(i, &tau)| {
                 let above = |t: &[Vec<f64>]| performance_profile(t, &[tau])[0];
                 let (low, high) =
-                    stratified_bootstrap_ci(&tasks, above, PROFILE_REPS, 0.95, seed + i as u64);
+                    stratified_bootstrap_ci(&tasks, above, PROFILE_REPS, 0.95, 10 + i as u64);
                 Estimate {
                     value: above(&tasks),
                     low,
@@ -160,10 +161,10 @@ pub fn aggregates(
             method: axes.method,
             setting: axes.setting,
             runs: tasks.iter().map(Vec::len).sum(),
-            median: Estimate::of(&tasks, aggregate_median, seed + 1),
-            iqm: Estimate::of(&tasks, aggregate_iqm, seed + 2),
-            mean: Estimate::of(&tasks, aggregate_mean, seed + 3),
-            optimality_gap: Estimate::of(&tasks, optimality_gap, seed + 4),
+            median: Estimate::of(&tasks, aggregate_median, 1),
+            iqm: Estimate::of(&tasks, aggregate_iqm, 2),
+            mean: Estimate::of(&tasks, aggregate_mean, 3),
+            optimality_gap: Estimate::of(&tasks, optimality_gap, 4),
             improvement,
             profile,
         });
@@ -211,9 +212,8 @@ pub fn by_batch_size(scores: &Scores, aggregates: &[AggregateStats]) -> Vec<Batc
         if finals.is_empty() {
             continue;
         }
-        let seed = points.len() as u64;
         let one = std::slice::from_ref(&finals);
-        let (low, high) = stratified_bootstrap_ci(one, aggregate_iqm, REPS, 0.95, seed);
+        let (low, high) = stratified_bootstrap_ci(one, aggregate_iqm, REPS, 0.95, 0);
         points.push(BatchPoint {
             env: Some(env.to_string()),
             method: axes.method.clone(),
@@ -287,8 +287,7 @@ pub fn batch_changes(scores: &Scores, variants: &[String]) -> Vec<BatchChange> {
         if from == to {
             continue;
         }
-        let seed = 9_000 + out.len() as u64;
-        let change = batch_size_change(scores, large, small, seed);
+        let change = batch_size_change(scores, large, small, 9_000);
         out.push(BatchChange {
             method,
             sampler,

@@ -53,7 +53,6 @@ pub fn sampler_changes(scores: &Scores, variants: &[String]) -> Vec<SamplerChang
             continue;
         };
         for (to, &variant) in samplers.iter().filter(|(s, _)| *s != UNIFORM) {
-            let seed = SEED + out.len() as u64;
             let same_runs = same_runs(scores, from, variant);
             let exact = Estimate {
                 value: 0.0,
@@ -62,7 +61,7 @@ pub fn sampler_changes(scores: &Scores, variants: &[String]) -> Vec<SamplerChang
             };
             let change = match same_runs {
                 true => Some(exact),
-                false => iqm_change(scores, from, variant, seed),
+                false => iqm_change(scores, from, variant, SEED),
             };
             if let Some(change) = change {
                 out.push(SamplerChange {

@@ -136,7 +136,7 @@ fn a_setting_of_the_same_runs_is_named_and_left_out_of_the_figure() {
         seeds(&mut runs, &format!("b1-uniform-{method}"), 1.0);
         seeds(&mut runs, &format!("b1-sequential-{method}"), 1.0);
         seeds(&mut runs, &format!("b4-uniform-{method}"), 2.0);
-        seeds(&mut runs, &format!("b4-sequential-{method}"), 1.0);
+        seeds(&mut runs, &format!("b4-sequential-{method}"), -2.0);
     }
     let r = report(runs);
     let (dir, _) = written(&r, "same-runs");
@@ -157,6 +157,8 @@ fn a_setting_of_the_same_runs_is_named_and_left_out_of_the_figure() {
     for row in table.lines().skip(2).take(2) {
         let cells: Vec<&str> = row.split(" | ").collect();
         assert!(cells[2].ends_with(" †") && !cells[1].contains('†'), "{row}");
+        // One measurement: the same estimate and interval, to the last digit.
+        assert_eq!(cells[2].trim_end_matches(" †"), cells[1], "{row}");
         assert!(!cells[3].contains('†') && !cells[4].contains('†'), "{row}");
     }
     assert!(
@@ -174,13 +176,15 @@ fn a_single_sampler_has_no_change() {
     assert!(report(runs).sampler_changes.is_empty());
 }
 
-/// Two methods at batch 1 and 4, with `samplers`; the second method a notch better.
+/// Two methods at batch 1 and 4, with `samplers`: the second method 5 better (0.5
+/// normalized), each correlated sampler 4 worse than the last (0.4), so that both
+/// differences stand clear of a spread of 3 over the seeds.
 fn grid(samplers: &[&str]) -> Report {
     let mut runs = vec![];
     for (m, method) in ["none", "layer_norm"].iter().enumerate() {
         for batch in [1, 4] {
             for (s, sampler) in samplers.iter().enumerate() {
-                let first = (batch + m) as f64 - s as f64;
+                let first = (batch + 5 * m) as f64 - 4.0 * s as f64;
                 seeds(&mut runs, &format!("b{batch}-{sampler}-{method}"), first);
             }
         }
@@ -217,7 +221,7 @@ fn two_samplers_get_the_change_figure_its_section_and_the_table() {
     }
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("![change from uniform to correlated batches](sampler_change.png)"));
-    // Every cell loses 1 (0.1 normalized) from uniform to sequential: all four
+    // Every cell loses 4 (0.4 normalized) from uniform to sequential: all four
     // intervals lie below zero, and the sentence names a method with its interval.
     assert!(
         md.contains("4 of 4 intervals lie below zero, 0 above."),
@@ -235,8 +239,8 @@ fn two_samplers_get_the_change_figure_its_section_and_the_table() {
         "sequential, batch 1",
     ];
     assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{leaders}");
-    // layer_norm leads every setting by 0.1 normalized over none, with intervals 0.06
-    // wide: apart, so no overlap is named.
+    // layer_norm leads every setting by 0.5 normalized over none, with intervals about
+    // 0.2 wide: apart, so no overlap is named.
     assert!(
         leaders.contains("layer_norm at uniform, batch 4 ("),
         "{leaders}"
@@ -505,4 +509,53 @@ fn derived_ranges_are_written_to_be_fixed_in_the_config() {
     };
     assert_eq!(iqm(&fixed), iqm(&derived));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An interval is the data's: leaving a method out of a report, which moves where the
+/// others sit in it, leaves their intervals as they were.
+#[test]
+fn a_method_left_out_moves_no_other_interval() {
+    let mut runs = vec![];
+    seeds(&mut runs, "b4-uniform-batch_norm", 0.5);
+    seeds(&mut runs, "b4-uniform-none", 1.0);
+    seeds(&mut runs, "b4-uniform-layer_norm", 2.0);
+    seeds(&mut runs, "b4-sequential-none", 0.0);
+    seeds(&mut runs, "b4-sequential-layer_norm", 3.0);
+    let all = report(runs.clone());
+    runs.retain(|r| !r.variant.ends_with("batch_norm"));
+    let fewer = report(runs);
+    let of = |r: &Report, v: &str| {
+        let a = r.aggregate.iter().find(|a| a.variant == v).unwrap();
+        (
+            a.iqm.value,
+            a.iqm.low,
+            a.iqm.high,
+            a.median.low,
+            a.median.high,
+        )
+    };
+    for v in [
+        "b4-uniform-none",
+        "b4-uniform-layer_norm",
+        "b4-sequential-none",
+    ] {
+        assert_eq!(of(&all, v), of(&fewer, v), "{v}");
+    }
+    // The runs come with their environments interleaved (`seeds`), unsorted: each
+    // environment is still one stratum, so a variant counts its 8 runs, not 8 per
+    // variant in the report (an environment listed once per variant had counted 40).
+    assert!(
+        all.aggregate.iter().all(|a| a.runs == 8),
+        "{:?}",
+        all.aggregate
+    );
+    let change = |r: &Report| {
+        let c = r
+            .sampler_changes
+            .iter()
+            .find(|c| c.method == "layer_norm")
+            .unwrap();
+        (c.change.low, c.change.high)
+    };
+    assert_eq!(change(&all), change(&fewer));
 }

@@ -46,11 +46,7 @@ pub fn build(loaded: Loaded, config: &ReportConfig) -> Result<Report> {
         bail!("no finished runs (summary.json) found");
     }
     let groups = group(&runs);
-    let envs: Vec<&str> = {
-        let mut e: Vec<&str> = runs.iter().map(|r| r.env.as_str()).collect();
-        e.dedup();
-        e
-    };
+    let envs = env_ids(&runs);
     let variants: Vec<String> = {
         let mut v: Vec<String> = runs.iter().map(|r| r.variant.clone()).collect();
         v.sort();
@@ -141,11 +137,19 @@ fn per_variant(groups: &BTreeMap<(&str, &str), Vec<&RunRecord>>) -> Vec<VariantS
 /// others' normalized scores (the best variant may be one left out).
 pub fn all_score_ranges(loaded: &Loaded, config: &ReportConfig) -> BTreeMap<String, ScoreRange> {
     let groups = group(&loaded.runs);
-    let mut envs: Vec<&str> = loaded.runs.iter().map(|r| r.env.as_str()).collect();
-    envs.sort_unstable();
-    envs.dedup();
+    let envs = env_ids(&loaded.runs);
     let per_env = per_variant(&groups);
     score_ranges(&envs, &per_env, config)
+}
+
+/// The environments `runs` ran on, each once, by name. Sorted before the dedup: runs
+/// come sorted from disk, but not from every caller, and an environment listed twice
+/// would be two strata of the bootstrap (intervals too narrow by the count's root).
+fn env_ids(runs: &[RunRecord]) -> Vec<&str> {
+    let mut envs: Vec<&str> = runs.iter().map(|r| r.env.as_str()).collect();
+    envs.sort_unstable();
+    envs.dedup();
+    envs
 }
 
 /// Score ranges: configured, else the random-policy score (from the environment
