@@ -47,9 +47,7 @@ pub fn write(report: &Report, out: &Path) -> Result<()> {
     aggregate(report, &methods, out)?;
     improvement(report, &methods, out)?;
     profiles(report, &methods, out)?;
-    let mut envs: Vec<&str> = report.runs.iter().map(|r| r.env.as_str()).collect();
-    envs.dedup();
-    for env in envs {
+    for env in report.envs() {
         environment(report, env, &methods, out)?;
     }
     Ok(())

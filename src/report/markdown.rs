@@ -481,9 +481,7 @@ fn environments(report: &Report, md: &mut String) {
         );
     }
     md.push('\n');
-    let mut envs: Vec<&str> = report.per_env.iter().map(|s| s.env.as_str()).collect();
-    envs.dedup();
-    for env in envs {
+    for env in report.envs() {
         environment(report, env, md);
     }
 }

@@ -113,6 +113,11 @@ impl Report {
         Some(run.map_or(base.as_str(), |r| r.axes.method.as_str()))
     }
 
+    /// The environments of the report's runs, each once, by name.
+    pub fn envs(&self) -> Vec<&str> {
+        env_ids(&self.runs)
+    }
+
     /// The methods in the order every figure and table lists them: the baseline's
     /// first, the others by name.
     pub fn methods(&self) -> Vec<String> {
