@@ -50,6 +50,9 @@ pub struct AggregateStats {
     pub setting: Setting,
     /// Runs counted, over every environment (n of the intervals).
     pub runs: usize,
+    /// Environments with a run counted: fewer than the report's where a grid is not
+    /// done, and then the cell is not comparable with one over all of them.
+    pub envs: usize,
     pub median: Estimate,
     pub iqm: Estimate,
     pub mean: Estimate,
@@ -161,6 +164,7 @@ pub fn aggregates(
             method: axes.method,
             setting: axes.setting,
             runs: tasks.iter().map(Vec::len).sum(),
+            envs: tasks.len(),
             median: Estimate::of(&tasks, aggregate_median, 1),
             iqm: Estimate::of(&tasks, aggregate_iqm, 2),
             mean: Estimate::of(&tasks, aggregate_mean, 3),

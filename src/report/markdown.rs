@@ -298,6 +298,7 @@ fn setting_table(report: &Report, md: &mut String) {
         let changes = report.sampler_changes.iter();
         changes.filter(of).filter(to).any(|c| c.same_runs)
     };
+    let all_envs = report.envs().len();
     for method in report.methods() {
         let cells: Vec<String> = settings
             .iter()
@@ -307,8 +308,10 @@ fn setting_table(report: &Report, md: &mut String) {
                     .iter()
                     .find(|a| a.method == method && &a.setting == *s);
                 let mark = if same(&method, s) { " †" } else { "" };
-                a.filter(|a| a.runs > 0)
-                    .map_or_else(|| "-".into(), |a| format!("{}{mark}", est(&a.iqm)))
+                a.filter(|a| a.runs > 0).map_or_else(
+                    || "-".into(),
+                    |a| format!("{}{mark}{}", est(&a.iqm), partial(a, all_envs)),
+                )
             })
             .collect();
         let _ = writeln!(md, "| {method} | {} |", cells.join(" | "));
@@ -316,6 +319,23 @@ fn setting_table(report: &Report, md: &mut String) {
     md.push('\n');
     if report.sampler_changes.iter().any(|c| c.same_runs) {
         md.push_str("† The same runs as uniform at that batch size, seed for seed (trained alike to the same final return): one measurement, not two.\n\n");
+    }
+    if report
+        .aggregate
+        .iter()
+        .any(|a| a.runs > 0 && a.envs < all_envs)
+    {
+        let _ = writeln!(md, "‡ k/{all_envs}: over the k environments with a finished run only, of the report's {all_envs}; not comparable with a cell over all of them.\n");
+    }
+}
+
+/// A cell's mark where its aggregate covers fewer environments than the report: a
+/// study half done aggregates a method over the games it finished, and a cell over two
+/// easy games would read as better than one over five.
+fn partial(a: &AggregateStats, all_envs: usize) -> String {
+    match a.envs < all_envs {
+        true => format!(" ‡{}/{all_envs}", a.envs),
+        false => String::new(),
     }
 }
 

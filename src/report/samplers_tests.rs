@@ -559,3 +559,31 @@ fn a_method_left_out_moves_no_other_interval() {
     };
     assert_eq!(change(&all), change(&fewer));
 }
+
+/// A method that has finished one of the two games: its cells are marked with the
+/// games they cover, as not comparable with the cells over both; complete cells are not.
+#[test]
+fn a_cell_over_fewer_environments_is_marked() {
+    let mut runs = vec![];
+    for (sampler, first) in [("uniform", 1.0), ("sequential", 0.0)] {
+        seeds(&mut runs, &format!("b4-{sampler}-none"), first);
+        seeds(&mut runs, &format!("b4-{sampler}-layer_norm"), first + 1.0);
+    }
+    runs.retain(|r| !(r.variant == "b4-sequential-layer_norm" && r.env == ENVS[1]));
+    let (dir, _) = written(&report(runs), "partial-cells");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let header = "| method | b4 uniform | b4 sequential |\n|---|---|---|\n";
+    let table = md.find(header).unwrap_or_else(|| panic!("{md}")) + header.len();
+    let rows: Vec<Vec<&str>> = md[table..]
+        .lines()
+        .take(2)
+        .map(|row| row.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
+    assert_eq!(rows[0][0], "layer_norm", "{rows:?}");
+    assert!(is_estimate(rows[0][1]), "{rows:?}");
+    let (estimate, mark) = rows[0][2].split_once(" ‡").unwrap();
+    assert!(is_estimate(estimate) && mark == "1/2", "{rows:?}");
+    assert!(rows[1][1..].iter().all(|c| is_estimate(c)), "{rows:?}");
+    assert!(md.contains("‡ k/2: over the k environments"), "{md}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
