@@ -14,6 +14,9 @@
 #   scripts/study-v1.sh report DIR     the report of all three into DIR/all, and of the
 #                                      seven methods (weight norm's two with the fixed
 #                                      init only) into DIR/seven, by the checkout's build
+#   scripts/study-v1.sh finish         once every run is finished: the score ranges fixed
+#                                      in the study's config, both reports drawn into
+#                                      docs/results/minatar-study-v1/{all,seven}
 #
 # Processes are found by the ids this script wrote, never by name.
 set -euo pipefail
@@ -123,6 +126,30 @@ report() {
     --leave-out weight_norm --leave-out wn_mean_only_bn --out "$out/seven" >/dev/null
 }
 
+# Once every run of the three is finished: the score ranges of all runs fixed into the
+# study's config (exactly, from report.md's block), so that every later report
+# normalizes alike, then both reports drawn into the results folder.
+finish() {
+  local config=configs/compare/minatar-study-v1.toml left=0
+  for part in "${parts[@]}"; do
+    local comparison binary n
+    comparison=$(field "$part" 2) binary=$(field "$part" 3)
+    n=$("runs/.bin/$binary" status "runs/$comparison" |
+      awk -F'|' '$2 ~ /^ all / { print $4 + $5 + $6 + $7 + $8 }')
+    [ "${n:-1}" = 0 ] || { echo "$comparison: ${n:-?} runs not finished" >&2; left=1; }
+  done
+  [ "$left" = 0 ] || exit 1
+  if ! grep -q '^\[report.scores\]' "$config"; then
+    local tmp
+    tmp=$(mktemp -d)
+    report "$tmp"
+    { echo; echo "# The score ranges of all three comparisons' runs, fixed once the grids were done."
+      sed -n '/^```toml$/,/^```$/p' "$tmp/all/report.md" | sed '1d;$d'; } >>"$config"
+    rm -r "$tmp"
+  fi
+  report "$results"
+}
+
 case "${1:-}" in
   start) start ;;
   pause) signal STOP ;;
@@ -130,5 +157,6 @@ case "${1:-}" in
   status) status ;;
   pack) pack "${2:-}" ;;
   report) report "${2:-}" ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  finish) finish ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
