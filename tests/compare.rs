@@ -510,6 +510,7 @@ fn a_comparison_trains_its_seeds_as_populations() {
 /// `--dry-run --measure`: the study's first population is trained for a few hundred
 /// steps with updates in a scratch folder, its rate is stated and the study's time
 /// estimated by it (steps over rate); nothing is left behind and no run is created.
+/// Then a grid of two batch sizes, each priced at its own rate.
 #[test]
 fn a_dry_run_measures_the_studys_rate_on_its_device() {
     let (dir, config) = setup(
@@ -542,6 +543,7 @@ fn a_dry_run_measures_the_studys_rate_on_its_device() {
         "{steps} steps at {rate}/s: {err}"
     );
     assert!(!runs.exists(), "a dry run created {}", runs.display());
+    each_batch_size_is_measured();
     let scratch = std::env::temp_dir().join("normrl-measure-");
     let left = std::fs::read_dir(std::env::temp_dir())
         .unwrap()
@@ -553,6 +555,44 @@ fn a_dry_run_measures_the_studys_rate_on_its_device() {
         });
     let _ = std::fs::remove_dir_all(dir);
     assert!(!left, "the measurement's scratch folder was left behind");
+}
+
+/// A grid of two batch sizes is priced at each one's rate: the first population of each
+/// trained, both rates stated, and the study's time the sum of each run's steps over
+/// its batch size's rate (one rate for all would be off by their ratio).
+fn each_batch_size_is_measured() {
+    let (dir, config) = setup(
+        "measure-batches",
+        &[
+            ("seeds = 2", "seeds = 2\npopulation = \"seeds\""),
+            ("[axes]", "[axes]\nbatch_size = [4, 64]"),
+            ("baseline = \"none\"", "baseline = \"b4-none\""),
+        ],
+    );
+    let runs = dir.join("runs");
+    let long = ["--dry-run", "--set", "run.total_steps=20000000"];
+    let (code, _, err) = normrl(&compare_args(&config, &runs, &long));
+    assert_eq!(code, 0, "{err}");
+    let measured = err
+        .split("measured on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{err}"));
+    let b4: f64 = common::number_after(measured, "batch 4 ", ',');
+    let b64: f64 = common::number_after(measured, "batch 64 ", ' ');
+    assert!(
+        measured.contains("(the first population of each batch size, of 2, 300 steps"),
+        "{err}"
+    );
+    // 8 runs of 2e7 steps, half of them at each batch size.
+    let hours = 4.0 * 2e7 * (1.0 / b4 + 1.0 / b64) / 3600.0;
+    let stated: f64 = common::number_after(measured, "take about ", ' ');
+    assert!(
+        (stated - hours).abs() <= 0.05 + hours * 1e-3,
+        "{hours} h: {err}"
+    );
+    assert!(b4 > b64, "batch 64 steps slower than batch 4: {err}");
+    assert!(!runs.exists(), "a dry run created {}", runs.display());
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A variant that sets a key an axis also sets would train its own value under a label

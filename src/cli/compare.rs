@@ -11,7 +11,7 @@ use crate::report;
 use crate::report::settings::ReportConfig;
 use crate::study::compare::{CompareConfig, PlannedRun};
 use crate::study::estimate::{
-    check_plan, class_costs, describe_plan, measure_rate, rates_by_env, study_on_gpu, Timing,
+    check_plan, class_costs, describe_plan, measure_rates, rates_by_env, study_on_gpu, Timing,
     MEASURED_STEPS,
 };
 use crate::study::execute::execute;
@@ -37,7 +37,8 @@ pub struct CompareArgs {
     /// CPU each cost class of the grid (environment, network, method, batch size,
     /// update frequency) trains for a few hundred updates in a scratch folder (kept
     /// in ~/.cache/normrl/step-costs.json for this machine and binary); on a GPU, or
-    /// with `population`, the first population trains for 300 steps with updates.
+    /// with `population`, the first population of each batch size trains for 300 steps
+    /// with updates.
     #[arg(long)]
     pub dry_run: bool,
     /// Accepted for older scripts: a dry run always measures now.
@@ -240,10 +241,10 @@ fn dry_run(
     if mine.len() < total {
         eprintln!("{} of {total} runs", mine.len());
     }
-    // A GPU's or a population's rate is its first unit's; separate runs on the CPU
-    // are timed by their cost classes.
+    // A GPU's or a population's rates are the first unit's of each batch size;
+    // separate runs on the CPU are timed by their cost classes.
     let rate = match config.population.is_some() || study_on_gpu(config, &mine)? {
-        true => Some(measure_rate(config, &mine, MEASURED_STEPS)?),
+        true => Some(measure_rates(config, &mine, MEASURED_STEPS)?),
         false => None,
     };
     let describe = |runs: &[PlannedRun]| match &rate {

@@ -48,12 +48,14 @@ pub fn check_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -> R
 /// Steps with updates that `compare --dry-run` times on the study's device.
 pub const MEASURED_STEPS: u64 = 300;
 
-/// A study's rate as measured on its device ([`measure_rate`]).
+/// A study's rate as measured on its device ([`measure_rates`]): one population's, of
+/// the runs with its batch size.
 pub struct MeasuredRate {
     pub agent_steps_per_second: f64,
     pub device: String,
     pub members: usize,
     pub steps: u64,
+    pub batch_size: usize,
 }
 
 /// Whether the study's runs ask for a GPU (`run.device` of its first run: `cuda`,
@@ -70,25 +72,34 @@ pub fn study_on_gpu(config: &CompareConfig, runs: &[PlannedRun]) -> Result<bool>
     })
 }
 
-/// The study's rate on its own device: its first population (or first run) trained in
-/// a scratch folder, learning from its first batch, then `steps` steps with updates
-/// timed. Aggregate agent-steps per second.
-pub fn measure_rate(
+/// The study's rates on its own device, one per batch size (what most sets a step's
+/// cost there: a study of batch 1 to 32 priced by its first population's would be off
+/// by the ratio of their rates): the first population (or run) of each batch size
+/// trained in a scratch folder, learning from its first batch, then `steps` steps with
+/// updates timed. Aggregate agent-steps per second.
+pub fn measure_rates(
     config: &CompareConfig,
     runs: &[PlannedRun],
     steps: u64,
-) -> Result<MeasuredRate> {
-    let units = population_units(config, runs)?;
-    let Some(unit) = units.first() else {
+) -> Result<Vec<MeasuredRate>> {
+    let mut firsts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for unit in population_units(config, runs)? {
+        let batch = config.config_for(&runs[unit[0]])?.replay.batch_size;
+        firsts.entry(batch).or_insert(unit);
+    }
+    if firsts.is_empty() {
         bail!("the plan has no runs to measure");
-    };
+    }
     let scratch = std::env::temp_dir().join(format!("normrl-measure-{}", std::process::id()));
-    let result = time_unit(config, runs, unit, &scratch, steps);
+    let result = firsts
+        .values()
+        .map(|unit| time_unit(config, runs, unit, &scratch, steps))
+        .collect();
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }
 
-/// [`measure_rate`] of `unit`, its runs in `scratch`.
+/// [`measure_rates`] of `unit`, its runs in `scratch`.
 fn time_unit(
     config: &CompareConfig,
     runs: &[PlannedRun],
@@ -107,6 +118,7 @@ fn time_unit(
     }
     let warmup = members[0].config().replay.learning_starts + 1;
     let device = members[0].config().run.device.clone();
+    let batch_size = members[0].config().replay.batch_size;
     let mut population = Population::new(members)?;
     population.run(Some(warmup))?;
     let t = std::time::Instant::now();
@@ -117,6 +129,7 @@ fn time_unit(
         device,
         members: unit.len(),
         steps,
+        batch_size,
     })
 }
 
@@ -126,7 +139,7 @@ fn time_unit(
 pub enum Timing<'a> {
     Unmeasured,
     Classes(&'a ClassCosts),
-    Device(&'a MeasuredRate),
+    Device(&'a [MeasuredRate]),
 }
 
 /// Every run's time by its cost class, measured on this CPU.
@@ -258,20 +271,55 @@ pub fn describe_plan(
         ));
     }
     match timing {
-        Timing::Unmeasured => {
-            text.push_str("; `--dry-run` measures its time on this machine")
-        }
+        Timing::Unmeasured => text.push_str("; `--dry-run` measures its time on this machine"),
         Timing::Classes(costs) => text.push_str(&class_text(costs, jobs)),
-        Timing::Device(m) => text.push_str(&format!(
-            "; measured on {}: {:.0} agent-steps/s (a population of {}, {} steps with updates), so the study's {steps} agent-steps take about {} there",
-            m.device,
-            m.agent_steps_per_second,
-            m.members,
-            m.steps,
-            duration(steps as f64 / m.agent_steps_per_second.max(1e-9))
-        )),
+        Timing::Device(rates) => text.push_str(&device_text(config, runs, rates, steps)?),
     }
     Ok(text)
+}
+
+/// The device estimate's words: each run's steps over the rate measured at its batch
+/// size, summed.
+fn device_text(
+    config: &CompareConfig,
+    runs: &[PlannedRun],
+    rates: &[MeasuredRate],
+    steps: u64,
+) -> Result<String> {
+    let mut seconds = 0.0;
+    for run in runs {
+        let c = config.config_for(run)?;
+        let Some(m) = rates.iter().find(|m| m.batch_size == c.replay.batch_size) else {
+            bail!("no rate was measured at batch size {}", c.replay.batch_size);
+        };
+        seconds += c.run.total_steps as f64 / m.agent_steps_per_second.max(1e-9);
+    }
+    let Some(first) = rates.first() else {
+        bail!("no rate was measured");
+    };
+    let measured = match rates {
+        [m] => format!(
+            "{:.0} agent-steps/s (a population of {}, {} steps with updates)",
+            m.agent_steps_per_second, m.members, m.steps
+        ),
+        _ => {
+            let each: Vec<String> = rates
+                .iter()
+                .map(|m| format!("batch {} {:.0}", m.batch_size, m.agent_steps_per_second))
+                .collect();
+            format!(
+                "{} agent-steps/s (the first population of each batch size, of {}, {} steps with updates)",
+                each.join(", "),
+                first.members,
+                first.steps
+            )
+        }
+    };
+    Ok(format!(
+        "; measured on {}: {measured}, so the study's {steps} agent-steps take about {} there",
+        first.device,
+        duration(seconds)
+    ))
 }
 
 /// The CPU estimate's words: core-hours, the wall time for `jobs`, and the rates.
