@@ -23,11 +23,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 results=docs/results/minatar-study-v1
-# archive:comparison:binary:jobs, the binary named by the commit that trains it.
+# archive:comparison:binary:jobs, the binary named by the commit that trains it. Each
+# comparison gets both cores: while two run they share them, and when one finishes the
+# other still keeps both busy (with one job it would leave a core idle to the end).
 parts=(
   "runs:minatar-study-v1:normrl-9ad77c5:2"
-  "init256:minatar-study-v1-init256:normrl-init256-c8d9ba3:1"
-  "online:minatar-study-v1-online:normrl-init256-c8d9ba3:1"
+  "init256:minatar-study-v1-init256:normrl-init256-c8d9ba3:2"
+  "online:minatar-study-v1-online:normrl-init256-c8d9ba3:2"
 )
 field() { echo "$1" | cut -d: -f"$2"; }
 
