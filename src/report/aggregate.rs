@@ -177,7 +177,7 @@ pub fn aggregates(
 }
 
 /// P(`v` > `baseline`) over the environments both have runs on, with its interval.
-fn improvement(scores: &Scores, v: &str, baseline: &str, seed: u64) -> Estimate {
+fn improvement(scores: &Scores, v: &str, baseline: &str, salt: u64) -> Estimate {
     let (mut x, mut y) = (vec![], vec![]);
     for (a, b) in scores
         .of(v, false)
@@ -189,7 +189,7 @@ fn improvement(scores: &Scores, v: &str, baseline: &str, seed: u64) -> Estimate 
             y.push(b);
         }
     }
-    let (value, (low, high)) = paired_ci(&x, &y, probability_of_improvement, REPS, seed);
+    let (value, (low, high)) = paired_ci(&x, &y, probability_of_improvement, REPS, salt);
     Estimate { value, low, high }
 }
 
@@ -247,13 +247,13 @@ pub fn by_batch_size(scores: &Scores, aggregates: &[AggregateStats]) -> Vec<Batc
 
 /// The difference of a method's IQM between two batch sizes (`small` less `large`),
 /// with its interval, over environments (normalized): what the headline's caption says.
-pub fn batch_size_change(scores: &Scores, large: &str, small: &str, seed: u64) -> Estimate {
+pub fn batch_size_change(scores: &Scores, large: &str, small: &str, salt: u64) -> Estimate {
     let (x, y) = (
         non_empty(scores.of(small, true)),
         non_empty(scores.of(large, true)),
     );
     let diff = |a: &[Vec<f64>], b: &[Vec<f64>]| aggregate_iqm(a) - aggregate_iqm(b);
-    let (value, (low, high)) = paired_ci(&x, &y, diff, REPS, seed);
+    let (value, (low, high)) = paired_ci(&x, &y, diff, REPS, salt);
     Estimate { value, low, high }
 }
 

@@ -283,9 +283,9 @@ pub(crate) fn variant_stats(env: &str, variant: &str, all: &[&RunRecord]) -> Var
     let aucs: Vec<f64> = rs.iter().map(|r| r.auc).collect();
     let mut solved: Vec<u64> = rs.iter().filter_map(|r| r.steps_to_threshold).collect();
     solved.sort_unstable();
-    let ci = |values: &Vec<f64>, seed| {
+    let ci = |values: &Vec<f64>, salt| {
         let tasks = std::slice::from_ref(values);
-        stratified_bootstrap_ci(tasks, aggregate_iqm, BOOTSTRAP_REPS, 0.95, seed)
+        stratified_bootstrap_ci(tasks, aggregate_iqm, BOOTSTRAP_REPS, 0.95, salt)
     };
     VariantStats {
         env: env.to_string(),

@@ -12,8 +12,9 @@ use super::grid::UNIFORM;
 use super::records::RunRecord;
 use super::stats::{aggregate_iqm, paired_ci};
 
-/// Seeds of these intervals' bootstraps start here, apart from the other figures'.
-const SEED: u64 = 11_000;
+/// These intervals' bootstrap salt (the runs seed the rest), apart from the other
+/// statistics'.
+const SALT: u64 = 11_000;
 
 /// One method's change from `uniform` to another sampler at one batch size.
 #[derive(Debug, Clone, Serialize)]
@@ -61,7 +62,7 @@ pub fn sampler_changes(scores: &Scores, variants: &[String]) -> Vec<SamplerChang
             };
             let change = match same_runs {
                 true => Some(exact),
-                false => iqm_change(scores, from, variant, SEED),
+                false => iqm_change(scores, from, variant, SALT),
             };
             if let Some(change) = change {
                 out.push(SamplerChange {
@@ -112,7 +113,7 @@ fn same_runs(scores: &Scores, a: &str, b: &str) -> bool {
 /// count, so that the difference compares the same games. Each environment of each
 /// variant is a stratum: seeds are resampled within it, for both samplers apart (their
 /// runs are independent, not paired by seed).
-pub fn iqm_change(scores: &Scores, from: &str, to: &str, seed: u64) -> Option<Estimate> {
+pub fn iqm_change(scores: &Scores, from: &str, to: &str, salt: u64) -> Option<Estimate> {
     let (mut x, mut y) = (vec![], vec![]);
     for (a, b) in scores.of(to, true).into_iter().zip(scores.of(from, true)) {
         if !a.is_empty() && !b.is_empty() {
@@ -124,6 +125,6 @@ pub fn iqm_change(scores: &Scores, from: &str, to: &str, seed: u64) -> Option<Es
         return None;
     }
     let diff = |a: &[Vec<f64>], b: &[Vec<f64>]| aggregate_iqm(a) - aggregate_iqm(b);
-    let (value, (low, high)) = paired_ci(&x, &y, diff, REPS, seed);
+    let (value, (low, high)) = paired_ci(&x, &y, diff, REPS, salt);
     Some(Estimate { value, low, high })
 }
