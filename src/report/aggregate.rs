@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::grid::{RunAxes, Setting};
-use super::records::RunRecord;
+use super::records::{iqm_ci, RunRecord, FINAL_SALT};
 use super::stats::{
     aggregate_iqm, aggregate_mean, aggregate_median, iqm, normalize, optimality_gap, paired_ci,
     performance_profile, probability_of_improvement, stratified_bootstrap_ci,
@@ -216,8 +216,7 @@ pub fn by_batch_size(scores: &Scores, aggregates: &[AggregateStats]) -> Vec<Batc
         if finals.is_empty() {
             continue;
         }
-        let one = std::slice::from_ref(&finals);
-        let (low, high) = stratified_bootstrap_ci(one, aggregate_iqm, REPS, 0.95, 0);
+        let (low, high) = iqm_ci(&finals, FINAL_SALT);
         points.push(BatchPoint {
             env: Some(env.to_string()),
             method: axes.method.clone(),

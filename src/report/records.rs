@@ -275,6 +275,16 @@ pub(crate) fn group(runs: &[RunRecord]) -> BTreeMap<(&str, &str), Vec<&RunRecord
     g
 }
 
+/// The salt of a cell's final-return interval: the per-environment table's and the
+/// headline's per-environment points', one interval for one number.
+pub(crate) const FINAL_SALT: u64 = 1;
+
+/// The IQM's 95% interval of one cell's `values` (its runs on one environment).
+pub(crate) fn iqm_ci(values: &[f64], salt: u64) -> (f64, f64) {
+    let tasks = [values.to_vec()];
+    stratified_bootstrap_ci(&tasks, aggregate_iqm, BOOTSTRAP_REPS, 0.95, salt)
+}
+
 /// One variant's runs on one environment: IQMs with bootstrap intervals, steps to the
 /// threshold, speed.
 pub(crate) fn variant_stats(env: &str, variant: &str, all: &[&RunRecord]) -> VariantStats {
@@ -283,17 +293,14 @@ pub(crate) fn variant_stats(env: &str, variant: &str, all: &[&RunRecord]) -> Var
     let aucs: Vec<f64> = rs.iter().map(|r| r.auc).collect();
     let mut solved: Vec<u64> = rs.iter().filter_map(|r| r.steps_to_threshold).collect();
     solved.sort_unstable();
-    let ci = |values: &Vec<f64>, salt| {
-        let tasks = std::slice::from_ref(values);
-        stratified_bootstrap_ci(tasks, aggregate_iqm, BOOTSTRAP_REPS, 0.95, salt)
-    };
+    let ci = |values: &Vec<f64>, salt| iqm_ci(values, salt);
     VariantStats {
         env: env.to_string(),
         variant: variant.to_string(),
         runs: rs.len(),
         diverged_runs: all.len() - rs.len(),
         final_iqm: iqm(&finals),
-        final_ci: ci(&finals, 1),
+        final_ci: ci(&finals, FINAL_SALT),
         final_mean: mean(&finals),
         auc_iqm: iqm(&aucs),
         auc_ci: ci(&aucs, 2),

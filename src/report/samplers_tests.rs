@@ -587,3 +587,37 @@ fn a_cell_over_fewer_environments_is_marked() {
     assert!(md.contains("‡ k/2: over the k environments"), "{md}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One number, one interval: a cell's final IQM on one environment carries the same
+/// interval in the per-environment table as in the headline's per-environment points.
+#[test]
+fn a_cells_interval_is_the_same_in_the_table_and_the_headline() {
+    // Twelve irregular returns a cell: with few, evenly spaced ones every resampling
+    // gives the same quantiles, and a test could not tell two intervals apart.
+    let mut runs = vec![];
+    let mut x = 7u64;
+    for variant in ["b4-uniform-none", "b1-uniform-none"] {
+        for env in ENVS {
+            for seed in 1..=12 {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                runs.push(run(env, variant, seed, (x >> 40) as f64 / 1e5));
+            }
+        }
+    }
+    let r = report(runs);
+    let mut compared = 0;
+    for s in &r.per_env {
+        let axes = RunAxes::of(&s.variant, None, "none");
+        let point = r.by_batch_size.iter().find(|p| {
+            p.env.as_deref() == Some(s.env.as_str())
+                && Some(p.batch_size) == axes.setting.batch_size
+        });
+        let p = point.unwrap().iqm;
+        assert_eq!(
+            (p.value, p.low, p.high),
+            (s.final_iqm, s.final_ci.0, s.final_ci.1)
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, 4);
+}
