@@ -372,9 +372,14 @@ fn aggregates(report: &Report, md: &mut String) {
         let rank = |x: &AggregateStats| sampler_rank(x.setting.sampler.as_deref()).0;
         (key(a), rank(a)).cmp(&(key(b), rank(b)))
     });
+    // A leader over fewer games than the report's is marked as in the table (‡ k/n).
+    let all_envs = report.envs().len();
     let leaders: Vec<String> = leaders
         .iter()
-        .map(|a| format!("{} ({}){}", named(a), est(&a.iqm), overlapping(report, a)))
+        .map(|a| {
+            let iqm = format!("{}{}", est(&a.iqm), partial(a, all_envs));
+            format!("{} ({iqm}){}", named(a), overlapping(report, a))
+        })
         .collect();
     let caption = format!(
         "Median, IQM, mean and optimality gap of normalized final scores per method, a row per setting. Highest IQM: {}.",
