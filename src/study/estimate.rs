@@ -119,7 +119,7 @@ fn time_unit(
     let warmup = members[0].config().replay.learning_starts + 1;
     let device = members[0].config().run.device.clone();
     let batch_size = members[0].config().replay.batch_size;
-    let mut population = Population::new(members)?;
+    let mut population = Population::new(members)?.quietly();
     population.run(Some(warmup))?;
     let t = std::time::Instant::now();
     population.run(Some(warmup + steps))?;

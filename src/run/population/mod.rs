@@ -68,6 +68,8 @@ pub struct Population {
     /// Where a step's time goes (`bench population-host`).
     times: HostTimes,
     threading: Threading,
+    /// No throughput line at the end of a `run` (a measurement that prints its own).
+    quiet: bool,
 }
 
 impl Population {
@@ -131,8 +133,16 @@ impl Population {
             frames: None,
             times: HostTimes::default(),
             threading,
+            quiet: false,
         }
         .with_device_frames(false)
+    }
+
+    /// The population without its throughput line (`compare --dry-run` times it in
+    /// pieces and states its own rate: a line per piece would read as the rates).
+    pub fn quietly(mut self) -> Self {
+        self.quiet = true;
+        self
     }
 
     /// Mirrors the members' replay frames on the population's device when it is an

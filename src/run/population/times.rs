@@ -42,6 +42,9 @@ impl Population {
     /// One line of what the population trained per second, on standard error: the
     /// number a user compares with other trainers (`scripts/gpu-check.sh` reads it).
     pub(super) fn say_throughput(&self) {
+        if self.quiet {
+            return;
+        }
         let members = self.members.len();
         let [acting, updating] = self.times.throughput(members);
         let part = |rate: Option<f64>, steps: u64, what: &str| {
