@@ -37,16 +37,8 @@ prepare() {
 }
 
 END=0
-left() { echo $(( END - $(date +%s) )); }
-# `limited SECONDS CMD...`: CMD with at most SECONDS, never past the deadline.
-limited() {
-  local want=$1 have
-  shift
-  have=$(left)
-  [ "$have" -lt "$want" ] && want=$have
-  [ "$want" -lt 5 ] && return 124
-  timeout -k 2 "$want" "$@"
-}
+# shellcheck source=scripts/deadline.sh
+source scripts/deadline.sh
 
 # `population P STEPS OUT`: one population of P on MinAtar Breakout, in the study's
 # setting (batch 32, an update every 4 frames), its output into OUT.

@@ -46,16 +46,8 @@ table=$tmp/table
 failures=0
 
 row() { printf '| %-8s | %-34s | %s |\n' "$1" "$2" "$3" | tee -a "$table"; }
-left() { echo $(( END - $(date +%s) )); }
-# `limited SECONDS CMD...`: CMD with at most SECONDS, and never past the deadline.
-limited() {
-    local want=$1 have
-    shift
-    have=$(left)
-    [ "$have" -lt "$want" ] && want=$have
-    [ "$want" -lt 5 ] && return 124
-    timeout "$want" "$@"
-}
+# shellcheck source=scripts/deadline.sh
+source scripts/deadline.sh
 used_mib() {
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1
 }
