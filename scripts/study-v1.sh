@@ -128,9 +128,10 @@ report() {
     --leave-out weight_norm --leave-out wn_mean_only_bn --out "$out/seven" >/dev/null
 }
 
-# Once every run of the three is finished: the score ranges of all runs fixed into the
-# study's config (exactly, from report.md's block), so that every later report
-# normalizes alike, then both reports drawn into the results folder.
+# Once every run of the three is finished: both reports drawn into the results folder,
+# and the score ranges they derived fixed into the study's config (exactly, from
+# report.md's block), so that every later report normalizes alike. Fixed ranges
+# normalize exactly as derived ones, so the reports need no second draw.
 finish() {
   local config=configs/compare/minatar-study-v1.toml left=0
   for part in "${parts[@]}"; do
@@ -141,15 +142,11 @@ finish() {
     [ "${n:-1}" = 0 ] || { echo "$comparison: ${n:-?} runs not finished" >&2; left=1; }
   done
   [ "$left" = 0 ] || exit 1
-  if ! grep -q '^\[report.scores\]' "$config"; then
-    local tmp
-    tmp=$(mktemp -d)
-    report "$tmp"
-    { echo; echo "# The score ranges of all three comparisons' runs, fixed once the grids were done."
-      sed -n '/^```toml$/,/^```$/p' "$tmp/all/report.md" | sed '1d;$d'; } >>"$config"
-    rm -r "$tmp"
-  fi
   report "$results"
+  if ! grep -q '^\[report.scores\]' "$config"; then
+    { echo; echo "# The score ranges of all three comparisons' runs, fixed once the grids were done."
+      sed -n '/^```toml$/,/^```$/p' "$results/all/report.md" | sed '1d;$d'; } >>"$config"
+  fi
 }
 
 case "${1:-}" in

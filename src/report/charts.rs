@@ -66,10 +66,9 @@ impl Methods {
         let mut settings: Vec<Setting> = set.into_iter().collect();
         // Samplers from the least correlated to the most (as the grids' columns), and
         // within one, larger batches first: the small-batch end of a row is on the right.
-        settings.sort_by(|a, b| {
-            let key = |s: &Setting| (sampler_rank(s.sampler.as_deref()).0, s.batch_size);
-            let ((ra, ba), (rb, bb)) = (key(a), key(b));
-            ra.cmp(&rb).then(bb.cmp(&ba)).then(a.cmp(b))
+        settings.sort_by_key(|s| {
+            let rank = sampler_rank(s.sampler.as_deref()).0;
+            (rank, std::cmp::Reverse(s.batch_size), s.sampler.clone())
         });
         Self { names, settings }
     }

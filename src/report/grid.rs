@@ -7,6 +7,8 @@ use normrl_agents::nn::NormKind;
 use normrl_agents::replay::Sampler;
 use serde::Serialize;
 
+use super::stats::fnv1a;
+
 /// A run's method and setting.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct RunAxes {
@@ -114,7 +116,7 @@ pub fn color_of(method: &str) -> (u8, u8, u8) {
     if let Some((_, c)) = KNOWN.iter().find(|(name, _)| *name == method) {
         return *c;
     }
-    let hash = fnv1a(method);
+    let hash = fnv1a(method.bytes());
     // A variant of a method (`weight_norm_init256`, `batch_norm_hl_gauss`) takes a
     // shade of that method's color, so that a reader sees which method it varies.
     let suffix_of = |k: &NormKind| method.strip_prefix(k.name())?.strip_prefix('_');
@@ -126,13 +128,6 @@ pub fn color_of(method: &str) -> (u8, u8, u8) {
         return shade(*kind, hash);
     }
     OTHERS[(hash % OTHERS.len() as u64) as usize]
-}
-
-/// FNV-1a: stable across builds and platforms, unlike std's hasher.
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Shades a variant's color is picked from: darker and lighter. Not much darker (that

@@ -293,17 +293,16 @@ pub(crate) fn variant_stats(env: &str, variant: &str, all: &[&RunRecord]) -> Var
     let aucs: Vec<f64> = rs.iter().map(|r| r.auc).collect();
     let mut solved: Vec<u64> = rs.iter().filter_map(|r| r.steps_to_threshold).collect();
     solved.sort_unstable();
-    let ci = |values: &Vec<f64>, salt| iqm_ci(values, salt);
     VariantStats {
         env: env.to_string(),
         variant: variant.to_string(),
         runs: rs.len(),
         diverged_runs: all.len() - rs.len(),
         final_iqm: iqm(&finals),
-        final_ci: ci(&finals, FINAL_SALT),
+        final_ci: iqm_ci(&finals, FINAL_SALT),
         final_mean: mean(&finals),
         auc_iqm: iqm(&aucs),
-        auc_ci: ci(&aucs, 2),
+        auc_ci: iqm_ci(&aucs, 2),
         // The median over all runs, counting unsolved ones as never: shown only when
         // at least half the runs got there.
         median_steps_to_threshold: (!solved.is_empty() && solved.len() * 2 >= rs.len())

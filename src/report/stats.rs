@@ -108,19 +108,24 @@ pub fn stratified_bootstrap_ci(
 }
 
 /// A seed from `salt` and every task's values, in order (FNV-1a over their bits and
-/// the tasks' lengths, so that [1], [2] and [1, 2] differ): stable across builds and
-/// platforms, unlike std's hasher.
+/// the tasks' lengths, so that [1], [2] and [1, 2] differ).
 fn data_seed(tasks: &[Vec<f64>], salt: u64) -> u64 {
     let words = tasks
         .iter()
         .flat_map(|t| std::iter::once(t.len() as u64).chain(t.iter().map(|v| v.to_bits())));
-    std::iter::once(salt)
-        .chain(words)
-        .fold(0xcbf2_9ce4_8422_2325, |h, w| {
-            w.to_le_bytes()
-                .iter()
-                .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
-        })
+    fnv1a(
+        std::iter::once(salt)
+            .chain(words)
+            .flat_map(u64::to_le_bytes),
+    )
+}
+
+/// FNV-1a of `bytes`: stable across builds and platforms, unlike std's hasher (a
+/// method's color and a bootstrap's seed must not change with the build).
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Probability that a run of X scores higher than a run of Y (ties count half),

@@ -245,10 +245,12 @@ pub fn describe_plan(
     jobs: usize,
     timing: Timing,
 ) -> Result<String> {
-    let mut steps = 0u64;
-    for run in runs {
-        steps += config.config_for(run)?.run.total_steps;
-    }
+    // Each run's config once: its steps here, its batch size for a device's rates.
+    let configs = runs
+        .iter()
+        .map(|run| config.config_for(run))
+        .collect::<Result<Vec<TrainConfig>>>()?;
+    let steps: u64 = configs.iter().map(|c| c.run.total_steps).sum();
     let variants: std::collections::BTreeSet<_> = runs.iter().map(|r| r.variant.as_str()).collect();
     let envs: std::collections::BTreeSet<_> = runs.iter().map(|r| r.env.as_str()).collect();
     let seeds: std::collections::BTreeSet<_> = runs.iter().map(|r| r.seed).collect();
@@ -273,22 +275,16 @@ pub fn describe_plan(
     match timing {
         Timing::Unmeasured => text.push_str("; `--dry-run` measures its time on this machine"),
         Timing::Classes(costs) => text.push_str(&class_text(costs, jobs)),
-        Timing::Device(rates) => text.push_str(&device_text(config, runs, rates, steps)?),
+        Timing::Device(rates) => text.push_str(&device_text(&configs, rates, steps)?),
     }
     Ok(text)
 }
 
 /// The device estimate's words: each run's steps over the rate measured at its batch
-/// size, summed.
-fn device_text(
-    config: &CompareConfig,
-    runs: &[PlannedRun],
-    rates: &[MeasuredRate],
-    steps: u64,
-) -> Result<String> {
+/// size, summed (`configs`: the runs' own).
+fn device_text(configs: &[TrainConfig], rates: &[MeasuredRate], steps: u64) -> Result<String> {
     let mut seconds = 0.0;
-    for run in runs {
-        let c = config.config_for(run)?;
+    for c in configs {
         let Some(m) = rates.iter().find(|m| m.batch_size == c.replay.batch_size) else {
             bail!("no rate was measured at batch size {}", c.replay.batch_size);
         };
