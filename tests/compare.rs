@@ -258,7 +258,10 @@ fn shards_split_the_grid_and_report_merges_them() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(csv_rows(&out_dir.join("runs.csv")), 4);
-    assert!(out.contains("P(improvement over none's method)"), "{out}");
+    assert!(
+        out.contains("P(improvement over none, same setting)"),
+        "{out}"
+    );
     merged_copies_count_once(&dir, &out_dir);
     let shard = dir.join("shard-0");
     assert_refused(

@@ -388,10 +388,12 @@ fn aggregates(report: &Report, md: &mut String) {
     figure(md, "aggregate.png", "aggregate metrics", &caption);
     improvement(report, md);
     profile(report, md);
-    let baseline = report.baseline.clone().unwrap_or_else(|| "-".into());
+    // The baseline is a variant, but each setting is compared with the baseline's
+    // method in that same setting: the header names the method, not the variant.
+    let base = report.base_method().unwrap_or("-");
     let _ = write!(
         md,
-        "| variant | runs | median | IQM | mean | optimality gap | P(improvement over {baseline}'s method) |\n|---|---|---|---|---|---|---|\n"
+        "| variant | runs | median | IQM | mean | optimality gap | P(improvement over {base}, same setting) |\n|---|---|---|---|---|---|---|\n"
     );
     for a in &report.aggregate {
         let poi = a
