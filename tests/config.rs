@@ -103,7 +103,7 @@ fn every_shipped_config_parses_and_every_comparison_plans() {
 
 #[test]
 fn errors_name_the_key_and_what_is_allowed() {
-    let cases: [(&str, &[&str], &[&str]); 12] = [
+    let cases: [(&str, &[&str], &[&str]); 13] = [
         ("[dqn]\ngama = 0.9\n", &[], &["dqn.gama", "gamma"]),
         (
             "[replay]\nbatch_size = \"big\"\n",
@@ -145,7 +145,13 @@ fn errors_name_the_key_and_what_is_allowed() {
         (
             "[dqn]\nloss = \"c51\"\n[dqn.support]\natoms = 1\n",
             &[],
-            &["dqn.support must be at least 2 atoms or bins"],
+            &["dqn.support must be from 2 to 4096 atoms or bins"],
+        ),
+        (
+            // 2^61 atoms overflowed the support's allocation.
+            "[dqn]\nloss = \"c51\"\n[dqn.support]\natoms = 2305843009213693952\n",
+            &[],
+            &["dqn.support must be from 2 to 4096 atoms or bins"],
         ),
         (
             "[dqn]\nloss = \"hl_gauss\"\n",

@@ -98,8 +98,16 @@ fn conflicting_and_odd_values_name_their_keys() {
         "{err}"
     );
     // Odd but legal: refused with the reason, accepted with run.allow_odd.
-    let odd: [(&[&str], &str); 4] = [
+    let odd: [(&[&str], &str); 5] = [
         (&["replay.learning_starts=200000"], "never train"),
+        (
+            &[
+                "run.total_steps=1000",
+                "replay.learning_starts=500",
+                "replay.train_frequency=600",
+            ],
+            "train at most once",
+        ),
         (
             &["replay.sampler={type=\"recent\",window=500000}"],
             "replay.capacity",
@@ -347,6 +355,63 @@ fn a_comparison_plan_is_checked_before_anything_runs() {
     let (code, text) = normrl(&["compare", "--config", config, "--jobs", "0", "--dry-run"]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("--jobs"), "{text}");
+}
+
+/// Comparisons that wrote outside their directory, overflowed, or trained what their
+/// labels do not say: each refused with exit 2, naming the key, before anything is
+/// written (the runs directory is not made).
+#[test]
+fn a_comparison_that_escapes_overflows_or_mislabels_is_refused() {
+    let dir = temp("escape");
+    let base = std::fs::canonicalize("configs/cartpole.toml").unwrap();
+    let cases = [
+        // The comparison's own directory would be the runs directory or its parent.
+        ("name = \"..\"\nseeds = 1\n", "name = '..' must use only"),
+        ("name = \".\"\nseeds = 1\n", "not be empty, '.' or '..'"),
+        // Two environments' runs of a variant '..' both went to runs/x/seed-1.
+        (
+            "name = \"x\"\nseeds = 1\n[[variants]]\nname = \"..\"\nset = {}\n",
+            "label '..' names no directory",
+        ),
+        // A count expanded into a list before anything checked it.
+        (
+            "name = \"x\"\nseeds = 9223372036854775807\n",
+            "seeds must be a count from 1 to 100000",
+        ),
+        // An empty list wrote a plan of 0 runs, which then refused the corrected one.
+        ("name = \"x\"\nseeds = []\n", "or a list of 1 to 100000 seeds"),
+        // One agent trained, a population's config written.
+        (
+            "name = \"x\"\nseeds = 1\n[set]\n\"run.population\" = 2\n",
+            "run.population = 2 is for `normrl train`",
+        ),
+        // Ranges that zero or flip every normalized score.
+        (
+            "name = \"x\"\nseeds = 1\n[report]\nscores = { \"classic/cartpole\" = { random = 500.0, reference = 22.0 } }\n",
+            "report.scores.\"classic/cartpole\" = { random = 500, reference = 22 }",
+        ),
+        (
+            "name = \"x\"\nseeds = 1\n[report]\nthresholds = { \"classic/cartpole\" = nan }\n",
+            "report.thresholds.\"classic/cartpole\" = NaN must be a finite number",
+        ),
+    ];
+    for (i, (body, expect)) in cases.iter().enumerate() {
+        let config = dir.join(format!("c{i}.toml"));
+        let text = format!("base = \"{}\"\n{body}", base.display());
+        std::fs::write(&config, text).unwrap();
+        let runs = dir.join("runs");
+        let args = [
+            "compare",
+            "--config",
+            config.to_str().unwrap(),
+            "--runs-dir",
+        ];
+        let (code, text) = normrl(&[&args[..], &[runs.to_str().unwrap()]].concat());
+        assert_eq!(code, 2, "{body}: {text}");
+        assert!(text.contains(expect), "{body}: '{expect}' not in: {text}");
+        assert!(!runs.exists(), "{body}: nothing may be written");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

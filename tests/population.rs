@@ -537,6 +537,43 @@ fn the_command_line_trains_and_resumes_a_population() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("already holds a population"), "{err}");
+    // Neither kind starts in the other's directory: a single run at the population's
+    // root would replace its config.toml (a resume would then train one agent), and a
+    // population in a single run's directory would write its own over the run's.
+    let root_config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    let single = [
+        "train",
+        "--config",
+        "configs/cartpole.toml",
+        "--run-dir",
+        dir_s,
+    ];
+    let (code, _, err) = common::normrl(&single);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("holds a population (run.population > 1)"),
+        "{err}"
+    );
+    let member = dir.join("seed-1");
+    let member_config = std::fs::read_to_string(member.join("config.toml")).unwrap();
+    let (code, _, err) = common::normrl(&[
+        "train",
+        "--config",
+        "configs/cartpole.toml",
+        "--set",
+        "run.population=2",
+        "--run-dir",
+        member.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("holds a single run"), "{err}");
+    assert!(!member.join("seed-2").exists(), "nothing written");
+    for (path, before) in [
+        (dir.join("config.toml"), root_config),
+        (member.join("config.toml"), member_config),
+    ] {
+        assert_eq!(std::fs::read_to_string(path).unwrap(), before);
+    }
     let (code, out, err) = common::normrl(&["train", "--resume", dir_s]);
     assert_eq!(code, 0, "{err}");
     assert_lines(&out, "1200 steps", 3);
@@ -557,6 +594,14 @@ fn a_population_of_zero_is_refused_and_every_method_trains() {
         args.extend(["--run-dir", dir.to_str().unwrap()]);
         common::normrl(&args)
     };
+    // 10^17 members overflowed the list of members made before the memory check.
+    let (code, _, err) = run(&["run.population=100000000000000000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("run.population must be a positive integer up to 65536"),
+        "{err}"
+    );
+    assert!(!dir.exists(), "nothing written");
     let (code, _, err) = run(&["run.population=0"]);
     assert_eq!(code, 2, "{err}");
     assert!(

@@ -29,6 +29,9 @@ const CARTPOLE_MAX_STEPS: u64 = 500;
 /// keeps an agent that never dives in Seaquest from running for ever. `max_steps=0`
 /// removes it.
 const MINATAR_MAX_STEPS: u64 = 10_000;
+/// The most frames an Atari action may repeat for, and no-ops a reset may take: far
+/// beyond any preprocessing's (4 and 30), within the worker's 32-bit counts.
+const MAX_FRAME_SKIP: u64 = 10_000;
 
 /// A native environment: its id, the mean return of a uniformly random policy on it
 /// (the lower end of the normalized scores in reports: CartPole's is Gymnasium's,
@@ -151,19 +154,20 @@ fn gym_settings(
         }
     }
     let defaults = AtariConfig::default();
-    let frame_skip = options.u64("frame_skip", 4)?;
+    // Bounded where they are read, not after a cast: a frame is `frame_stack x
+    // screen_size^2` bytes, allocated as the environment is made (before any memory
+    // check), and a u64 cast to u32 would turn 2^32 into 0.
+    let frame_skip = options.integer("frame_skip", 4, 1..=MAX_FRAME_SKIP)?;
     let config = AtariConfig {
-        noop_max: options.u64("noop_max", u64::from(defaults.noop_max))? as u32,
-        screen_size: options.u64("screen_size", defaults.screen_size as u64)? as usize,
-        frame_stack: options.u64("frame_stack", defaults.frame_stack as u64)? as usize,
+        noop_max: options.integer("noop_max", defaults.noop_max.into(), 0..=MAX_FRAME_SKIP)? as u32,
+        screen_size: options.integer("screen_size", defaults.screen_size as u64, 1..=1024)?
+            as usize,
+        frame_stack: options.integer("frame_stack", defaults.frame_stack as u64, 1..=64)? as usize,
         terminal_on_life_loss: options
             .bool("terminal_on_life_loss", defaults.terminal_on_life_loss)?,
         clip_rewards: options.bool("clip_rewards", defaults.clip_rewards)?,
         fire_reset: options.bool("fire_reset", defaults.fire_reset)?,
     };
-    if atari && (frame_skip == 0 || config.screen_size == 0 || config.frame_stack == 0) {
-        return Err(options.bad("frame_skip, screen_size or frame_stack", "0", "at least 1"));
-    }
     let kwargs = options
         .pairs
         .drain(..)
@@ -267,6 +271,25 @@ impl Options {
         }
     }
 
+    /// An integer option within `range` (inclusive), named in the error.
+    fn integer(
+        &mut self,
+        key: &str,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, EnvError> {
+        let Some(v) = self.take(key) else {
+            return Ok(default);
+        };
+        match v.parse::<u64>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => {
+                let allowed = format!("an integer from {} to {}", range.start(), range.end());
+                Err(self.bad(key, &v, &allowed))
+            }
+        }
+    }
+
     fn probability(&mut self, key: &str, default: f64) -> Result<f64, EnvError> {
         match self.take(key) {
             None => Ok(default),
@@ -359,5 +382,34 @@ mod tests {
             err("minatar/breakout?oops"),
             EnvError::BadOptionValue { .. }
         ));
+    }
+
+    #[test]
+    fn atari_sizes_are_bounded_before_anything_is_made() {
+        // Checked without starting Python: `check` parses a gym id's options only.
+        let atari = |o: &str| check(&format!("gym:ALE/Pong-v5?preset=atari&{o}"));
+        for (option, allowed) in [
+            ("screen_size=100000", "from 1 to 1024"),
+            ("screen_size=0", "from 1 to 1024"),
+            ("frame_stack=65", "from 1 to 64"),
+            // 2^32: a cast to the worker's u32 would have made it 0, silently.
+            ("frame_skip=4294967296", "from 1 to 10000"),
+            ("noop_max=4294967296", "from 0 to 10000"),
+        ] {
+            let e = atari(option).err().unwrap().to_string();
+            let key = option.split('=').next().unwrap();
+            assert!(
+                e.contains(&format!("'{key}'")) && e.contains(allowed),
+                "{option}: {e}"
+            );
+        }
+        for option in [
+            "screen_size=84",
+            "frame_stack=4",
+            "frame_skip=1",
+            "noop_max=0",
+        ] {
+            assert!(atari(option).is_ok(), "{option}");
+        }
     }
 }

@@ -97,6 +97,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             if config.run.population > 1 {
                 return train_population(config, &run_dir, true);
             }
+            refuse_other_kind(&run_dir, false)?;
             crate::config::device_memory::check(&config, 1)?;
             Trainer::new(config, &run_dir)?
         }
@@ -148,6 +149,7 @@ fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<
                 run_dir.display()
             );
         }
+        refuse_other_kind(run_dir, true)?;
         set_threads(config.run.threads);
         check_population_memory(&config)?;
         crate::config::device_memory::check(&config, members.len())?;
@@ -197,6 +199,28 @@ fn resumable(error: anyhow::Error, run_dir: &Path) -> anyhow::Error {
 }
 
 /// All members' replays and networks must fit together.
+/// A fresh run never takes a directory that holds the other kind: its `config.toml`
+/// would replace the other's, and a later `--resume` would train the wrong kind (a
+/// population's members beside a single run's files, or one agent at a population's
+/// root).
+fn refuse_other_kind(run_dir: &Path, population: bool) -> Result<()> {
+    let root_config = run_dir.join("config.toml");
+    let holds_population = root_config.exists()
+        && TrainConfig::load(&root_config, &[]).is_ok_and(|c| c.run.population > 1);
+    let holds_single = run_dir.join(crate::run::files::SUMMARY_FILE).exists()
+        || run_dir.join("checkpoints").exists();
+    let other = match (population, holds_population, holds_single) {
+        (false, true, _) => "a population (run.population > 1)",
+        (true, _, true) => "a single run",
+        _ => return Ok(()),
+    };
+    bail!(
+        "{} holds {other}: resume it with --resume {}, or choose another --run-dir",
+        run_dir.display(),
+        run_dir.display()
+    )
+}
+
 fn check_population_memory(config: &TrainConfig) -> Result<()> {
     let Some(available) = crate::config::validate::machine_memory() else {
         return Ok(());

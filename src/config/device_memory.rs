@@ -43,7 +43,8 @@ impl DeviceEstimate {
             }
         };
         let arch = &config.network.architecture;
-        let (params, per_sample) = sizes(arch, &space.shape, actions);
+        let outputs = super::validate::head_outputs(config, actions);
+        let (params, per_sample) = sizes(arch, &space.shape, outputs);
         let network_bytes = p * params * 4 * 6;
         // Observations and next observations; CrossQ's joint forward trains on both,
         // the others keep the next observations' forward only until the targets.
@@ -201,5 +202,23 @@ mod tests {
             assert!(err.contains(part), "{part:?} not in: {err}");
         }
         e.check(&config, 256, (100 * gib, 141 * gib)).unwrap();
+    }
+
+    /// A distributional head is `actions x atoms` wide, and both estimates count it:
+    /// they counted `actions` alone, so 10^9 atoms passed them and aborted the
+    /// allocator (now bounded in the config too).
+    #[test]
+    fn a_distributional_heads_atoms_are_counted() {
+        let (plain, space, actions) = breakout(&[]);
+        let (c51, ..) = breakout(&["dqn.loss=\"c51\"", "dqn.support.atoms=51"]);
+        // The head 128 -> 6 x 51 instead of 128 -> 6: (128 + 1) x 6 x 50 more values.
+        let more = 129 * 6 * 50 * 4 * 6;
+        let host = |c| crate::config::validate::MemoryEstimate::of(c, &space, actions);
+        assert_eq!(host(&c51).network_bytes - host(&plain).network_bytes, more);
+        let device = |c| DeviceEstimate::of(c, &space, actions, 1);
+        assert_eq!(
+            device(&c51).network_bytes - device(&plain).network_bytes,
+            more
+        );
     }
 }

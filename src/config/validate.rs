@@ -8,6 +8,10 @@ use normrl_agents::replay::Sampler;
 
 use crate::config::{parse_device_spec, TrainConfig};
 
+/// The most members `run.population` may ask for: far beyond what one device holds
+/// (the GPU check goes to 1,024), a bound before any per-member list is made.
+const MAX_POPULATION: usize = 65_536;
+
 /// Every problem of `config`, each a line naming its key; empty when it is valid.
 pub fn problems(config: &TrainConfig) -> Vec<String> {
     let mut problems: Vec<String> = vec![];
@@ -95,8 +99,13 @@ fn run_problems(config: &TrainConfig) -> Vec<(&'static str, &'static str)> {
     if run.total_steps == 0 {
         p.push(("total_steps", "a positive integer"));
     }
-    if run.population == 0 {
-        p.push(("population", "a positive integer (1: a single agent)"));
+    // Bounded before the members are listed (a member each, before the memory check
+    // that would refuse them): 2^64 members overflowed that list.
+    if !(1..=MAX_POPULATION).contains(&run.population) {
+        p.push((
+            "population",
+            "a positive integer up to 65536 (1: a single agent)",
+        ));
     }
     let name = run.name.as_str();
     let plain = !name.is_empty()
@@ -158,6 +167,13 @@ pub fn odd_choices(config: &TrainConfig) -> Vec<String> {
         say(format!(
             "replay.learning_starts = {} is not below run.total_steps = {}: the agent would never train",
             r.learning_starts, run.total_steps
+        ));
+    } else if r.train_frequency > run.total_steps - r.learning_starts {
+        // An update every F steps fits at most once into fewer than F steps.
+        say(format!(
+            "replay.train_frequency = {} is above the {} steps after replay.learning_starts: the agent would train at most once",
+            r.train_frequency,
+            run.total_steps - r.learning_starts
         ));
     }
     if let Sampler::Recent { window } = r.sampler {
@@ -240,7 +256,8 @@ impl MemoryEstimate {
         };
         // Per slot besides the frame: action (4 bytes), reward (4) and two flags.
         let replay_bytes = config.replay.capacity as u128 * (frame + 10);
-        let params = parameter_count(&config.network.architecture, &space.shape, n_actions);
+        let outputs = head_outputs(config, n_actions);
+        let params = parameter_count(&config.network.architecture, &space.shape, outputs);
         // Online and target values, the gradient, two optimizer moments, and weight
         // norm's cached `w` or the graph's temporaries: about six copies of 4 bytes.
         let network_bytes = params * 4 * 6;
@@ -279,7 +296,7 @@ pub(crate) fn gib(bytes: u128) -> f64 {
 /// a few per unit and left out), computed without overflow for any widths. A
 /// convolution on observations that are not `[C, H, W]` counts nothing: building the
 /// network refuses it with its own message.
-fn parameter_count(arch: &Architecture, obs_shape: &[usize], n_actions: usize) -> u128 {
+fn parameter_count(arch: &Architecture, obs_shape: &[usize], outputs: usize) -> u128 {
     let mut shape: Vec<u128> = obs_shape.iter().map(|&d| d as u128).collect();
     let mut total = 0u128;
     for &(c_out, k, stride) in arch.convolutions() {
@@ -292,11 +309,20 @@ fn parameter_count(arch: &Architecture, obs_shape: &[usize], n_actions: usize) -
         shape = vec![c_out, out(h), out(w)];
     }
     let mut width: u128 = shape.iter().product();
-    for h in arch.dense_widths().into_iter().chain([n_actions]) {
+    for h in arch.dense_widths().into_iter().chain([outputs]) {
         total += (width + 1) * h as u128;
         width = h as u128;
     }
     total
+}
+
+/// The Q-head's width: an action's value, or with a distributional loss its atoms.
+pub(crate) fn head_outputs(config: &TrainConfig, n_actions: usize) -> usize {
+    if config.dqn.loss.is_distributional() {
+        n_actions.saturating_mul(config.dqn.support.atoms)
+    } else {
+        n_actions
+    }
 }
 
 /// The machine's memory (MemTotal), where the system says.

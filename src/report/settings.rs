@@ -24,3 +24,25 @@ pub struct ReportConfig {
     /// the best variant's mean as the reference.
     pub scores: BTreeMap<String, ScoreRange>,
 }
+
+impl ReportConfig {
+    /// Ranges and thresholds a report can use: finite, each range rising (an empty or
+    /// reversed one would make every normalized score 0, or flip its sign).
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (env, r) in &self.scores {
+            if !(r.random.is_finite() && r.reference.is_finite() && r.random < r.reference) {
+                anyhow::bail!(
+                    "report.scores.\"{env}\" = {{ random = {}, reference = {} }}: both must be finite numbers with random below reference",
+                    r.random,
+                    r.reference
+                );
+            }
+        }
+        for (env, t) in &self.thresholds {
+            if !t.is_finite() {
+                anyhow::bail!("report.thresholds.\"{env}\" = {t} must be a finite number");
+            }
+        }
+        Ok(())
+    }
+}

@@ -32,6 +32,10 @@ use crate::run::population::population_key;
 use crate::storage::sanitize;
 pub use crate::study::plan::PlannedRun;
 
+/// The most seeds a comparison may ask for: far beyond any study's, and a bound before
+/// a count is expanded into a list.
+const MAX_SEEDS: u64 = 100_000;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Seeds {
@@ -136,6 +140,34 @@ fn label(axis: &str, value: &toml::Value) -> String {
     sanitize(&raw)
 }
 
+/// A run's variant directory from its labels: never empty, '.' or '..', which would
+/// put its seeds beside other variants' or outside the comparison.
+fn variant_label(labels: &[String]) -> Result<String> {
+    if labels.is_empty() {
+        return Ok("base".to_string());
+    }
+    let variant = labels.join("-");
+    if variant.chars().all(|c| c == '.') {
+        bail!(
+            "a variant's label '{variant}' names no directory of its own: give the variant (or the axis value) a name with a letter or digit"
+        );
+    }
+    Ok(variant)
+}
+
+/// A comparison trains each run alone (or groups them with its own `population` key):
+/// `run.population` in a run's settings would train one agent yet write a population's
+/// config, which a resume would take for a population's root.
+fn single_runs_only(config: &TrainConfig, variant: &str) -> Result<()> {
+    if config.run.population != 1 {
+        bail!(
+            "variant {variant}: run.population = {} is for `normrl train`; a comparison trains its runs alone, or as populations with its top-level `population` key (\"seeds\" or a number of runs)",
+            config.run.population
+        );
+    }
+    Ok(())
+}
+
 fn assignment(key: &str, value: &toml::Value) -> String {
     format!("{}={}", full_key(key), value)
 }
@@ -165,15 +197,25 @@ impl CompareConfig {
             config.base_text = std::fs::read_to_string(&path)
                 .with_context(|| format!("cannot read the base config {}", path.display()))?;
         }
-        if config.name.is_empty() || sanitize(&config.name) != config.name {
+        // The name is a directory under the runs directory: '.' or '..' would be that
+        // directory itself or the one above it.
+        if config.name.is_empty()
+            || sanitize(&config.name) != config.name
+            || config.name.chars().all(|c| c == '.')
+        {
             bail!(
-                "name = '{}' must be non-empty and use only letters, digits, '.', '-', '_'",
+                "name = '{}' must use only letters, digits, '.', '-', '_', and not be empty, '.' or '..'",
                 config.name
             );
         }
-        if let Seeds::Count(0) = config.seeds {
-            bail!("seeds must be a positive count or a list of seeds");
+        match &config.seeds {
+            Seeds::Count(n) if (1..=MAX_SEEDS).contains(n) => {}
+            Seeds::List(v) if !v.is_empty() && v.len() as u64 <= MAX_SEEDS => {}
+            _ => bail!(
+                "seeds must be a count from 1 to {MAX_SEEDS} or a list of 1 to {MAX_SEEDS} seeds"
+            ),
         }
+        config.report.check()?;
         match &config.population {
             Some(PopulationGrouping::Named(name)) if name != "seeds" => {
                 bail!("population = '{name}' must be \"seeds\" or a positive number of runs")
@@ -281,11 +323,8 @@ impl CompareConfig {
                     overrides.push("logging.progress=false".into());
                     let config = TrainConfig::from_toml_str(&self.base_text, &overrides)
                         .with_context(|| format!("variant {}", labels.join("-")))?;
-                    let variant = if labels.is_empty() {
-                        "base".to_string()
-                    } else {
-                        labels.join("-")
-                    };
+                    let variant = variant_label(labels)?;
+                    single_runs_only(&config, &variant)?;
                     let env_id = config.env.id.clone();
                     runs.push(PlannedRun {
                         rel_dir: PathBuf::from(sanitize(&env_id))

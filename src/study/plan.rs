@@ -75,7 +75,16 @@ impl Plan {
 
     /// The plan in `root`, if one was written.
     pub fn load(root: &Path) -> Result<Option<Self>> {
-        crate::storage::read_json(&root.join(PLAN_FILE), "a comparison plan")
+        let path = root.join(PLAN_FILE);
+        let plan: Option<Self> = crate::storage::read_json(&path, "a comparison plan")?;
+        // Written as at least 1; a hand-edited 0 would divide the runs into no tasks.
+        if plan.as_ref().is_some_and(|p| p.runs_per_task == 0) {
+            bail!(
+                "{}: runs_per_task = 0; it must be a positive number of runs per array task",
+                path.display()
+            );
+        }
+        Ok(plan)
     }
 
     /// Array tasks: `ceil(runs / runs_per_task)`.
@@ -281,6 +290,26 @@ mod tests {
             "{err}"
         );
         assert_eq!(Plan::load(&root).unwrap(), Some(plan(2)));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A plan edited to 0 runs per task is refused as it is read, naming the file and
+    /// the key: `tasks` divided by it (a panic in `--task` and `--slurm`).
+    #[test]
+    fn a_plan_of_no_runs_per_task_is_refused() {
+        let root = fresh_root("zero");
+        plan(3)
+            .settle(&root, false, false)
+            .unwrap()
+            .commit(&root)
+            .unwrap();
+        let path = root.join(PLAN_FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let edited = text.replace("\"runs_per_task\": 1", "\"runs_per_task\": 0");
+        assert_ne!(edited, text, "{text}");
+        std::fs::write(&path, edited).unwrap();
+        let err = Plan::load(&root).unwrap_err().to_string();
+        assert!(err.contains("plan.json: runs_per_task = 0"), "{err}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 

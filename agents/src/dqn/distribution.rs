@@ -23,10 +23,15 @@ pub struct Atoms {
     pub v_max: f32,
 }
 
+/// The most atoms or bins a support may have (C51 takes 51, HL-Gauss about 100).
+pub const MAX_ATOMS: usize = 4096;
+
 /// Why a support cannot be built.
 pub fn support_problem(atoms: usize, v_min: f32, v_max: f32) -> Option<&'static str> {
-    if atoms < 2 {
-        return Some("at least 2 atoms or bins");
+    // Bounded above too: the head is `actions x atoms` wide and the support a list
+    // of `atoms` values, both allocated as the agent is built.
+    if !(2..=MAX_ATOMS).contains(&atoms) {
+        return Some("from 2 to 4096 atoms or bins");
     }
     (!(v_min.is_finite() && v_max.is_finite() && v_min < v_max))
         .then_some("finite bounds with v_min < v_max")
