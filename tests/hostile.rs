@@ -352,9 +352,25 @@ fn a_comparison_plan_is_checked_before_anything_runs() {
         assert!(!runs.exists(), "nothing created");
     }
     let config = cases[1].0.to_str().unwrap();
-    let (code, text) = normrl(&["compare", "--config", config, "--jobs", "0", "--dry-run"]);
+    // 0 jobs, and a count of threads no machine has (each started up front).
+    for jobs in ["0", "100000000"] {
+        let (code, text) = normrl(&["compare", "--config", config, "--jobs", jobs, "--dry-run"]);
+        assert_eq!(code, 2, "{text}");
+        assert!(
+            text.contains("--jobs must be a positive integer up to 4096"),
+            "{text}"
+        );
+    }
+    // A NaN threshold counted no run as running; 0 steps printed a rate of inf.
+    let (code, text) = normrl(&["status", dir.to_str().unwrap(), "--stale-after", "nan"]);
     assert_eq!(code, 2, "{text}");
-    assert!(text.contains("--jobs"), "{text}");
+    assert!(
+        text.contains("--stale-after = NaN must be a positive number"),
+        "{text}"
+    );
+    let (code, text) = normrl(&["env", "bench", "--env", "classic/cartpole", "--steps", "0"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--steps"), "{text}");
 }
 
 /// Comparisons that wrote outside their directory, overflowed, or trained what their
@@ -438,6 +454,40 @@ fn a_checkpoint_holds_only_the_filled_replay() {
     assert_eq!(a, b);
     // A cut-off buffer is an error, not a panic.
     assert!(postcard::from_bytes::<ReplayBuffer>(&bytes[..bytes.len() / 2]).is_err());
+}
+
+/// A stored replay whose counters contradict its slots (an older checkpoint, without
+/// checksums, damaged) is refused as it is read, saying which: each of these read back
+/// and then panicked, sampling from an empty range, asserting an observation's length
+/// or underflowing the transition count on eviction.
+#[test]
+fn a_replay_whose_counters_contradict_its_slots_is_refused() {
+    let mut replay = ReplayBuffer::new(50, 100, true);
+    replay.start_episode(&[1.0; 100]);
+    for t in 0..30 {
+        replay.push(t % 3, 1.0, false, false, &[0.0; 100]);
+    }
+    let good = serde_json::to_value(&replay).unwrap();
+    let back: ReplayBuffer = serde_json::from_value(good.clone()).unwrap();
+    assert_eq!(back, replay);
+    let damaged = |field: &str, value: serde_json::Value| {
+        let mut v = good.clone();
+        *v.pointer_mut(field).unwrap() = value;
+        serde_json::from_value::<ReplayBuffer>(v)
+            .unwrap_err()
+            .to_string()
+    };
+    for (field, value, why) in [
+        ("/written", 0.into(), "transition count disagrees"),
+        ("/transitions", 31.into(), "transition count disagrees"),
+        ("/transitions", 29.into(), "transition count disagrees"),
+        ("/written", 60.into(), "more frames written than it stores"),
+        ("/head", 3.into(), "newest slot disagrees"),
+        ("/obs_len", 200.into(), "do not fit its observation length"),
+    ] {
+        let err = damaged(field, value);
+        assert!(err.contains(why), "{field}: {err}");
+    }
 }
 
 #[test]

@@ -36,7 +36,8 @@ pub struct BenchArgs {
     /// Environment id, or `all` for CartPole and every MinAtar game.
     #[arg(long, default_value = "all")]
     pub env: String,
-    #[arg(long, default_value_t = 2_000_000)]
+    /// At least 1 (0 steps would print a rate of inf).
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub steps: u64,
     #[arg(long)]
     pub json: bool,

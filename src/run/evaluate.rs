@@ -78,7 +78,8 @@ pub fn evaluate_in(
     let (mut total, mut q_start, mut discounted) = (0.0, 0.0, 0.0);
     let episodes = config.eval.episodes.max(1);
     for e in 0..episodes {
-        env.reset(Some(base + e), &mut obs)?;
+        // Wrapping, as a release build adds: a seed near 2^64 overflowed in debug.
+        env.reset(Some(base.wrapping_add(e)), &mut obs)?;
         let mut film = |env: &mut dyn Env, step: u64, return_so_far: f64| match video.as_deref_mut()
         {
             Some(v) if v.records(e) => v.frame(

@@ -99,6 +99,25 @@ pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
 }
 
 /// An error unless `run_dir` is free for a new run.
+/// Checked before a resume changes anything: a replay of other slots or observations
+/// (an older checkpoint, without checksums, damaged) failed an assertion later.
+fn replay_fits(state: &LoopState, config: &TrainConfig, dir: &Path) -> Result<()> {
+    let Some(r) = &state.replay else {
+        return Ok(());
+    };
+    let slots = config.replay.capacity.max(2);
+    if r.obs_len() != state.obs.len() || r.capacity() != slots {
+        bail!(
+            "checkpoint {} is corrupt: its replay holds {} slots of {} values, the run {slots} slots of {}",
+            dir.display(),
+            r.capacity(),
+            r.obs_len(),
+            state.obs.len()
+        );
+    }
+    Ok(())
+}
+
 fn check_fresh(run_dir: &Path) -> Result<()> {
     if run_dir.join(SUMMARY_FILE).exists() {
         bail!(
@@ -232,6 +251,7 @@ impl Trainer {
                 config_path.display()
             );
         }
+        replay_fits(&state, &config, dir)?;
         // Every file of the checkpoint is read before anything in the run directory
         // changes (its TensorBoard events, a new events file): a resume that fails
         // leaves the directory as it was.
@@ -791,5 +811,51 @@ impl Steps for Trainer {
 
     fn stop(&mut self, signal: i32, clock: &Clock) -> Result<Interrupted> {
         self.interrupt(signal, clock)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint without checksums (an older normrl's) whose replay holds other
+    /// observations than the run's is refused as corrupt before anything changes; it
+    /// read back and then failed an assertion at the first append.
+    #[test]
+    fn a_replay_that_does_not_fit_the_run_is_refused() {
+        let dir = std::env::temp_dir().join(format!("normrl-fit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let overrides: Vec<String> = [
+            "run.total_steps=400",
+            "replay.learning_starts=100",
+            "eval.interval=0",
+            "checkpoint.interval=200",
+            "logging.progress=false",
+        ]
+        .map(String::from)
+        .to_vec();
+        let text = std::fs::read_to_string("configs/cartpole.toml").unwrap();
+        let config = TrainConfig::from_toml_str(&text, &overrides).unwrap();
+        let capacity = config.replay.capacity;
+        let mut trainer = Trainer::new(config, &dir).unwrap();
+        trainer.run(Some(200)).unwrap();
+        drop(trainer);
+        let ckpt = checkpoint::latest(&dir).unwrap().unwrap();
+        let path = ckpt.join("state.bin");
+        let bytes = std::fs::read(&path).unwrap();
+        let (mut state, rest): (LoopState, _) = postcard::take_from_bytes(&bytes).unwrap();
+        // CartPole's observations are 4 values; a valid, empty replay of 5.
+        let other = ReplayBuffer::new(capacity, 5, false);
+        state.replay = Some(Cow::Owned(other));
+        let mut damaged = postcard::to_allocvec(&state).unwrap();
+        damaged.extend_from_slice(rest);
+        std::fs::write(&path, damaged).unwrap();
+        std::fs::remove_file(ckpt.join("manifest.json")).unwrap();
+        let err = format!("{:#}", Trainer::resume(&dir).err().unwrap());
+        assert!(
+            err.contains("is corrupt: its replay holds") && err.contains("slots of 5 values"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

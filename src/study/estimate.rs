@@ -13,8 +13,9 @@ use crate::study::compare::{population_units, CompareConfig, PlannedRun};
 /// directory per run (two variants or seeds with the same label would share one, and
 /// the second would be skipped as finished), and a baseline that is planned.
 pub fn check_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -> Result<()> {
-    if jobs == 0 {
-        bail!("--jobs must be a positive integer");
+    // Bounded: each job is a thread started up front.
+    if !(1..=4096).contains(&jobs) {
+        bail!("--jobs must be a positive integer up to 4096");
     }
     let mut seen = std::collections::BTreeMap::new();
     let mut clashes = vec![];

@@ -198,6 +198,13 @@ pub fn table(status: &Status) -> String {
 }
 
 pub fn status(args: &StatusArgs) -> Result<()> {
+    // NaN compares false with every age: no run would ever count as running.
+    if !(args.stale_after.is_finite() && args.stale_after > 0.0) {
+        anyhow::bail!(
+            "--stale-after = {} must be a positive number of seconds",
+            args.stale_after
+        );
+    }
     let status = status_of(&args.dir, args.stale_after)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);

@@ -95,6 +95,14 @@ impl<'de> Deserialize<'de> for ReplayBuffer {
             } => *words_per_frame,
             _ => s.obs_len,
         };
+        if let Frames::Bits {
+            words_per_frame, ..
+        } = &s.frames
+        {
+            if *words_per_frame != s.obs_len.div_ceil(64) {
+                return Err(bad("bit-packed frames do not fit its observation length"));
+            }
+        }
         let frame_values = match &s.frames {
             Frames::Bits { words, .. } => words.len(),
             Frames::Floats(v) => v.len(),
@@ -108,6 +116,9 @@ impl<'de> Deserialize<'de> for ReplayBuffer {
         }
         if frame_values != filled * per_frame {
             return Err(bad("frames do not fit its slots"));
+        }
+        if let Some(why) = counters_problem(&s, filled) {
+            return Err(bad(why));
         }
         let capacity = s.capacity;
         let mut frames = s.frames;
@@ -136,6 +147,29 @@ impl<'de> Deserialize<'de> for ReplayBuffer {
             transitions: s.transitions,
         })
     }
+}
+
+/// Why a stored replay's counters cannot be its own: sampling and appending trust them
+/// (a transition count above the marked slots underflowed on eviction; frames written
+/// with no slot filled drew from an empty range). A checksummed checkpoint never
+/// fails these; an older one without checksums may.
+fn counters_problem<Fr>(
+    s: &StoredReplay<Fr, Vec<u32>, Vec<f32>, Vec<bool>>,
+    filled: usize,
+) -> Option<&'static str> {
+    let capacity = s.capacity as u64;
+    let marked = s.has_transition.iter().filter(|&&t| t).count();
+    if marked != s.transitions || s.transitions as u64 > s.written {
+        return Some("its transition count disagrees with its marked slots");
+    }
+    if (s.written.min(capacity) as usize) > filled {
+        return Some("more frames written than it stores");
+    }
+    // Each append moves the head one slot on from `capacity - 1`.
+    if s.head as u64 != (s.written % capacity + capacity - 1) % capacity {
+        return Some("its newest slot disagrees with the frames written");
+    }
+    None
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
