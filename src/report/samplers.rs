@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::aggregate::{Estimate, Scores, REPS};
+use super::aggregate::{iqm_change, Estimate, Scores};
 use super::grid::UNIFORM;
 use super::records::RunRecord;
-use super::stats::{aggregate_iqm, paired_ci};
 
 /// These intervals' bootstrap salt (the runs seed the rest), apart from the other
 /// statistics'.
@@ -106,25 +105,4 @@ fn same_runs(scores: &Scores, a: &str, b: &str) -> bool {
         pairs += x.len();
     }
     pairs > 0
-}
-
-/// IQM of `to`'s normalized final scores less IQM of `from`'s, with its 95% interval;
-/// none when they share no environment. Only environments both variants have runs on
-/// count, so that the difference compares the same games. Each environment of each
-/// variant is a stratum: seeds are resampled within it, for both samplers apart (their
-/// runs are independent, not paired by seed).
-pub fn iqm_change(scores: &Scores, from: &str, to: &str, salt: u64) -> Option<Estimate> {
-    let (mut x, mut y) = (vec![], vec![]);
-    for (a, b) in scores.of(to, true).into_iter().zip(scores.of(from, true)) {
-        if !a.is_empty() && !b.is_empty() {
-            x.push(a);
-            y.push(b);
-        }
-    }
-    if x.is_empty() {
-        return None;
-    }
-    let diff = |a: &[Vec<f64>], b: &[Vec<f64>]| aggregate_iqm(a) - aggregate_iqm(b);
-    let (value, (low, high)) = paired_ci(&x, &y, diff, REPS, salt);
-    Some(Estimate { value, low, high })
 }

@@ -62,6 +62,26 @@ fn seeds(runs: &mut Vec<RunRecord>, variant: &str, first: f64) {
     }
 }
 
+/// The headline's change from the largest batch to the smallest counts the games both
+/// have runs on: with batch 1 finished on breakout only, the change is breakout's, not
+/// batch 1's breakout against batch 32's breakout and asterix (a study part-way
+/// through compared two games with four).
+#[test]
+fn the_change_across_batch_sizes_compares_the_same_games() {
+    let mut runs = vec![];
+    // Batch 32: 1..=4 on breakout, 5..=8 on asterix; batch 1: 0..=3 on breakout only.
+    seeds(&mut runs, "b32-uniform-none", 1.0);
+    runs.extend((0..4u64).map(|s| run(ENVS[0], "b1-uniform-none", s + 1, s as f64)));
+    let r = report(runs);
+    let [c] = r.batch_changes.as_slice() else {
+        panic!("one change: {:?}", r.batch_changes);
+    };
+    assert_eq!((c.from, c.to), (32, 1));
+    // Breakout alone: IQM of 0.1..=0.4 (drop one at each end: 0.25) against 0.0..=0.3
+    // (0.15): -0.1. Over both games batch 32 would have been 0.45, a change of -0.3.
+    assert!((c.change.value + 0.1).abs() < 1e-12, "{:?}", c.change);
+}
+
 #[test]
 fn the_change_from_uniform_to_sequential_by_hand() {
     // Uniform: returns 1..=8 over both games, normalized 0.1..=0.8; the IQM of eight

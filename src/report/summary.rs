@@ -171,7 +171,10 @@ fn score_ranges(
             None => {
                 let best = per_env
                     .iter()
-                    .filter(|s| s.env == *env)
+                    // A cell whose runs all diverged has no mean (its 0.0 is a
+                    // placeholder), and on a game of negative returns it would be
+                    // the best.
+                    .filter(|s| s.env == *env && s.runs > 0)
                     .map(|s| s.final_mean)
                     .fold(f64::MIN, f64::max);
                 let random = normrl_envs::registry::random_score(env).unwrap_or(0.0);
