@@ -421,6 +421,23 @@ fn a_killed_population_resumes_all_its_members_exactly() {
         &stopped.join("seed-1/checkpoints"),
         &torn.join("seed-1/checkpoints"),
     );
+    // A member left alone: the other finished (here: the uninterrupted run's), it
+    // stopped at 1700. It resumes as a population of one, on the arithmetic it started
+    // on; as a single run (weight norm's host kernels) its weights parted by rounding.
+    let lone = temp("lone");
+    copy_tree(&stopped, &lone);
+    std::fs::remove_dir_all(lone.join("seed-1")).unwrap();
+    copy_tree(&whole.join("seed-1"), &lone.join("seed-1"));
+    let resumed = train_members(&members(&config, &lone, 2), None).unwrap();
+    let r = resumed[1].as_ref().unwrap();
+    assert_eq!(
+        (&r.train_curve, &r.eval_curve),
+        (&full[1].train_curve, &full[1].eval_curve)
+    );
+    assert_eq!(
+        common::checkpoint_weights(&lone.join("seed-2")),
+        common::checkpoint_weights(&whole.join("seed-2"))
+    );
     for root in [&stopped, &torn] {
         let resumed = train_members(&members(&config, root, 2), None).unwrap();
         for (r, f) in resumed.iter().zip(&full) {
@@ -453,7 +470,7 @@ fn a_killed_population_resumes_all_its_members_exactly() {
         std::fs::read(whole.join("seed-1/summary.json")).unwrap(),
         before
     );
-    for dir in [whole, stopped, torn] {
+    for dir in [whole, stopped, torn, lone] {
         let _ = std::fs::remove_dir_all(dir);
     }
 }

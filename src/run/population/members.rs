@@ -79,8 +79,9 @@ pub struct Member {
 
 /// Trains `members` together: finished ones are skipped; the others start or resume
 /// as one population at the newest checkpoint step they all hold, or, when they hold
-/// none in common, in groups of those at the same step. One member alone trains as a
-/// single run. Each member's summary (`None` if it stopped early).
+/// none in common, in groups of those at the same step. A population of one member
+/// trains as a single run; a member left alone in a larger one, as a population of
+/// one. Each member's summary (`None` if it stopped early).
 pub fn train_members(members: &[Member], stop_at: Option<u64>) -> Result<Vec<Option<RunSummary>>> {
     let mut summaries = vec![None; members.len()];
     let mut pending = vec![];
@@ -106,7 +107,11 @@ pub fn train_members(members: &[Member], stop_at: Option<u64>) -> Result<Vec<Opt
                 Ok(t)
             })
             .collect::<Result<Vec<_>>>()?;
-        let done = match trainers.len() {
+        // A member of a population keeps the population's arithmetic when it trains
+        // on alone (the others finished, or hold other checkpoints): as a single run,
+        // weight norm's host kernels would part its weights from the uninterrupted
+        // run's by rounding. A population of one equals a member bit for bit.
+        let done = match members.len() {
             1 => vec![SingleRun::new(trainers.remove(0))?.run(stop_at)?],
             _ => Population::new(trainers)?.run(stop_at)?,
         };
