@@ -11,7 +11,7 @@ use crate::config::{parse_device_spec, select_device, TrainConfig};
 use crate::logging::video::{check_renders, Video, EVAL_VIDEO};
 use crate::run::checkpoint;
 use crate::run::files::Diverged;
-use crate::run::population::{population_members, train_members, SingleRun};
+use crate::run::population::{population_members, population_root, train_members, SingleRun};
 use crate::run::train::{
     evaluate, evaluate_in, finished_summary, set_threads, RunSummary, Trainer,
 };
@@ -66,12 +66,8 @@ pub struct EvalArgs {
 pub fn train(args: &TrainArgs) -> Result<()> {
     let trainer = match (&args.resume, &args.config) {
         (Some(dir), _) => {
-            let root_config = dir.join("config.toml");
-            if root_config.exists() {
-                let config = TrainConfig::load(&root_config, &[])?;
-                if config.run.population > 1 {
-                    return train_population(config, dir, false);
-                }
+            if let Some(config) = population_root(dir)? {
+                return train_population(config, dir, false);
             }
             if let Some(summary) = finished_summary(dir)? {
                 // Finished is final: nothing trains, evaluates or is rewritten.
@@ -138,10 +134,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
 fn train_population(config: TrainConfig, run_dir: &Path, fresh: bool) -> Result<()> {
     let members = population_members(&config, run_dir);
     if fresh {
-        let started = members.iter().any(|m| {
-            m.dir.join(crate::run::files::SUMMARY_FILE).exists()
-                || m.dir.join("checkpoints").exists()
-        });
+        let started = members.iter().any(|m| holds_run(&m.dir));
         if started {
             bail!(
                 "{} already holds a population; resume it with --resume {} or choose another --run-dir",
@@ -198,18 +191,18 @@ fn resumable(error: anyhow::Error, run_dir: &Path) -> anyhow::Error {
     ))
 }
 
-/// All members' replays and networks must fit together.
+/// Whether a single run has started in `dir`: it finished, or wrote a checkpoint.
+fn holds_run(dir: &Path) -> bool {
+    dir.join(crate::run::files::SUMMARY_FILE).exists() || dir.join("checkpoints").exists()
+}
+
 /// A fresh run never takes a directory that holds the other kind: its `config.toml`
 /// would replace the other's, and a later `--resume` would train the wrong kind (a
 /// population's members beside a single run's files, or one agent at a population's
-/// root).
+/// root). An unreadable `config.toml` is no population's (a fresh run replaces it).
 fn refuse_other_kind(run_dir: &Path, population: bool) -> Result<()> {
-    let root_config = run_dir.join("config.toml");
-    let holds_population = root_config.exists()
-        && TrainConfig::load(&root_config, &[]).is_ok_and(|c| c.run.population > 1);
-    let holds_single = run_dir.join(crate::run::files::SUMMARY_FILE).exists()
-        || run_dir.join("checkpoints").exists();
-    let other = match (population, holds_population, holds_single) {
+    let holds_population = population_root(run_dir).ok().flatten().is_some();
+    let other = match (population, holds_population, holds_run(run_dir)) {
         (false, true, _) => "a population (run.population > 1)",
         (true, _, true) => "a single run",
         _ => return Ok(()),
@@ -221,6 +214,7 @@ fn refuse_other_kind(run_dir: &Path, population: bool) -> Result<()> {
     )
 }
 
+/// All members' replays and networks must fit together.
 fn check_population_memory(config: &TrainConfig) -> Result<()> {
     let Some(available) = crate::config::validate::machine_memory() else {
         return Ok(());

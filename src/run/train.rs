@@ -98,7 +98,6 @@ pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
     crate::storage::read_json(&run_dir.join(SUMMARY_FILE), "a run summary")
 }
 
-/// An error unless `run_dir` is free for a new run.
 /// Checked before a resume changes anything: a replay of other slots or observations
 /// (an older checkpoint, without checksums, damaged) failed an assertion later.
 fn replay_fits(state: &LoopState, config: &TrainConfig, dir: &Path) -> Result<()> {
@@ -118,6 +117,7 @@ fn replay_fits(state: &LoopState, config: &TrainConfig, dir: &Path) -> Result<()
     Ok(())
 }
 
+/// An error unless `run_dir` is free for a new run.
 fn check_fresh(run_dir: &Path) -> Result<()> {
     if run_dir.join(SUMMARY_FILE).exists() {
         bail!(

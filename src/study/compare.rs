@@ -140,6 +140,13 @@ fn label(axis: &str, value: &toml::Value) -> String {
     sanitize(&raw)
 }
 
+/// Whether `name`, as a path component, is no directory of its own: empty, or only
+/// dots ('.' and '..' are the directory itself and the one above; longer runs of dots
+/// are refused alike).
+fn names_no_directory(name: &str) -> bool {
+    name.chars().all(|c| c == '.')
+}
+
 /// A run's variant directory from its labels: never empty, '.' or '..', which would
 /// put its seeds beside other variants' or outside the comparison.
 fn variant_label(labels: &[String]) -> Result<String> {
@@ -147,7 +154,7 @@ fn variant_label(labels: &[String]) -> Result<String> {
         return Ok("base".to_string());
     }
     let variant = labels.join("-");
-    if variant.chars().all(|c| c == '.') {
+    if names_no_directory(&variant) {
         bail!(
             "a variant's label '{variant}' names no directory of its own: give the variant (or the axis value) a name with a letter or digit"
         );
@@ -201,7 +208,7 @@ impl CompareConfig {
         // directory itself or the one above it.
         if config.name.is_empty()
             || sanitize(&config.name) != config.name
-            || config.name.chars().all(|c| c == '.')
+            || names_no_directory(&config.name)
         {
             bail!(
                 "name = '{}' must use only letters, digits, '.', '-', '_', and not be empty, '.' or '..'",

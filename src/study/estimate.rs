@@ -9,13 +9,15 @@ use anyhow::{bail, Result};
 use crate::config::TrainConfig;
 use crate::study::compare::{population_units, CompareConfig, PlannedRun};
 
+/// The most parallel jobs: each is a thread started up front.
+const MAX_JOBS: usize = 4096;
+
 /// Checks the whole plan before anything runs or is created: at least one job, one
 /// directory per run (two variants or seeds with the same label would share one, and
 /// the second would be skipped as finished), and a baseline that is planned.
 pub fn check_plan(config: &CompareConfig, runs: &[PlannedRun], jobs: usize) -> Result<()> {
-    // Bounded: each job is a thread started up front.
-    if !(1..=4096).contains(&jobs) {
-        bail!("--jobs must be a positive integer up to 4096");
+    if !(1..=MAX_JOBS).contains(&jobs) {
+        bail!("--jobs must be a positive integer up to {MAX_JOBS}");
     }
     let mut seen = std::collections::BTreeMap::new();
     let mut clashes = vec![];

@@ -110,12 +110,7 @@ fn planned_runs(root: &Path) -> Result<(String, Vec<(PathBuf, String)>)> {
         let runs = plan.runs.iter().map(|e| (e.dir.clone(), e.variant.clone()));
         return Ok((plan.name.clone(), runs.collect()));
     }
-    let config_path = root.join("config.toml");
-    let population = match config_path.exists() {
-        true => Some(crate::config::TrainConfig::load(&config_path, &[])?),
-        false => None,
-    };
-    let Some(config) = population.filter(|c| c.run.population > 1) else {
+    let Some(config) = crate::run::population::population_root(root)? else {
         anyhow::bail!(
             "{} has no plan.json: give the directory of a comparison that `normrl compare` has started, or of a training population",
             root.display()

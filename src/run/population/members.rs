@@ -52,6 +52,17 @@ impl SingleRun {
     }
 }
 
+/// The config at `dir`'s root when it is a population's (`run.population > 1`): what
+/// `train --resume` and `status` take for a population, and a fresh run refuses.
+pub fn population_root(dir: &Path) -> Result<Option<TrainConfig>> {
+    let path = dir.join("config.toml");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let config = TrainConfig::load(&path, &[])?;
+    Ok((config.run.population > 1).then_some(config))
+}
+
 /// The members of a population config: seeds `seed`, `seed + 1`, ..., each a single
 /// run's config in `run_dir/seed-<seed>`.
 pub fn population_members(config: &TrainConfig, run_dir: &Path) -> Vec<Member> {

@@ -39,7 +39,9 @@ use crate::run::interrupt::Interrupted;
 use crate::run::periodic::{mean, train_to, Clock, Periodic, Steps};
 use crate::run::train::{RunSummary, Trainer};
 
-pub use members::{population_key, population_members, train_members, Member, SingleRun};
+pub use members::{
+    population_key, population_members, population_root, train_members, Member, SingleRun,
+};
 use threads::Threading;
 pub use times::HostTimes;
 
